@@ -1,0 +1,3 @@
+"""gate: a CI/CD regression gate for compressed LLM builds."""
+
+__version__ = "0.1.0"

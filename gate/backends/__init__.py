@@ -1,0 +1,1 @@
+"""Model backends: the seam between the gate and an inference engine."""

@@ -1,0 +1,138 @@
+"""The backend protocol: the three operations every inference engine offers.
+
+1. greedy generation (batched);
+2. teacher-forced scoring: given a context and a continuation, the
+   log-probabilities the model assigns at every continuation position, as the
+   target token's log-prob plus the top-k tokens (and, for in-process backends,
+   optionally the full vocabulary distribution);
+3. timed streaming generation: one timestamp per decoding step.
+
+An in-process transformers backend implements all three now; an
+OpenAI-compatible serving backend (vLLM, TGI, SGLang) can implement them later
+through ``/v1/completions`` with ``logprobs``/``echo`` and streaming. Code above
+this seam only sees token ids, numpy arrays and torch tensors on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Score ``continuation`` given ``context`` (both token ids, no padding)."""
+
+    context: Sequence[int]
+    continuation: Sequence[int]
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Teacher-forced scores of one continuation of length ``T``.
+
+    Row ``i`` is the model's distribution for continuation token ``i`` given
+    ``context + continuation[:i]``.
+    """
+
+    #: ``[T]`` log p(continuation[i] | context, continuation[:i]) (natural log).
+    target_logprobs: np.ndarray
+    #: ``[T, k]`` token ids of the k most likely tokens, most likely first.
+    topk_ids: np.ndarray
+    #: ``[T, k]`` their log-probabilities (natural log), descending.
+    topk_logprobs: np.ndarray
+    #: ``[T, V]`` full log-softmax rows (float32, CPU), only when asked for.
+    full_logprobs: Any | None = None
+
+    @property
+    def argmax_ids(self) -> np.ndarray:
+        """``[T]`` the greedy choice at each position."""
+        return self.topk_ids[:, 0]
+
+
+@dataclass(frozen=True)
+class TimedGeneration:
+    """One timed generation of a batch.
+
+    ``step_times`` holds seconds since the start of the request (after the
+    inputs were on the device) at which each decoding step's tokens were
+    available; ``step_times[0]`` is the time to first token.
+    """
+
+    batch_size: int
+    prompt_tokens: int
+    new_tokens: int
+    step_times: tuple[float, ...]
+    end_to_end: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class StepClock(Protocol):
+    """A clock that marks decoding steps; CUDA implementations synchronize."""
+
+    def start(self) -> None: ...
+
+    def mark(self) -> None: ...
+
+    def elapsed(self) -> list[float]:
+        """Seconds since :meth:`start` of every :meth:`mark`, in order."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the tiers need from a model."""
+
+    #: Human-readable identity used in reports and provenance.
+    name: str
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """Token ids for a user prompt, through the chat template when there is one."""
+        ...
+
+    def encode_text(self, text: str) -> list[int]:
+        """Plain token ids, no template and no special tokens (for corpora)."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of generated ids, special tokens skipped."""
+        ...
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 8,
+    ) -> list[list[int]]:
+        """Greedy continuations (new ids only, stopped at EOS) for each prompt."""
+        ...
+
+    def score(
+        self,
+        requests: Sequence[ScoreRequest],
+        *,
+        top_k: int = 32,
+        full: bool = False,
+        batch_size: int = 8,
+    ) -> list[TokenScores]:
+        """Teacher-forced scores for each request, in order."""
+        ...
+
+    def generate_timed(
+        self,
+        prompt: Sequence[int],
+        *,
+        batch_size: int,
+        new_tokens: int,
+        clock: StepClock,
+    ) -> TimedGeneration:
+        """Generate exactly ``new_tokens`` (min == max) for ``batch_size`` copies of ``prompt``."""
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        """Model identity: id/path, revision, file hashes, recipe, linear-layer classes, bytes."""
+        ...

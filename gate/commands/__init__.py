@@ -1,0 +1,1 @@
+"""One module per ``gate`` command; :mod:`gate.cli` assembles them."""

@@ -1,0 +1,141 @@
+"""The measurement record: what a tier produces and what a baseline stores.
+
+Data flows one way: tiers produce :class:`Measurement` objects, the baseline
+stores them, :mod:`gate.compare` turns (candidate, baseline, thresholds) into
+verdicts. A measurement keeps its per-sample values so that the comparison can
+say how sure it is:
+
+* ``samples`` are the per-item values (per prompt, per question, per timed run);
+* ``sample_ids`` name the items, so that two measurements of the same prompts
+  can be *paired* (McNemar, paired bootstrap). Repeated timings have no ids.
+* ``breakdown`` holds the same metric restricted to a slice of the items
+  (``"category:code"``, ``"length:long"``), each itself a Measurement, so
+  per-category thresholds get the same statistics as the whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate.errors import DataError
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One metric value with the evidence behind it."""
+
+    name: str
+    value: float
+    samples: tuple[float, ...] | None = None
+    sample_ids: tuple[str, ...] | None = None
+    breakdown: Mapping[str, Measurement] = field(default_factory=dict)
+    #: Free-form, JSON-serialisable details (k of a top-k KL, tail mass, units of a timer ...).
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """Number of samples behind the value (0 when only the value is known)."""
+        return len(self.samples) if self.samples is not None else 0
+
+    def validate(self) -> None:
+        """Refuse NaN/inf values and misaligned ids with a :class:`DataError`."""
+        if not math.isfinite(self.value):
+            raise DataError(
+                f"measurement {self.name!r} has a non-finite value ({self.value})",
+                "re-run the tier; a NaN usually means the model produced NaN logits",
+            )
+        if self.samples is not None:
+            if any(not math.isfinite(s) for s in self.samples):
+                raise DataError(
+                    f"measurement {self.name!r} has non-finite samples",
+                    "drop or fix the NaN/inf samples in the measurements file",
+                )
+            if self.sample_ids is not None and len(self.sample_ids) != len(self.samples):
+                raise DataError(
+                    f"measurement {self.name!r} has {len(self.samples)} samples but "
+                    f"{len(self.sample_ids)} sample_ids",
+                    "give one id per sample, or none",
+                )
+        for part in self.breakdown.values():
+            part.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the ``metrics[]`` entry of a measurements file)."""
+        out: dict[str, Any] = {"name": self.name, "value": self.value, "n": self.n}
+        if self.samples is not None:
+            out["samples"] = list(self.samples)
+        if self.sample_ids is not None:
+            out["sample_ids"] = list(self.sample_ids)
+        if self.breakdown:
+            out["breakdown"] = {k: v.to_dict() for k, v in self.breakdown.items()}
+        if self.details:
+            out["details"] = dict(self.details)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, name: str | None = None) -> Measurement:
+        """Parse the JSON form; raises :class:`DataError` on a malformed entry."""
+        try:
+            metric_name = str(name if name is not None else data["name"])
+            value = float(data["value"])
+            samples = data.get("samples")
+            ids = data.get("sample_ids")
+            breakdown_raw = data.get("breakdown") or {}
+            breakdown = {
+                str(k): cls.from_dict(v if isinstance(v, Mapping) else {"value": v}, name=metric_name)
+                for k, v in breakdown_raw.items()
+            }
+            return cls(
+                name=metric_name,
+                value=value,
+                samples=tuple(float(s) for s in samples) if samples is not None else None,
+                sample_ids=tuple(str(i) for i in ids) if ids is not None else None,
+                breakdown=breakdown,
+                details=dict(data.get("details") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(
+                f"malformed metric entry {dict(data).get('name', '?')!r}: {exc}",
+                "each metric needs a name and a numeric value; samples must be numbers",
+            ) from None
+
+
+def from_samples(
+    name: str,
+    samples: Sequence[float],
+    sample_ids: Sequence[str] | None = None,
+    *,
+    groups: Mapping[str, Sequence[int]] | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> Measurement:
+    """Build a mean-valued measurement from per-item samples.
+
+    ``groups`` maps a slice name (``"category:code"``) to the indices of its
+    items; each slice becomes a breakdown entry with its own samples.
+    """
+    values = tuple(float(s) for s in samples)
+    if not values:
+        raise DataError(f"no samples for {name!r}", "the tier produced no items to measure")
+    ids = tuple(sample_ids) if sample_ids is not None else None
+    breakdown: dict[str, Measurement] = {}
+    for key, indices in (groups or {}).items():
+        if not indices:
+            continue
+        part = tuple(values[i] for i in indices)
+        breakdown[key] = Measurement(
+            name=name,
+            value=sum(part) / len(part),
+            samples=part,
+            sample_ids=tuple(ids[i] for i in indices) if ids is not None else None,
+        )
+    return Measurement(
+        name=name,
+        value=sum(values) / len(values),
+        samples=values,
+        sample_ids=ids,
+        breakdown=breakdown,
+        details=dict(details or {}),
+    )

@@ -1,0 +1,1 @@
+"""Metric definitions (pure functions) and the metric registry."""

@@ -1,0 +1,1 @@
+"""Torch-free metric declarations, one module per tier."""

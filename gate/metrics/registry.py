@@ -1,0 +1,62 @@
+"""The one registry of metric specs, strict, with "did you mean" on typos.
+
+Each tier declares its specs in a torch-free module under
+:mod:`gate.metrics.catalog` so that loading the registry (for config
+validation, compare and reports) never imports a model library.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from functools import cache
+
+from gate.errors import ConfigError
+from gate.metrics.spec import MetricSpec
+
+#: Catalog modules, one per tier; each defines ``SPECS: tuple[MetricSpec, ...]``.
+CATALOG_MODULES: tuple[str, ...] = (
+    "gate.metrics.catalog.fidelity",
+    "gate.metrics.catalog.accuracy",
+    "gate.metrics.catalog.capability",
+    "gate.metrics.catalog.latency",
+)
+
+TIERS: tuple[str, ...] = ("accuracy", "capability", "fidelity", "latency")
+
+
+@cache
+def all_metrics() -> Mapping[str, MetricSpec]:
+    """Every known metric by name. Duplicate names are a programming error."""
+    specs: dict[str, MetricSpec] = {}
+    for module_name in CATALOG_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # a tier not built yet
+            raise
+        for spec in module.SPECS:
+            if spec.name in specs:
+                raise RuntimeError(f"metric {spec.name!r} registered twice")
+            specs[spec.name] = spec
+    return specs
+
+
+def suggest(name: str, choices: list[str] | tuple[str, ...]) -> str:
+    """A ``did you mean 'x'?`` hint, or a list of valid names when nothing is close."""
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    shown = ", ".join(sorted(choices)[:8])
+    return f"known names: {shown}{', ...' if len(choices) > 8 else ''}"
+
+
+def get_metric(name: str) -> MetricSpec:
+    """The spec of ``name``; unknown names raise :class:`ConfigError` with a suggestion."""
+    specs = all_metrics()
+    try:
+        return specs[name]
+    except KeyError:
+        raise ConfigError(f"unknown metric {name!r}", suggest(name, list(specs))) from None

@@ -1,0 +1,48 @@
+"""The frozen description of a metric, shared by config, compare and reports."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class SampleKind(enum.Enum):
+    """What the per-sample values of a metric are, which picks the statistical test.
+
+    * ``PAIRED_BINARY``: 0/1 correctness per item (question, probe, token position
+      averaged per prompt is *not* binary). Compared with McNemar's exact test on
+      the discordant pairs.
+    * ``PAIRED_SCORE``: a real-valued score per item, the same items on both sides
+      (per-prompt CGA, per-prompt KL). Compared with a paired bootstrap of the mean
+      difference.
+    * ``REPEATED``: unpaired repeated runs of a noisy measurement (latency,
+      throughput). Compared with a two-sample test (Mann-Whitney U) and a
+      bootstrap CI of the relative change of the median.
+    * ``POINT``: a single number with no per-sample evidence (parameter bytes,
+      a value imported from another tool). Compared on the value alone.
+    """
+
+    PAIRED_BINARY = "paired_binary"
+    PAIRED_SCORE = "paired_score"
+    REPEATED = "repeated"
+    POINT = "point"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric the gate knows: dotted name ``tier.metric``, unit and direction."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    sample_kind: SampleKind
+    description: str
+    #: Metrics whose value must be computed against the baseline itself (CGA, KL,
+    #: flips) have a fixed ideal (1.0 or 0.0) and are compared against that value
+    #: rather than against the baseline's own number.
+    ideal: float | None = None
+
+    @property
+    def tier(self) -> str:
+        """The tier: the part of the name before the first dot."""
+        return self.name.split(".", 1)[0]
