@@ -1,0 +1,80 @@
+"""Shared fixtures: small real models made on the spot, never downloaded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "What is 7 times 8? The answer is 56.",
+    "Please reply in JSON with key name.",
+    "Summarize the following text in one sentence.",
+    "Write a Python function that adds two numbers.",
+    "Bonjour, comment allez-vous aujourd'hui ?",
+    "The capital of France is Paris. Law, medicine and business.",
+] * 20
+
+
+def make_tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+    """A randomly initialised Llama with a BPE tokenizer that splits digits, saved as safetensors."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=384,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="<|end|>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    fast.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama (hidden 64, 2 layers) with a chat template, on disk."""
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
