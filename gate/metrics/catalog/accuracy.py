@@ -1,0 +1,74 @@
+"""Metric specs of the accuracy tier (definitions in DESIGN.md "Metrics").
+
+``accuracy.perplexity`` is ``PAIRED_SCORE``: its samples are the mean NLL
+(nats/token) of each sliding window, and both sides score the very same token
+windows (the baseline's tokenizer is checked by the store), so a paired
+bootstrap of the per-window difference says whether a rise is more than
+window-to-window variation; a ``POINT`` metric would gate on the value alone
+and flap on small corpora. The value itself is the corpus perplexity
+``exp(token-weighted mean NLL)``.
+
+The MCQ metrics have one sample per question with ``sample_ids`` = question
+ids, so a candidate is paired with the baseline question by question. Flips,
+all-flips and choice KL are computed against the baseline's own per-question
+results (ideal 0); the baseline records them against itself (all zero).
+"""
+
+from __future__ import annotations
+
+from gate.metrics.spec import MetricSpec, SampleKind
+
+SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        name="accuracy.perplexity",
+        unit="ppl",
+        higher_is_better=False,
+        sample_kind=SampleKind.PAIRED_SCORE,
+        description="sliding-window perplexity of a text corpus (samples: per-window mean NLL)",
+    ),
+    MetricSpec(
+        name="accuracy.mcq_acc",
+        unit="fraction",
+        higher_is_better=True,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="multiple-choice accuracy, argmax of summed option log-likelihood",
+    ),
+    MetricSpec(
+        name="accuracy.mcq_acc_norm",
+        unit="fraction",
+        higher_is_better=True,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="multiple-choice accuracy, log-likelihood divided by option length in characters",
+    ),
+    MetricSpec(
+        name="accuracy.flips",
+        unit="fraction",
+        higher_is_better=False,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="share of questions whose correctness changed against the baseline",
+        ideal=0.0,
+    ),
+    MetricSpec(
+        name="accuracy.all_flips",
+        unit="fraction",
+        higher_is_better=False,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="share of questions whose chosen option changed against the baseline",
+        ideal=0.0,
+    ),
+    MetricSpec(
+        name="accuracy.choice_kl",
+        unit="nats",
+        higher_is_better=False,
+        sample_kind=SampleKind.PAIRED_SCORE,
+        description="KL(baseline || candidate) of the softmax over each question's options",
+        ideal=0.0,
+    ),
+    MetricSpec(
+        name="accuracy.top_margin_mean",
+        unit="probability",
+        higher_is_better=True,
+        sample_kind=SampleKind.PAIRED_SCORE,
+        description="mean p(best option) - p(second best option); shrinks as a build loses confidence",
+    ),
+)

@@ -1,0 +1,47 @@
+"""Latency-tier metric declarations (torch-free).
+
+Timings are REPEATED (per-run samples, compared with the repeated-run test);
+memory peaks are REPEATED too (one peak per timed run); parameter bytes are a
+POINT value. See :mod:`gate.metrics.latency` for the definitions.
+"""
+
+from __future__ import annotations
+
+from gate.metrics.spec import MetricSpec, SampleKind
+
+_R = SampleKind.REPEATED
+
+
+def _lower(name: str, unit: str, description: str, kind: SampleKind = _R) -> MetricSpec:
+    return MetricSpec(f"latency.{name}", unit, False, kind, description)
+
+
+def _higher(name: str, unit: str, description: str) -> MetricSpec:
+    return MetricSpec(f"latency.{name}", unit, True, _R, description)
+
+
+SPECS: tuple[MetricSpec, ...] = (
+    _lower("ttft_p50", "s", "time to first token, median over runs"),
+    _lower("ttft_p95", "s", "time to first token, 95th percentile over runs"),
+    _lower("itl_p50", "s", "inter-token latency per generated token, median"),
+    _lower("itl_p95", "s", "inter-token latency per generated token, 95th percentile"),
+    _lower("itl_p99", "s", "inter-token latency per generated token, 99th percentile"),
+    _lower("tpot_p50", "s", "time per output token (E - TTFT)/(N - 1), median over runs"),
+    _lower("e2e_p50", "s", "end-to-end request latency, median over runs"),
+    _lower("e2e_p95", "s", "end-to-end request latency, 95th percentile over runs"),
+    _lower("e2e_p99", "s", "end-to-end request latency, 99th percentile over runs"),
+    _higher("tokens_per_s", "tok/s", "generated tokens per second at the reference batch"),
+    _higher("requests_per_s", "req/s", "completed sequences per second at the reference batch"),
+    _higher("best_tokens_per_s", "tok/s", "tokens per second at the best batch of the sweep"),
+    _lower("peak_allocated_bytes", "B", "torch.cuda peak allocated bytes per run"),
+    _lower("peak_reserved_bytes", "B", "torch.cuda peak reserved bytes per run"),
+    _lower("process_vram_bytes", "B", "peak VRAM held by this process (NVML) per run"),
+    _lower("global_vram_bytes", "B", "peak VRAM used on the device by all processes (NVML)"),
+    _lower("peak_rss_bytes", "B", "peak resident set size of the process per run"),
+    _lower(
+        "param_bytes",
+        "B",
+        "bytes of the loaded parameters and buffers (the CPU memory-reduction metric)",
+        SampleKind.POINT,
+    ),
+)

@@ -1,0 +1,294 @@
+"""Fidelity metrics: how closely a candidate follows the baseline's own outputs.
+
+Pure functions over numpy arrays; nothing here touches a model or a file.
+Definitions are those of DESIGN.md, "Metrics / Fidelity". For one prompt ``X``
+the baseline produced the greedy output ``y = (y_1 .. y_T)``; the candidate is
+run teacher-forced on ``X + y`` and gives, at every output position ``i``, a
+log-distribution ``log p_c(. | X, y_<i)``. The baseline's distribution at the
+same position is known either in full (live baseline) or through a reference
+pack: its top-k token ids and log-probabilities plus the log of the remaining
+tail mass.
+
+Per position ``i``:
+
+* ``cga_i   = [argmax_v p_c(v) = y_i]`` (Conditional Greedy Agreement of
+  "Beyond Proxy Metrics", the CGA paper); ``cga@k_i = [rank_c(y_i) < k]``.
+  Ties are broken towards the lower token id (``numpy.argmax`` semantics), so
+  rank 0 is exactly the argmax.
+* ``KL_i = sum_v p_b(v) (log p_b(v) - log p_c(v))`` — exact when both rows
+  are full (:func:`exact_kl`); from a pack, :func:`topk_tail_kl` uses the base
+  top-k set ``S`` plus one tail bucket.
+* ``delta_p_i = p_c(y_i) - p_b(y_i)`` (llama.cpp's ``Δp`` of its
+  ``--kl-divergence`` mode).
+
+Summary statistics of the per-token KL (mean, median, p90, p95, p99, p99.9,
+max) follow llama.cpp's KL-divergence report (``tools/perplexity``): the tail of
+this distribution is where a collapse shows first.
+
+Broken candidates: a row with a NaN or ``+inf`` log-probability is *non-finite*.
+Such positions count as disagreement (``cga = cga@k = 0``), ``delta_p = -p_b(y_i)``
+(no trustworthy mass on the reference token), and ``KL = KL_CAP``. A finite
+row that gives zero mass (``-inf``) to a token the baseline finds likely has an
+infinite KL; it is capped at ``KL_CAP`` too. Both are counted so that the tier
+reports a critical finding instead of crashing or storing ``inf``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Largest per-token KL (nats) a measurement reports. ``exp(-50) ~ 2e-22``: a KL
+#: this large means the candidate put (numerically) no mass on a token the
+#: baseline predicted, or produced NaN; it is always far past any bound.
+KL_CAP: float = 50.0
+
+#: Percentiles reported for the per-token KL distribution, by metric suffix.
+KL_PERCENTILES: Mapping[str, float] = {
+    "median": 50.0,
+    "p90": 90.0,
+    "p95": 95.0,
+    "p99": 99.0,
+    "p999": 99.9,
+}
+
+#: Percentiles reported (in details) for the delta-p distribution.
+DELTA_P_PERCENTILES: Mapping[str, float] = {
+    "p1": 1.0,
+    "p5": 5.0,
+    "p10": 10.0,
+    "median": 50.0,
+    "p90": 90.0,
+    "p95": 95.0,
+    "p99": 99.0,
+}
+
+
+@dataclass(frozen=True)
+class PositionScores:
+    """Per-position fidelity values of one prompt (all arrays have length ``T``)."""
+
+    cga: np.ndarray
+    cga_at_k: np.ndarray
+    kl: np.ndarray
+    delta_p: np.ndarray
+    #: Positions whose candidate row had NaN/+inf (counted as disagreement, KL capped).
+    nonfinite: np.ndarray
+    #: Positions whose KL was infinite or above the cap before capping.
+    capped: np.ndarray
+
+    @property
+    def length(self) -> int:
+        """Number of scored output positions ``T``."""
+        return int(self.cga.shape[0])
+
+
+def _as_rows(rows: np.ndarray) -> np.ndarray:
+    out = np.asarray(rows)
+    if out.ndim != 2:
+        raise ValueError(f"expected a [T, V] array of log-probabilities, got shape {out.shape}")
+    return out
+
+
+def nonfinite_rows(logprobs: np.ndarray) -> np.ndarray:
+    """``[T]`` True where a full log-probability row holds NaN or ``+inf``.
+
+    ``-inf`` alone is a legitimate log-probability (a masked token) and is not
+    flagged here; it shows up as an infinite KL instead.
+    """
+    rows = _as_rows(logprobs)
+    return np.isnan(rows).any(axis=-1) | np.isposinf(rows).any(axis=-1)
+
+
+def target_ranks(logprobs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``[T]`` rank of ``targets[i]`` in row ``i``, ties broken towards lower ids.
+
+    ``rank = #{v : l(v) > l(y)} + #{v < y : l(v) = l(y)}``, so rank 0 is exactly
+    ``argmax`` (first maximum). NaN rows give meaningless ranks; callers mask them
+    with :func:`nonfinite_rows`.
+    """
+    rows = _as_rows(logprobs)
+    y = np.asarray(targets, dtype=np.int64)
+    ly = np.take_along_axis(rows, y[:, None], axis=-1)
+    above = (rows > ly).sum(axis=-1)
+    ids = np.arange(rows.shape[-1])[None, :]
+    tied_before = ((rows == ly) & (ids < y[:, None])).sum(axis=-1)
+    return (above + tied_before).astype(np.int64)
+
+
+def topk_of_rows(logprobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` ids and log-probs of every row, descending, ties towards lower ids.
+
+    A stable sort of the negated row keeps tied tokens in id order, so the tie
+    rule matches :func:`target_ranks` and ``ids[:, 0]`` is the argmax.
+    """
+    rows = _as_rows(logprobs)
+    top = np.argsort(-rows, axis=-1, kind="stable")[:, : min(k, rows.shape[-1])]
+    return top.astype(np.int64), np.take_along_axis(rows, top, axis=-1)
+
+
+def tail_logmass(logprobs: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``[T]`` ``log sum_{v not in ids[i]} p(v)`` computed over the full row.
+
+    Summing the tail directly (a log-sum-exp over the excluded tokens) keeps
+    precision when the top-k mass is close to 1, where ``log(1 - sum p)``
+    would cancel. ``-inf`` when the ids cover the whole vocabulary.
+    """
+    rows = _as_rows(logprobs).astype(np.float64, copy=True)
+    np.put_along_axis(rows, np.asarray(ids, dtype=np.int64), -np.inf, axis=-1)
+    peak = rows.max(axis=-1, keepdims=True)
+    finite_peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log(np.exp(rows - finite_peak).sum(axis=-1)) + finite_peak[:, 0]
+    return np.where(np.isneginf(peak[:, 0]), -np.inf, out)
+
+
+def tail_logmass_from_topk(topk_logprobs: np.ndarray) -> np.ndarray:
+    """``[T]`` ``log(1 - sum_k p_k)`` from top-k log-probs alone (no full row).
+
+    For backends that return only top-k (a serving engine). Clamped at ``-inf``
+    when rounding makes the top-k mass reach 1.
+    """
+    mass = np.exp(np.asarray(topk_logprobs, dtype=np.float64)).sum(axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.log(np.clip(1.0 - mass, 0.0, 1.0))
+
+
+def _plogp_ratio(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
+    """Elementwise ``p (log p - log q)`` with ``0 log(0/q) = 0`` and ``p log(p/0) = inf``."""
+    p = np.exp(logp)
+    with np.errstate(invalid="ignore"):
+        diff = logp - logq
+    out = np.where(p > 0.0, p * np.where(np.isnan(diff), np.inf, diff), 0.0)
+    return np.where(np.isneginf(logp), 0.0, out)
+
+
+def topk_tail_kl(
+    base_topk_logprobs: np.ndarray,
+    base_tail_logmass: np.ndarray,
+    cand_topk_logprobs: np.ndarray,
+    cand_tail_logmass: np.ndarray,
+) -> np.ndarray:
+    """``[T]`` KL(base || candidate) over the base top-k set ``S`` plus one tail bucket.
+
+    With ``P = 1 - sum_{v in S} p_b(v)`` and ``Q = 1 - sum_{v in S} p_c(v)`` (the
+    same tokens ``S`` on both sides)::
+
+        KL~_i = sum_{v in S} p_b(v) log(p_b(v) / p_c(v)) + P log(P / Q)
+
+    **Lower bound.** The exact KL splits into the sum over ``S`` (identical in
+    both) and ``sum_{v not in S} p_b(v) log(p_b(v) / p_c(v))``. By the log-sum
+    inequality, for non-negative ``a_v, b_v``:
+    ``sum a_v log(a_v / b_v) >= (sum a_v) log(sum a_v / sum b_v)``; with
+    ``a_v = p_b(v), b_v = p_c(v)`` over ``v not in S`` the right side is exactly
+    ``P log(P / Q)``. Hence ``KL~_i <= KL_i``, with equality iff ``p_b / p_c``
+    is constant on the tail. It is still ``>= 0``: ``KL~`` is the exact KL of
+    the two distributions coarsened to ``|S| + 1`` outcomes.
+
+    Inputs: ``base_topk_logprobs``/``cand_topk_logprobs`` are ``[T, k]`` on the
+    same ids, ``*_tail_logmass`` are ``[T]`` log tail masses. Computed in float64.
+    """
+    lb = np.asarray(base_topk_logprobs, dtype=np.float64)
+    lc = np.asarray(cand_topk_logprobs, dtype=np.float64)
+    tb = np.asarray(base_tail_logmass, dtype=np.float64)
+    tc = np.asarray(cand_tail_logmass, dtype=np.float64)
+    head = _plogp_ratio(lb, lc).sum(axis=-1)
+    tail = _plogp_ratio(tb, tc)
+    return np.asarray(head + tail, dtype=np.float64)
+
+
+def exact_kl(base_logprobs: np.ndarray, cand_logprobs: np.ndarray) -> np.ndarray:
+    """``[T]`` exact ``KL_i = sum_v p_b(v) (log p_b(v) - log p_c(v))`` over full rows (float64)."""
+    lb = _as_rows(base_logprobs).astype(np.float64)
+    lc = _as_rows(cand_logprobs).astype(np.float64)
+    return np.asarray(_plogp_ratio(lb, lc).sum(axis=-1), dtype=np.float64)
+
+
+def score_positions(
+    targets: np.ndarray,
+    base_topk_ids: np.ndarray,
+    base_topk_logprobs: np.ndarray,
+    base_tail_logmass: np.ndarray,
+    cand_logprobs: np.ndarray,
+    *,
+    base_full_logprobs: np.ndarray | None = None,
+    cga_k: int = 5,
+) -> PositionScores:
+    """Score one prompt's candidate rows against the baseline's reference.
+
+    ``targets`` ``[T]`` are the baseline's greedy tokens ``y_i``, which the pack
+    guarantees equal ``base_topk_ids[:, 0]`` (so ``p_b(y_i) = exp(base_topk_logprobs[:, 0])``).
+    ``cand_logprobs`` ``[T, V]`` are the candidate's full log-softmax rows.
+    With ``base_full_logprobs`` (live baseline) the KL is exact; otherwise it is
+    :func:`topk_tail_kl`, whose candidate tail is summed over the candidate's full row.
+    """
+    rows = _as_rows(cand_logprobs)
+    y = np.asarray(targets, dtype=np.int64)
+    if rows.shape[0] != y.shape[0]:
+        raise ValueError(f"{rows.shape[0]} candidate rows for {y.shape[0]} reference tokens")
+    bad = nonfinite_rows(rows)
+    ranks = target_ranks(rows, y)
+    cga = (ranks == 0) & ~bad
+    cga_k_hit = (ranks < cga_k) & ~bad
+
+    ids = np.asarray(base_topk_ids, dtype=np.int64)
+    if base_full_logprobs is not None:
+        kl = exact_kl(base_full_logprobs, rows)
+        p_base_y = np.exp(
+            np.take_along_axis(
+                _as_rows(base_full_logprobs).astype(np.float64), y[:, None], axis=-1
+            )[:, 0]
+        )
+    else:
+        cand_at_ids = np.take_along_axis(rows, ids, axis=-1)
+        kl = topk_tail_kl(
+            base_topk_logprobs, base_tail_logmass, cand_at_ids, tail_logmass(rows, ids)
+        )
+        p_base_y = np.exp(np.asarray(base_topk_logprobs, dtype=np.float64)[:, 0])
+    capped = ~np.isfinite(kl) | (kl > KL_CAP) | bad
+    kl = np.where(capped, KL_CAP, kl)
+    p_cand_y = np.exp(np.take_along_axis(rows, y[:, None], axis=-1)[:, 0].astype(np.float64))
+    delta_p = np.where(bad, -p_base_y, p_cand_y - p_base_y)
+    return PositionScores(
+        cga=cga.astype(np.float64),
+        cga_at_k=cga_k_hit.astype(np.float64),
+        kl=kl.astype(np.float64),
+        delta_p=delta_p.astype(np.float64),
+        nonfinite=bad,
+        capped=capped,
+    )
+
+
+def kl_summary(kl: np.ndarray) -> dict[str, float]:
+    """Mean, median, p90, p95, p99, p99.9 and max of pooled per-token KL values.
+
+    Percentiles use numpy's default linear interpolation between order
+    statistics. An empty input is a programming error (the tier refuses empty
+    prompt sets earlier).
+    """
+    values = np.asarray(kl, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("no KL values to summarise")
+    out = {"mean": float(values.mean())}
+    for key, q in KL_PERCENTILES.items():
+        out[key] = float(np.percentile(values, q))
+    out["max"] = float(values.max())
+    return out
+
+
+def delta_p_summary(delta_p: np.ndarray) -> dict[str, float]:
+    """Mean, RMS and percentiles (p1 .. p99) of pooled delta-p values."""
+    values = np.asarray(delta_p, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("no delta-p values to summarise")
+    out = {
+        "mean": float(values.mean()),
+        "rms": float(np.sqrt(np.mean(values**2))),
+        "min": float(values.min()),
+        "max": float(values.max()),
+    }
+    for key, q in DELTA_P_PERCENTILES.items():
+        out[key] = float(np.percentile(values, q))
+    return out

@@ -1,0 +1,184 @@
+"""The results JSON of DESIGN.md ("Contracts"): written by ``--json`` and the plugin.
+
+Shape (``schema_version`` 1)::
+
+    {"schema_version": 1, "kind": "results", "verdict": "pass|warn|block",
+     "headline": "APPROVED", "exit_code": 0,
+     "baseline": {provenance of the first ref}, "baselines": {ref: {...}},
+     "candidate": {provenance}, "environment": {...}, "notes": [...],
+     "metrics": [{"name", "tier", "slice", "value", "baseline_value", "delta",
+                  "relative_delta", "ci", "n", "higher_is_better", "severity",
+                  "threshold", "breakdown", "against", "reason", "unit",
+                  "p_value", "test", "details"}]}
+
+One ``metrics`` entry per verdict (a metric, or one slice of it, against one
+ref). :func:`results_from_json` reads the file back into verdicts so that the
+markdown/HTML/GitHub reports can be produced from a finished run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.atomic import write_atomic
+from gate.errors import DataError, ExitCode
+from gate.measurements_file import dump_json, read_json
+from gate.verdict import GateOutcome, Severity, Verdict
+
+SCHEMA_VERSION = 1
+KIND = "results"
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no NaN: a non-finite number is written as ``null``."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
+    """The ``metrics[]`` entry of one verdict."""
+    return {
+        "name": verdict.metric,
+        "tier": verdict.tier,
+        "slice": verdict.slice,
+        "against": verdict.against,
+        "value": _finite(verdict.value),
+        "baseline_value": _finite(verdict.baseline_value),
+        "delta": _finite(verdict.delta),
+        "relative_delta": _finite(verdict.relative_delta),
+        "ci": [_finite(verdict.ci[0]), _finite(verdict.ci[1])] if verdict.ci else None,
+        "n": verdict.n,
+        "higher_is_better": verdict.higher_is_better,
+        "severity": verdict.severity.label,
+        "threshold": dict(verdict.threshold),
+        "breakdown": {k: _finite(v) for k, v in verdict.breakdown.items()},
+        "reason": verdict.reason,
+        "unit": verdict.unit,
+        "p_value": _finite(verdict.p_value),
+        "test": verdict.test,
+        "details": dict(verdict.details),
+    }
+
+
+def verdict_from_dict(entry: Mapping[str, Any]) -> Verdict:
+    """Inverse of :func:`verdict_to_dict`; malformed entries raise :class:`DataError`."""
+    try:
+        ci = entry.get("ci")
+        return Verdict(
+            metric=str(entry["name"]),
+            tier=str(entry["tier"]),
+            severity=Severity[str(entry["severity"]).upper()],
+            value=float(entry["value"]) if entry["value"] is not None else math.nan,
+            baseline_value=_opt_float(entry.get("baseline_value")),
+            delta=_opt_float(entry.get("delta")),
+            relative_delta=_opt_float(entry.get("relative_delta")),
+            higher_is_better=bool(entry["higher_is_better"]),
+            n=int(entry.get("n") or 0),
+            reason=str(entry.get("reason", "")),
+            against=str(entry.get("against", "baseline")),
+            slice=entry.get("slice"),
+            unit=str(entry.get("unit", "")),
+            ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,
+            p_value=_opt_float(entry.get("p_value")),
+            test=entry.get("test"),
+            threshold=dict(entry.get("threshold") or {}),
+            breakdown={
+                str(k): float(v) for k, v in (entry.get("breakdown") or {}).items() if v is not None
+            },
+            details=dict(entry.get("details") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(
+            f"malformed metrics entry in results JSON: {exc}", "the file is corrupt"
+        ) from None
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def build_results(
+    outcome: GateOutcome,
+    *,
+    exit_code: ExitCode | int | None = None,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    candidate: Mapping[str, Any] | None = None,
+    environment: Mapping[str, Any] | None = None,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The results JSON document of one run.
+
+    ``exit_code`` overrides the outcome's own (a crashed tier, nothing measured);
+    ``baselines`` maps each ref compared against to its description.
+    """
+    refs = dict(baselines or {})
+    first = next(iter(refs.values()), {})
+    code = int(outcome.exit_code if exit_code is None else exit_code)
+    headline = outcome.headline if code in (ExitCode.OK, ExitCode.BLOCKED) else "BLOCKED"
+    if code == ExitCode.OK and outcome.exit_code == ExitCode.BLOCKED:
+        headline = "APPROVED"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "verdict": outcome.word if code in (ExitCode.OK, ExitCode.BLOCKED) else "block",
+        "headline": headline,
+        "exit_code": code,
+        "baseline": dict(first),
+        "baselines": {k: dict(v) for k, v in refs.items()},
+        "candidate": dict(candidate or {}),
+        "environment": dict(environment or {}),
+        "notes": list(notes),
+        "metrics": [verdict_to_dict(v) for v in outcome.verdicts],
+    }
+
+
+def write_results(path: Path, results: Mapping[str, Any]) -> None:
+    """Write a results document atomically."""
+    write_atomic(Path(path), dump_json(dict(results)))
+
+
+@dataclass(frozen=True)
+class Results:
+    """A results JSON read back."""
+
+    verdict: str
+    headline: str
+    exit_code: int
+    verdicts: list[Verdict]
+    baseline: dict[str, Any] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    candidate: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def results_from_json(path: Path) -> Results:
+    """Read a results JSON; anything malformed or newer is a one-line DataError."""
+    data = read_json(Path(path), DataError)
+    if not isinstance(data, Mapping) or data.get("kind", KIND) != KIND:
+        raise DataError(f"{path} is not a gate results file", "pass the file written by --json")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise DataError(
+            f"{path} has schema_version {version!r}; this gate reads up to {SCHEMA_VERSION}",
+            "upgrade gate",
+        )
+    try:
+        return Results(
+            verdict=str(data["verdict"]),
+            headline=str(data.get("headline", "")),
+            exit_code=int(data["exit_code"]),
+            verdicts=[verdict_from_dict(entry) for entry in data["metrics"]],
+            baseline=dict(data.get("baseline") or {}),
+            baselines={str(k): dict(v) for k, v in (data.get("baselines") or {}).items()},
+            candidate=dict(data.get("candidate") or {}),
+            environment=dict(data.get("environment") or {}),
+            notes=[str(n) for n in data.get("notes") or []],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{path} is missing {exc}", "the file is corrupt") from None
