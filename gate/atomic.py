@@ -45,6 +45,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
 def _write_temp(path: Path, data: bytes | Path) -> Path:
     """Write ``data`` (bytes, or the content of a file) to a temp file beside ``path``; fsync it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +58,7 @@ def _write_temp(path: Path, data: bytes | Path) -> Path:
         prefix=f"{TMP_PREFIX}{path.name}.", suffix=TMP_SUFFIX, dir=path.parent
     )
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; publish with the usual mode
         with os.fdopen(fd, "wb") as handle:
             if isinstance(data, Path):
                 with data.open("rb") as source:

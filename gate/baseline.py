@@ -103,6 +103,20 @@ class Baseline:
             return str(self.path)
         return f"{self.slug}#{self.number:04d} ({self.label})"
 
+    def describe(self, ref: str | None = None) -> dict[str, Any]:
+        """JSON-ready identity for reports (the ``baseline`` of the results JSON)."""
+        return {
+            "ref": ref,
+            "model_slug": self.slug,
+            "number": self.number,
+            "label": self.label,
+            "path": str(self.path),
+            "created": self.created,
+            "provenance": dict(self.provenance),
+            "environment": dict(self.environment),
+            "artifacts": {k: dict(v) for k, v in self.artifacts.items()},
+        }
+
     def artifact_path(self, name: str) -> Path:
         """The verified path of artifact ``name``.
 
@@ -164,9 +178,9 @@ def load_baseline_file(path: Path) -> Baseline:
     """Load a baseline JSON (or a measurements file used as one); problems -> BaselineError."""
     path = Path(path)
     try:
-        data = read_json(path, BaselineError)
+        data = read_json(path, BaselineError, what="baseline")
     except DataError as exc:
-        raise BaselineError(f"baseline {exc.message}", exc.hint) from None
+        raise BaselineError(exc.message, exc.hint) from None
     if not isinstance(data, Mapping):
         raise BaselineError(f"baseline {path} is not a JSON object", "the file is corrupt")
     version = data.get("schema_version")

@@ -133,7 +133,9 @@ def load_toml(path: Path) -> dict[str, Any]:
             lineno = int(m.group(1)) if m else None
         where = f"{path}:{lineno}" if lineno is not None else str(path)
         detail = str(exc).split(" (at ")[0]
-        raise ConfigError(f"{where}: invalid TOML: {detail}", "fix the syntax on that line") from None
+        raise ConfigError(
+            f"{where}: invalid TOML: {detail}", "fix the syntax on that line"
+        ) from None
 
 
 # ------------------------------------------------------------ generic dataclasses
@@ -152,7 +154,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin is Literal:
         if value not in args:
             choices = ", ".join(repr(a) for a in args)
-            raise ConfigError(f"{where}: {value!r} is not one of {choices}", f"use one of {choices}")
+            raise ConfigError(
+                f"{where}: {value!r} is not one of {choices}", f"use one of {choices}"
+            )
         return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -168,11 +172,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise errors[0]
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}", "use true or false")
+            raise ConfigError(
+                f"{where}: expected true or false, got {value!r}", "use true or false"
+            )
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}", "write a whole number")
+            raise ConfigError(
+                f"{where}: expected an integer, got {value!r}", "write a whole number"
+            )
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -182,7 +190,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}", 'quote the value: "..."')
+            raise ConfigError(
+                f"{where}: expected a string, got {value!r}", 'quote the value: "..."'
+            )
         return value
     if tp is Path:
         if not isinstance(value, str):
@@ -210,7 +220,9 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     )
 
 
-def check_keys(mapping: Mapping[str, Any], allowed: tuple[str, ...] | list[str], where: str) -> None:
+def check_keys(
+    mapping: Mapping[str, Any], allowed: tuple[str, ...] | list[str], where: str
+) -> None:
     """Refuse keys outside ``allowed`` with a "did you mean"."""
     for key in mapping:
         if key not in allowed:
@@ -295,9 +307,7 @@ def _int_at_least_one(value: Any, where: str) -> int:
     return value
 
 
-def _metric_threshold(
-    name: str, table: Any, spec: MetricSpec, default_min: int
-) -> MetricThreshold:
+def _metric_threshold(name: str, table: Any, spec: MetricSpec, default_min: int) -> MetricThreshold:
     where = f"metrics.{name!r}"
     if not isinstance(table, Mapping):
         raise ConfigError(f"{where}: expected a table, got {table!r}", "write warn = ...")

@@ -85,7 +85,9 @@ class Measurement:
             ids = data.get("sample_ids")
             breakdown_raw = data.get("breakdown") or {}
             breakdown = {
-                str(k): cls.from_dict(v if isinstance(v, Mapping) else {"value": v}, name=metric_name)
+                str(k): cls.from_dict(
+                    v if isinstance(v, Mapping) else {"value": v}, name=metric_name
+                )
                 for k, v in breakdown_raw.items()
             }
             return cls(

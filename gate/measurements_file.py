@@ -51,15 +51,19 @@ def parse_json(text: str, source: str, error: type[GateError]) -> Any:
         ) from None
 
 
-def read_json(path: Path, error: type[GateError]) -> Any:
-    """Read and strictly parse a JSON file; a missing or unreadable file -> ``error``."""
+def read_json(path: Path, error: type[GateError], *, what: str = "") -> Any:
+    """Read and strictly parse a JSON file; a missing or unreadable file -> ``error``.
+
+    ``what`` ("baseline") prefixes the path in messages.
+    """
+    source = f"{what} {path}" if what else str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise error(f"{path} does not exist", "check the path") from None
+        raise error(f"{source} does not exist", "check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"cannot read {path}: {exc}", "check the file and its permissions") from None
-    return parse_json(text, str(path), error)
+        raise error(f"cannot read {source}: {exc}", "check the file and its permissions") from None
+    return parse_json(text, source, error)
 
 
 def dump_json(data: Any) -> bytes:

@@ -85,6 +85,6 @@ def open_nvml(module: ModuleType | Any | None = None) -> Nvml | None:
             return None
     try:
         module.nvmlInit()
-    except Exception:  # noqa: BLE001 - pynvml.NVMLError and OSError: no driver/library
+    except Exception:  # pynvml.NVMLError or OSError: no driver or library
         return None
     return Nvml(module)

@@ -201,7 +201,11 @@ def build_tensors(
 
     for e in entries:
         t = int(e.output_ids.shape[0])
-        if e.topk_ids.shape != (t, k) or e.topk_logprobs.shape != (t, k) or e.tail_logmass.shape != (t,):
+        if (
+            e.topk_ids.shape != (t, k)
+            or e.topk_logprobs.shape != (t, k)
+            or e.tail_logmass.shape != (t,)
+        ):
             raise DataError(
                 f"pack entry {e.meta.id!r} has inconsistent shapes",
                 f"expected [{t}, {k}] top-k arrays and [{t}] tail masses",
@@ -258,7 +262,9 @@ def write_pack(
     return path
 
 
-def _refuse(path: Path, problem: str, hint: str = "re-record it with `gate baseline record`") -> BaselineError:
+def _refuse(
+    path: Path, problem: str, hint: str = "re-record it with `gate baseline record`"
+) -> BaselineError:
     return BaselineError(f"reference pack {path}: {problem}", hint)
 
 
@@ -294,7 +300,8 @@ def load_pack(path: Path) -> ReferencePack:
     version = header.get("version")
     if not isinstance(version, int) or version > PACK_VERSION or version < 1:
         raise _refuse(
-            path, f"format version {version!r} is not supported (this gate reads <= {PACK_VERSION})",
+            path,
+            f"format version {version!r} is not supported (this gate reads <= {PACK_VERSION})",
             "upgrade gate, or re-record the pack with this version",
         )
     try:

@@ -52,13 +52,9 @@ class ModelSpec:
         if not self.source or not self.source.strip():
             raise ConfigError("empty model name", "give a Hugging Face id, a directory or 'demo'")
         if self.dtype not in DTYPES:
-            raise ConfigError(
-                f"unknown dtype {self.dtype!r}", f"choose one of {', '.join(DTYPES)}"
-            )
+            raise ConfigError(f"unknown dtype {self.dtype!r}", f"choose one of {', '.join(DTYPES)}")
         if not _DEVICE_RE.match(self.device):
-            raise ConfigError(
-                f"unknown device {self.device!r}", "choose cpu, cuda, cuda:N or auto"
-            )
+            raise ConfigError(f"unknown device {self.device!r}", "choose cpu, cuda, cuda:N or auto")
 
     @classmethod
     def parse(cls, text: str, **opts: Any) -> ModelSpec:

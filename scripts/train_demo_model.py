@@ -143,6 +143,8 @@ def _tok_synth(
     tokenizer: PreTrainedTokenizerFast, synth: Sequence[SyntheticDialogue]
 ) -> list[list[int]]:
     texts = [render(d.messages()) for d in synth]
+    if not texts:
+        return []
     return list(tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 

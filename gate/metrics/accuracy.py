@@ -62,7 +62,8 @@ def sliding_windows(n_tokens: int, window: int, stride: int) -> list[Window]:
     Window ``w`` covers ``[w*stride, min(w*stride + window, n))`` and scores only
     the tokens past the previous window's end, so every token except the first
     (which has no context) is scored exactly once, with up to ``window - stride``
-    tokens of context. ``stride == window`` gives disjoint chunks.
+    tokens of context. ``stride == window`` gives disjoint chunks, whose first
+    tokens have no context and are not scored (as in the Hugging Face recipe).
     """
     if window < 2:
         raise DataError(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -98,8 +99,8 @@ def nonfinite_rows(logprobs: np.ndarray) -> np.ndarray:
     ``-inf`` alone is a legitimate log-probability (a masked token) and is not
     flagged here; it shows up as an infinite KL instead.
     """
-    rows = _as_rows(logprobs)
-    return np.isnan(rows).any(axis=-1) | np.isposinf(rows).any(axis=-1)
+    peak = _as_rows(logprobs).max(axis=-1)  # NaN propagates through max
+    return np.isnan(peak) | np.isposinf(peak)
 
 
 def target_ranks(logprobs: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -113,9 +114,11 @@ def target_ranks(logprobs: np.ndarray, targets: np.ndarray) -> np.ndarray:
     y = np.asarray(targets, dtype=np.int64)
     ly = np.take_along_axis(rows, y[:, None], axis=-1)
     above = (rows > ly).sum(axis=-1)
-    ids = np.arange(rows.shape[-1])[None, :]
-    tied_before = ((rows == ly) & (ids < y[:, None])).sum(axis=-1)
-    return (above + tied_before).astype(np.int64)
+    ranks = above.astype(np.int64)
+    tied = (rows == ly).sum(axis=-1) > 1  # another token shares y's value
+    for i in np.flatnonzero(tied):
+        ranks[i] += int((rows[i, : y[i]] == ly[i, 0]).sum())
+    return ranks
 
 
 def topk_of_rows(logprobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -132,17 +135,15 @@ def topk_of_rows(logprobs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def tail_logmass(logprobs: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """``[T]`` ``log sum_{v not in ids[i]} p(v)`` computed over the full row.
 
-    Summing the tail directly (a log-sum-exp over the excluded tokens) keeps
-    precision when the top-k mass is close to 1, where ``log(1 - sum p)``
-    would cancel. ``-inf`` when the ids cover the whole vocabulary.
+    Summing the tail directly (the excluded tokens' probabilities, accumulated
+    in float64) keeps precision when the top-k mass is close to 1, where
+    ``log(1 - sum p)`` would cancel. ``-inf`` when the ids cover the whole
+    vocabulary. Rows are normalised log-probabilities, so ``exp`` cannot overflow.
     """
-    rows = _as_rows(logprobs).astype(np.float64, copy=True)
-    np.put_along_axis(rows, np.asarray(ids, dtype=np.int64), -np.inf, axis=-1)
-    peak = rows.max(axis=-1, keepdims=True)
-    finite_peak = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.log(np.exp(rows - finite_peak).sum(axis=-1)) + finite_peak[:, 0]
-    return np.where(np.isneginf(peak[:, 0]), -np.inf, out)
+    p = np.exp(_as_rows(logprobs))
+    np.put_along_axis(p, np.asarray(ids, dtype=np.int64), 0.0, axis=-1)
+    with np.errstate(divide="ignore"):
+        return np.log(p.sum(axis=-1, dtype=np.float64))
 
 
 def tail_logmass_from_topk(topk_logprobs: np.ndarray) -> np.ndarray:
@@ -161,7 +162,7 @@ def _plogp_ratio(logp: np.ndarray, logq: np.ndarray) -> np.ndarray:
     p = np.exp(logp)
     with np.errstate(invalid="ignore"):
         diff = logp - logq
-    out = np.where(p > 0.0, p * np.where(np.isnan(diff), np.inf, diff), 0.0)
+        out = np.where(p > 0.0, p * np.where(np.isnan(diff), np.inf, diff), 0.0)
     return np.where(np.isneginf(logp), 0.0, out)
 
 
@@ -215,6 +216,7 @@ def score_positions(
     *,
     base_full_logprobs: np.ndarray | None = None,
     cga_k: int = 5,
+    logprob_dtype: type[np.floating[Any]] = np.float32,
 ) -> PositionScores:
     """Score one prompt's candidate rows against the baseline's reference.
 
@@ -223,6 +225,10 @@ def score_positions(
     ``cand_logprobs`` ``[T, V]`` are the candidate's full log-softmax rows.
     With ``base_full_logprobs`` (live baseline) the KL is exact; otherwise it is
     :func:`topk_tail_kl`, whose candidate tail is summed over the candidate's full row.
+    The candidate's top-k log-probs and tail are rounded to the precision the
+    pack stores the baseline's in (``logprob_dtype``, float32 tails), so both
+    sides of every difference carry the same rounding and a baseline scored
+    against its own pack gives exactly 0.
     """
     rows = _as_rows(cand_logprobs)
     y = np.asarray(targets, dtype=np.int64)
@@ -242,14 +248,16 @@ def score_positions(
             )[:, 0]
         )
     else:
-        cand_at_ids = np.take_along_axis(rows, ids, axis=-1)
-        kl = topk_tail_kl(
-            base_topk_logprobs, base_tail_logmass, cand_at_ids, tail_logmass(rows, ids)
-        )
+        cand_at_ids = np.take_along_axis(rows, ids, axis=-1).astype(logprob_dtype)
+        cand_tail = tail_logmass(rows, ids).astype(np.float32)
+        kl = topk_tail_kl(base_topk_logprobs, base_tail_logmass, cand_at_ids, cand_tail)
         p_base_y = np.exp(np.asarray(base_topk_logprobs, dtype=np.float64)[:, 0])
     capped = ~np.isfinite(kl) | (kl > KL_CAP) | bad
     kl = np.where(capped, KL_CAP, kl)
-    p_cand_y = np.exp(np.take_along_axis(rows, y[:, None], axis=-1)[:, 0].astype(np.float64))
+    cand_y = np.take_along_axis(rows, y[:, None], axis=-1)[:, 0]
+    if base_full_logprobs is None:
+        cand_y = cand_y.astype(logprob_dtype)
+    p_cand_y = np.exp(cand_y.astype(np.float64))
     delta_p = np.where(bad, -p_base_y, p_cand_y - p_base_y)
     return PositionScores(
         cga=cga.astype(np.float64),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def check_consistency(gen: TimedGeneration, tolerance: float = ITL_SUM_TOLERANCE
             f"timed generation has {len(times)} step times for {gen.new_tokens} new tokens",
             "the backend must mark every decoding step and generate at least 2 tokens",
         )
-    if gen.end_to_end <= 0 or times[0] <= 0 or any(b < a for a, b in zip(times, times[1:])):
+    if gen.end_to_end <= 0 or times[0] <= 0 or any(b < a for a, b in pairwise(times)):
         raise DataError(
             "timed generation has non-increasing or non-positive step times",
             "the step clock must be started before the request and marked in order",

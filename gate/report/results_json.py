@@ -102,6 +102,19 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def final_words(outcome: GateOutcome, exit_code: int) -> tuple[str, str]:
+    """``(verdict word, headline)`` of a run that ended with ``exit_code``.
+
+    When the run's exit code differs from the comparison's own (a tier crashed,
+    bad input, nothing measured), the run is not approved whatever was measured.
+    """
+    if exit_code == outcome.exit_code:
+        return outcome.word, outcome.headline
+    if exit_code == ExitCode.NO_MEASUREMENTS:
+        return "block", "NOTHING MEASURED"
+    return "block", "BLOCKED"
+
+
 def build_results(
     outcome: GateOutcome,
     *,
@@ -119,13 +132,11 @@ def build_results(
     refs = dict(baselines or {})
     first = next(iter(refs.values()), {})
     code = int(outcome.exit_code if exit_code is None else exit_code)
-    headline = outcome.headline if code in (ExitCode.OK, ExitCode.BLOCKED) else "BLOCKED"
-    if code == ExitCode.OK and outcome.exit_code == ExitCode.BLOCKED:
-        headline = "APPROVED"
+    word, headline = final_words(outcome, code)
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
-        "verdict": outcome.word if code in (ExitCode.OK, ExitCode.BLOCKED) else "block",
+        "verdict": word,
         "headline": headline,
         "exit_code": code,
         "baseline": dict(first),

@@ -77,8 +77,10 @@ class CheckResult:
 class Checker(Protocol):
     """An exact, deterministic test of a reply."""
 
-    #: Constraint kind, used for per-kind breakdowns (``"word_count"``, ``"last_number"``...).
-    kind: str
+    @property
+    def kind(self) -> str:
+        """Constraint kind, for per-kind breakdowns (``"word_count"``, ``"last_number"``...)."""
+        ...
 
     def check(self, reply: str) -> CheckResult:
         """Whether ``reply`` satisfies the constraint."""
@@ -120,13 +122,19 @@ def build_probes(family: str, n: int, seed: int = DEFAULT_SEED) -> list[Probe]:
 
 
 def unique_draws(
-    family: str, n: int, seed: int, draw: Callable[[random.Random], Probe | None], *, attempts: int = 50
+    family: str,
+    n: int,
+    seed: int,
+    draw: Callable[[random.Random], Probe | None],
+    *,
+    attempts: int = 1000,
 ) -> list[Probe]:
     """Draw ``n`` probes with distinct prompts from ``random.Random(f"{seed}:{family}")``.
 
     ``draw(rng)`` returns a probe with a placeholder id (it is reassigned here)
     or ``None`` to skip a draw. Gives up with a :class:`ConfigError` when the
-    template space is too small for ``n`` distinct prompts.
+    template space is too small for ``n`` distinct prompts (``attempts``
+    draws in a row without a new prompt).
     """
     rng = random.Random(f"{seed}:{family}")
     out: list[Probe] = []
@@ -136,13 +144,14 @@ def unique_draws(
         probe = draw(rng)
         if probe is None or probe.prompt in seen:
             misses += 1
-            if misses > attempts * max(n, 1):
+            if misses >= attempts:
                 raise ConfigError(
                     f"cannot draw {n} distinct {family} probes",
                     f"ask for fewer (got {len(out)} distinct ones)",
                 )
             continue
         seen.add(probe.prompt)
+        misses = 0
         out.append(
             Probe(
                 id=probe_id(family, len(out), probe.prompt),

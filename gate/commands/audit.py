@@ -1,0 +1,109 @@
+"""``gate audit latency``: the weekly drift audit over the latency history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gate import audit as drift
+from gate import history
+from gate.config import Thresholds, load_thresholds
+from gate.errors import DataError, ExitCode, NothingMeasuredError, UsageError
+from gate.metrics.registry import all_metrics
+from gate.verdict import Severity
+
+
+@click.group("audit")
+def audit() -> None:
+    """Audits over the history of gated runs."""
+
+
+@audit.command("latency")
+@click.option(
+    "--history",
+    "history_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory of <fingerprint>.jsonl latency histories.",
+)
+@click.option("--window", default=4, show_default=True, help="Runs in the recent window.")
+@click.option(
+    "--alpha", default=0.05, show_default=True, help="Significance level of the drift tests."
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a plot per metric (.png or .svg; one file per fingerprint).",
+)
+@click.option(
+    "--thresholds",
+    "thresholds_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="thresholds.toml whose latency bounds apply (default 10 %/20 % relative).",
+)
+@click.option("--permutations", default=999, show_default=True, help="Permutations per test.")
+def latency(
+    history_dir: Path,
+    window: int,
+    alpha: float,
+    plot_path: Path | None,
+    thresholds_path: Path | None,
+    permutations: int,
+) -> int:
+    """Compare recent runs with earlier ones and find change points.
+
+    Exit 1 when a latency metric drifted past its critical bound, 0 otherwise,
+    4 on bad input, 5 when the history is too short to test anything.
+    """
+    if window < 2 or not 0.0 < alpha < 0.5 or permutations < 99:
+        raise UsageError(
+            "bad audit settings", "--window >= 2, 0 < --alpha < 0.5, --permutations >= 99"
+        )
+    if plot_path is not None and plot_path.suffix.lower() not in drift.PLOT_SUFFIXES:
+        raise UsageError(f"cannot write a plot to {plot_path}", "use a .png or .svg file name")
+    if not history_dir.is_dir():
+        raise UsageError(f"history directory {history_dir} not found", "pass --history DIR")
+    files = history.histories(history_dir)
+    if not files:
+        raise DataError(f"no *.jsonl history in {history_dir}", "gated runs append to it")
+    thresholds: Thresholds | None = load_thresholds(thresholds_path) if thresholds_path else None
+    specs = all_metrics()
+    worst, tested = Severity.PASS, False
+    for path in files:
+        records, warnings = history.read(path)
+        for line in warnings:
+            click.echo(f"gate: warning: {line}", err=True)
+        drifts = drift.audit(
+            records,
+            specs,
+            window=window,
+            alpha=alpha,
+            thresholds=thresholds,
+            permutations=permutations,
+        )
+        click.echo(f"{path.stem}: {len(records)} runs")
+        for d in drifts:
+            tested = tested or d.n >= 4
+            worst = max(worst, d.severity)
+            click.echo(f"  {d.severity.label.upper():8} {d.metric}: {d.reason}")
+            for note in d.notes:
+                click.echo(f"           ({note})")
+        if plot_path is not None and drifts:
+            out = (
+                plot_path
+                if len(files) == 1
+                else plot_path.with_stem(f"{plot_path.stem}-{path.stem}")
+            )
+            drift.plot(drifts, str(out), title=f"latency history {path.stem}")
+            click.echo(f"  plot: {out}")
+    if not tested:
+        raise NothingMeasuredError(
+            "the latency history is too short to audit", "at least 4 runs per metric are needed"
+        )
+    verdict = {Severity.PASS: "NO DRIFT", Severity.WARN: "DRIFT WARNING"}.get(worst, "DRIFT")
+    click.echo(verdict)
+    return int(ExitCode.BLOCKED if worst == Severity.CRITICAL else ExitCode.OK)

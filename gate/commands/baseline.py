@@ -1,0 +1,227 @@
+"""``gate baseline``: add, record, list, show and promote stored baselines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich import box
+from rich.table import Table
+
+from gate.baseline import BaselineStore
+from gate.commands.compare import color_option, store_option
+from gate.errors import ExitCode, UsageError
+from gate.measurements_file import load_measurements
+from gate.metrics.registry import get_metric
+from gate.provenance import environment
+from gate.report.console import fmt_number, make_console
+
+
+@click.group("baseline")
+def baseline() -> None:
+    """Manage the versioned baseline store.
+
+    Baselines live in STORE/<model-slug>/<NNNN>-<label>.json, numbered and
+    never overwritten; named refs (fp16, prod, prev-prod, ...) point at a
+    number and are moved with `promote`.
+
+    \b
+    Examples:
+      gate baseline add examples/baseline.json --model demo --label fp16
+      gate baseline record --model demo --label fp16
+      gate baseline list
+      gate baseline show prod --model demo
+      gate baseline promote prod 3 --model demo
+    """
+
+
+def _parse_artifacts(items: tuple[str, ...]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"bad --artifact {item!r}", "write NAME=PATH")
+        out[name] = Path(path)
+    return out
+
+
+@baseline.command("add")
+@click.argument("measurements", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", "model_slug", required=True, metavar="SLUG", help="Model slug.")
+@click.option("--label", required=True, help="Label of the new baseline (fp16, nf4-v2, ...).")
+@click.option(
+    "--artifact",
+    "artifacts",
+    multiple=True,
+    metavar="NAME=PATH",
+    help="A file to store beside the baseline (e.g. reference-pack=pack.npz). Repeatable.",
+)
+@click.option("--ref", "refs", multiple=True, help="Also point this ref at it. Repeatable.")
+@store_option
+def add(
+    measurements: Path,
+    model_slug: str,
+    label: str,
+    artifacts: tuple[str, ...],
+    refs: tuple[str, ...],
+    store: Path,
+) -> int:
+    """Store MEASUREMENTS (a measurements JSON from any tool) as a new baseline.
+
+    \b
+    Example:
+      gate baseline add examples/baseline.json --model demo --label fp16 --ref fp16
+    """
+    parsed = load_measurements(measurements)
+    for measurement in parsed.measurements:
+        get_metric(measurement.name)
+    target = BaselineStore(store)
+    stored = target.add(
+        model_slug,
+        label,
+        parsed.measurements,
+        provenance=parsed.model,
+        environment=parsed.environment or environment(),
+        artifacts=_parse_artifacts(artifacts),
+    )
+    click.echo(f"stored baseline {stored.display} at {stored.path}")
+    for ref in refs:
+        target.promote(model_slug, ref, stored.number)
+        click.echo(f"ref {ref} -> #{stored.number:04d}")
+    return int(ExitCode.OK)
+
+
+@baseline.command("list")
+@click.option("--model", "model_slug", metavar="SLUG", help="Only this model.")
+@store_option
+@color_option
+def list_(model_slug: str | None, store: Path, color: bool | None) -> int:
+    """List stored baselines with their refs.
+
+    \b
+    Example:
+      gate baseline list --model demo
+    """
+    target = BaselineStore(store)
+    table = Table(box=box.SIMPLE_HEAD, title=f"baselines in {store}", title_justify="left")
+    for column in ("model", "#", "label", "created", "metrics", "refs"):
+        table.add_column(column, no_wrap=True)
+    slugs = [model_slug] if model_slug else target.slugs()
+    for slug in slugs:
+        refs = target.refs(slug)
+        for item in target.list(slug):
+            names = sorted(r for r, n in refs.items() if n == item.number)
+            table.add_row(
+                slug,
+                f"{item.number:04d}",
+                item.label,
+                item.created,
+                str(len(item.measurements)),
+                ", ".join(names),
+            )
+    make_console(color=color).print(table)
+    return int(ExitCode.OK)
+
+
+@baseline.command("show")
+@click.argument("ref", metavar="REF_OR_PATH")
+@click.option("--model", "model_slug", metavar="SLUG", help="Model slug.")
+@store_option
+@color_option
+def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> int:
+    """Show one baseline: provenance, artifacts and metrics.
+
+    \b
+    Example:
+      gate baseline show prod --model demo
+    """
+    item = BaselineStore(store).resolve(ref, model_slug)
+    console = make_console(color=color)
+    console.print(f"baseline {item.display}  {item.path}")
+    console.print(f"created: {item.created or '-'}")
+    for key, value in sorted(item.provenance.items()):
+        if not isinstance(value, (dict, list)):
+            console.print(f"  {key}: {value}")
+    for name, record in sorted(item.artifacts.items()):
+        console.print(f"  artifact {name}: {record['file']} sha256 {record['sha256'][:16]}...")
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("metric", "value", "n", "slices"):
+        table.add_column(column, no_wrap=column != "slices")
+    for name, measurement in sorted(item.measurements.items()):
+        table.add_row(
+            name,
+            fmt_number(measurement.value),
+            str(measurement.n),
+            ", ".join(sorted(measurement.breakdown)),
+        )
+    console.print(table)
+    return int(ExitCode.OK)
+
+
+@baseline.command("promote")
+@click.argument("ref")
+@click.argument("target", metavar="NUMBER_OR_REF")
+@click.option("--model", "model_slug", metavar="SLUG", help="Model slug.")
+@store_option
+def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
+    """Point REF at a baseline; the old target becomes prev-REF.
+
+    \b
+    Examples:
+      gate baseline promote prod 3 --model demo       # prod -> #0003, prev-prod -> old prod
+      gate baseline promote prod latest --model demo
+    """
+    items = BaselineStore(store)
+    chosen = items.resolve(target, model_slug)
+    old = items.promote(chosen.slug, ref, chosen.number)
+    moved = f"#{old:04d} -> " if old is not None else ""
+    click.echo(f"{chosen.slug}: {ref} {moved}#{chosen.number:04d}")
+    if old is not None and old != chosen.number:
+        click.echo(f"{chosen.slug}: prev-{ref} -> #{old:04d}")
+    return int(ExitCode.OK)
+
+
+@baseline.command("record")
+@click.option("--model", required=True, help="Model id, local path, or 'demo'.")
+@click.option("--label", default="fp16", show_default=True, help="Label of the new baseline.")
+@click.option("--tiers", help="Comma-separated tiers (default: every available tier).")
+@click.option("--recipe", help="Compression recipe applied before measuring (default: none).")
+@click.option("--model-slug", help="Store slug (default: derived from --model).")
+@click.option("--ref", help="Also point this ref at the new baseline (e.g. fp16).")
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Run config TOML with [tiers.<name>] settings.",
+)
+@store_option
+def record(
+    model: str,
+    label: str,
+    tiers: str | None,
+    recipe: str | None,
+    model_slug: str | None,
+    ref: str | None,
+    config: Path | None,
+    store: Path,
+) -> int:
+    """Measure MODEL with the tier suites and store the result as a new baseline.
+
+    \b
+    Examples:
+      gate baseline record --model demo --label fp16 --ref fp16
+      gate baseline record --model ./llama-8b --tiers fidelity,accuracy
+    """
+    from gate.runner import parse_tiers, run_pytest
+
+    code = run_pytest(
+        "record",
+        model,
+        recipe=recipe,
+        tiers=parse_tiers(tiers),
+        store=store,
+        label=label,
+        model_slug=model_slug,
+        config=config,
+        ref=ref,
+    )
+    return int(code)

@@ -1,0 +1,129 @@
+"""``gate compare``: gate a measurements file against one or more stored baselines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gate.baseline import Baseline, BaselineStore, check_compatible
+from gate.compare import compare_many
+from gate.config import load_thresholds
+from gate.errors import NothingMeasuredError, UsageError
+from gate.measurements_file import load_measurements
+from gate.provenance import environment
+from gate.report.console import make_console, render
+from gate.report.results_json import build_results, write_results
+from gate.verdict import decide
+
+#: Default store directory, relative to the working directory.
+DEFAULT_STORE = Path("baselines")
+
+store_option = click.option(
+    "--store",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STORE,
+    envvar="GATE_STORE",
+    show_default=True,
+    help="Baseline store directory (env GATE_STORE).",
+)
+color_option = click.option(
+    "--color/--no-color",
+    default=None,
+    help="Force colour on or off (default: colour only on a terminal).",
+)
+
+
+@click.command("compare")
+@click.argument("measurements", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--baseline",
+    "-b",
+    "refs",
+    multiple=True,
+    required=True,
+    metavar="REF_OR_PATH",
+    help="Baseline to compare with: a ref (prod, fp16), a number, 'latest', a label, "
+    "SLUG/REF, or a baseline/measurements JSON file. Repeat to compare against several.",
+)
+@click.option("--model", "model_slug", metavar="SLUG", help="Model slug in the store.")
+@store_option
+@click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
+)
+@click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the results JSON here.",
+)
+@color_option
+def compare(
+    measurements: Path,
+    refs: tuple[str, ...],
+    model_slug: str | None,
+    store: Path,
+    thresholds: Path | None,
+    strict: bool,
+    json_out: Path | None,
+    color: bool | None,
+) -> int:
+    """Gate MEASUREMENTS (a measurements JSON) against stored baselines.
+
+    Prints one table per tier (worst findings first) and a verdict line, and
+    exits 0 (APPROVED, warnings allowed), 1 (BLOCKED) or 4 (bad input).
+
+    \b
+    Examples:
+      gate compare examples/candidate-critical.json --baseline examples/baseline.json
+      gate compare cand.json --baseline prod --model llama-3.1-8b
+      gate compare cand.json -b fp16 -b prod --strict --json results.json
+    """
+    if len(set(refs)) != len(refs):
+        raise UsageError("the same --baseline was given twice", "give each ref once")
+    candidate = load_measurements(measurements)
+    limits = load_thresholds(thresholds)
+    target = BaselineStore(store)
+    if model_slug is None and candidate.model.get("slug") in target.slugs():
+        model_slug = str(candidate.model["slug"])  # the file names its model; use it
+    baselines = _resolve_all(target, refs, model_slug)
+    for baseline in baselines.values():
+        check_compatible(baseline, candidate.model)
+    if not candidate.measurements:
+        raise NothingMeasuredError(f"{measurements} has no metrics", "nothing to compare")
+    verdicts = compare_many(
+        candidate.measurements,
+        {ref: list(b.measurements.values()) for ref, b in baselines.items()},
+        limits,
+    )
+    if not verdicts:
+        raise NothingMeasuredError("no metric to compare", "the candidate measured nothing")
+    outcome = decide(verdicts, strict=strict)
+    render(
+        outcome,
+        make_console(color=color),
+        title=f"gate compare: {measurements} vs "
+        + ", ".join(
+            ref if ref == b.display else f"{ref} = {b.display}" for ref, b in baselines.items()
+        ),
+    )
+    if json_out is not None:
+        write_results(
+            json_out,
+            build_results(
+                outcome,
+                baselines={ref: b.describe(ref) for ref, b in baselines.items()},
+                candidate=candidate.model,
+                environment=candidate.environment or environment(),
+            ),
+        )
+    return int(outcome.exit_code)
+
+
+def _resolve_all(
+    store: BaselineStore, refs: tuple[str, ...], model_slug: str | None
+) -> dict[str, Baseline]:
+    return {ref: store.resolve(ref, model_slug) for ref in refs}

@@ -1,0 +1,368 @@
+"""Measurements x baseline x thresholds -> verdicts. Pure: no files, no models.
+
+DESIGN.md "Severity and statistics". For each candidate metric (and each of
+its breakdown slices):
+
+1. Reference ``r``: the baseline's own value; when the baseline has none and
+   the metric has an ``ideal`` (CGA 1.0, KL 0.0, flips 0.0), the ideal.
+   Neither -> PASS "no baseline value".
+2. Degradation ``d = s * (value - r)`` with ``s = -1`` for higher-is-better
+   metrics and ``+1`` otherwise, so ``d > 0`` is worse; in relative mode
+   ``d / |r|``. The point severity is the highest bound ``d`` is past.
+3. The point severity stands only if the one-sided test of "candidate worse"
+   is significant at ``alpha``: McNemar's exact test (PAIRED_BINARY, items
+   paired by ``sample_ids``), a paired bootstrap of the mean difference
+   (PAIRED_SCORE), Mann-Whitney U over repeated runs (REPEATED). Against an
+   ideal, every item of the reference is the ideal value. POINT metrics, and
+   metrics lacking per-sample values on a side, are judged on the value alone;
+   so are comparisons with fewer than ``min_samples`` samples, which the
+   reason says.
+
+``Verdict.ci`` is the interval of ``delta`` in the units of the per-sample
+values (tiers store ``value = mean(samples)``); for REPEATED metrics it is the
+bootstrap interval of the relative change of the median scaled by ``|r|``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gate import stats
+from gate.config import Bound, MetricThreshold, Thresholds
+from gate.errors import DataError
+from gate.measurement import Measurement
+from gate.metrics.registry import all_metrics, suggest
+from gate.metrics.spec import MetricSpec, SampleKind
+from gate.verdict import Severity, Verdict
+
+#: Bootstrap resamples used for verdict CIs and paired-bootstrap p-values.
+N_RESAMPLES = 2000
+#: Resamples for the CI of repeated runs (its p-value is Mann-Whitney's, not resampled).
+N_RESAMPLES_REPEATED = 1000
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """Result of the statistical test for one comparison."""
+
+    test: str
+    p_worse: float
+    ci: tuple[float, float]
+    n: int
+    n_text: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _Reference:
+    value: float
+    measurement: Measurement | None  # None: the ideal stands in
+    label: str
+
+
+def _index(
+    measurements: Sequence[Measurement] | Mapping[str, Measurement], side: str
+) -> dict[str, Measurement]:
+    items = list(measurements.values()) if isinstance(measurements, Mapping) else list(measurements)
+    out: dict[str, Measurement] = {}
+    for m in items:
+        if not isinstance(m, Measurement):
+            raise DataError(
+                f"{side}: expected measurements, got {type(m).__name__}",
+                "pass gate.measurement.Measurement objects",
+            )
+        m.validate()
+        if m.name in out:
+            raise DataError(f"{side}: metric {m.name!r} appears twice", "keep one entry per metric")
+        out[m.name] = m
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _signed(x: float, relative: bool) -> str:
+    return f"{x * 100:+.1f}%" if relative else f"{x:+.4g}"
+
+
+def _pair(cand: Measurement, ref: _Reference) -> tuple[np.ndarray, np.ndarray, str] | str:
+    """Aligned per-item arrays (candidate, reference), or why they cannot be paired."""
+    assert cand.samples is not None
+    c = np.asarray(cand.samples, dtype=np.float64)
+    if ref.measurement is None:
+        return c, np.full_like(c, ref.value), ""
+    base = ref.measurement
+    if not base.samples:
+        return "baseline has no per-sample values"
+    b = np.asarray(base.samples, dtype=np.float64)
+    if cand.sample_ids is not None and base.sample_ids is not None:
+        where = {sid: i for i, sid in enumerate(base.sample_ids)}
+        ci_idx = [i for i, sid in enumerate(cand.sample_ids) if sid in where]
+        if not ci_idx:
+            return "no sample ids in common with the baseline"
+        bi_idx = [where[cand.sample_ids[i]] for i in ci_idx]
+        note = "" if len(ci_idx) == len(c) == len(b) else f"{len(ci_idx)} common items"
+        return c[ci_idx], b[bi_idx], note
+    if len(c) == len(b):
+        return c, b, "paired by position"
+    return "samples cannot be paired (no sample ids, different counts)"
+
+
+def _evidence(
+    cand: Measurement, ref: _Reference, spec: MetricSpec, n_resamples: int
+) -> _Evidence | str:
+    """Run the test of ``spec.sample_kind``; a string says why there is none."""
+    kind = spec.sample_kind
+    if kind is SampleKind.POINT:
+        return "point metric"
+    if not cand.samples:
+        return "no per-sample values"
+    if kind is SampleKind.REPEATED:
+        if ref.measurement is None:
+            return "no baseline runs"
+        if not ref.measurement.samples:
+            return "baseline has no per-run values"
+        try:
+            rep = stats.repeated_runs_test(
+                cand.samples,
+                ref.measurement.samples,
+                higher_is_better=spec.higher_is_better,
+                n_resamples=min(n_resamples, N_RESAMPLES_REPEATED),
+            )
+        except ValueError as exc:
+            return str(exc)
+        scale = abs(ref.value)
+        return _Evidence(
+            test="Mann-Whitney U",
+            p_worse=rep.p_worse,
+            ci=(rep.ci[0] * scale, rep.ci[1] * scale),
+            n=min(rep.n_cand, rep.n_base),
+            n_text=f"n={rep.n_cand}/{rep.n_base}",
+        )
+    paired = _pair(cand, ref)
+    if isinstance(paired, str):
+        return paired
+    c, b, note = paired
+    if kind is SampleKind.PAIRED_BINARY:
+        if not (np.all((c == 0) | (c == 1)) and np.all((b == 0) | (b == 1))):
+            raise DataError(
+                f"{spec.name}: per-sample values must be 0 or 1",
+                "a paired-binary metric stores one 0/1 outcome per item",
+            )
+        mc = stats.mcnemar(c, b, higher_is_better=spec.higher_is_better)
+        return _Evidence(
+            test="McNemar exact",
+            p_worse=mc.p_worse,
+            ci=stats.paired_binary_ci(c, b, n_resamples=n_resamples),
+            n=mc.n,
+            n_text=f"n={mc.n}, b={mc.b}, c={mc.c}",
+            note=note,
+        )
+    boot = stats.paired_bootstrap(
+        c, b, higher_is_better=spec.higher_is_better, n_resamples=n_resamples
+    )
+    return _Evidence(
+        test="paired bootstrap",
+        p_worse=boot.p_worse,
+        ci=boot.ci,
+        n=boot.n,
+        n_text=f"n={boot.n}",
+        note=note,
+    )
+
+
+def _degradation(delta: float, ref: float, spec: MetricSpec, bound: Bound) -> float:
+    worse = -delta if spec.higher_is_better else delta
+    if bound.mode == "absolute":
+        return worse
+    if ref == 0.0:
+        return math.inf if worse > 0 else 0.0
+    return worse / abs(ref)
+
+
+def _point_severity(d: float, bound: Bound) -> Severity:
+    if d > bound.critical:
+        return Severity.CRITICAL
+    if d > bound.warn:
+        return Severity.WARN
+    return Severity.PASS
+
+
+def _judge(
+    cand: Measurement,
+    base: Measurement | None,
+    spec: MetricSpec,
+    threshold: MetricThreshold | None,
+    thresholds: Thresholds,
+    *,
+    slice: str | None,
+    against: str,
+    n_resamples: int,
+) -> Verdict:
+    label = f"{spec.name}[{slice}]" if slice else spec.name
+    verdict = Verdict(
+        metric=spec.name,
+        tier=spec.tier,
+        severity=Severity.PASS,
+        value=cand.value,
+        baseline_value=None,
+        delta=None,
+        relative_delta=None,
+        higher_is_better=spec.higher_is_better,
+        n=cand.n,
+        reason=f"{label} {_fmt(cand.value)}: no baseline value",
+        against=against,
+        slice=slice,
+        unit=spec.unit,
+    )
+    if base is not None:
+        ref = _Reference(base.value, base, _fmt(base.value))
+    elif spec.ideal is not None:
+        ref = _Reference(spec.ideal, None, f"{_fmt(spec.ideal)} (ideal)")
+    else:
+        return verdict
+    delta = cand.value - ref.value
+    rel = delta / abs(ref.value) if ref.value != 0.0 else None
+    ev = _evidence(cand, ref, spec, n_resamples)
+    evidence = ev if isinstance(ev, _Evidence) else None
+    verdict = replace(
+        verdict,
+        baseline_value=ref.value,
+        delta=delta,
+        relative_delta=rel,
+        n=evidence.n if evidence else cand.n,
+        ci=evidence.ci if evidence else None,
+        p_value=evidence.p_worse if evidence else None,
+        test=evidence.test if evidence else None,
+        details={"reference": "ideal" if ref.measurement is None else "baseline"},
+    )
+    head = f"{label} {_fmt(cand.value)} vs {ref.label}"
+    if threshold is None:
+        return replace(verdict, reason=f"{head}: {_signed(delta, False)}, not gated")
+    bound = threshold.bound_for(slice)
+    relative = bound.mode == "relative"
+    point = _point_severity(_degradation(delta, ref.value, spec, bound), bound)
+    sign = -1.0 if spec.higher_is_better else 1.0
+    shown = _signed(rel, True) if relative and rel is not None else _signed(delta, False)
+    if point is Severity.PASS:
+        text = f"{head}: {shown} within warn {_signed(sign * bound.warn, relative)}"
+    else:
+        which = "critical" if point is Severity.CRITICAL else "warn"
+        limit = bound.critical if point is Severity.CRITICAL else bound.warn
+        text = f"{head}: {shown} past {which} {_signed(sign * limit, relative)}"
+        if relative and rel is None:
+            text += " (relative change undefined at reference 0)"
+    severity = point
+    if evidence is not None:
+        test_text = f"{evidence.test} p={evidence.p_worse:.2g}, {evidence.n_text}"
+        if evidence.note:
+            test_text += f", {evidence.note}"
+        if point is Severity.PASS or evidence.p_worse < thresholds.alpha:
+            text += f" ({test_text})"
+        elif evidence.n < threshold.min_samples:
+            text += (
+                f" ({test_text}; n < min_samples {threshold.min_samples}: "
+                "judged on the point value)"
+            )
+        else:
+            severity = Severity.PASS
+            text += f" but not significant ({test_text} >= alpha {thresholds.alpha:g})"
+    elif point is not Severity.PASS:
+        text += f" (judged on the point value: {ev})"
+    threshold_info = {
+        **bound.to_dict(),
+        "alpha": thresholds.alpha,
+        "min_samples": threshold.min_samples,
+        "category_override": slice is not None and slice in threshold.categories,
+    }
+    return replace(verdict, severity=severity, reason=text, threshold=threshold_info)
+
+
+def compare(
+    candidate: Sequence[Measurement],
+    baseline: Mapping[str, Measurement] | Sequence[Measurement],
+    thresholds: Thresholds,
+    *,
+    against: str = "baseline",
+    specs: Mapping[str, MetricSpec] | None = None,
+    n_resamples: int = N_RESAMPLES,
+) -> list[Verdict]:
+    """One verdict per candidate metric, then one per breakdown slice, in input order.
+
+    ``specs`` defaults to the metric registry; an unknown candidate metric is
+    a :class:`DataError` with a "did you mean". Baseline metrics the candidate
+    did not measure produce no verdict.
+    """
+    known = all_metrics() if specs is None else specs
+    cands = _index(candidate, "candidate")
+    bases = _index(baseline, f"baseline {against!r}")
+    verdicts: list[Verdict] = []
+    for name, cand in cands.items():
+        if name not in known:
+            raise DataError(f"unknown metric {name!r} in the candidate", suggest(name, list(known)))
+        spec = known[name]
+        threshold = thresholds.for_metric(name)
+        base = bases.get(name)
+        overall = _judge(
+            cand,
+            base,
+            spec,
+            threshold,
+            thresholds,
+            slice=None,
+            against=against,
+            n_resamples=n_resamples,
+        )
+        slices = {k: part.value for k, part in cand.breakdown.items()}
+        verdicts.append(_with_breakdown(overall, slices))
+        for slice_name, part in cand.breakdown.items():
+            base_part = base.breakdown.get(slice_name) if base is not None else None
+            verdicts.append(
+                _judge(
+                    part,
+                    base_part,
+                    spec,
+                    threshold,
+                    thresholds,
+                    slice=slice_name,
+                    against=against,
+                    n_resamples=n_resamples,
+                )
+            )
+    return verdicts
+
+
+def _with_breakdown(verdict: Verdict, slices: dict[str, float]) -> Verdict:
+    return replace(verdict, breakdown=slices) if slices else verdict
+
+
+def compare_many(
+    candidate: Sequence[Measurement],
+    baselines: Mapping[str, Sequence[Measurement]],
+    thresholds: Thresholds,
+    *,
+    specs: Mapping[str, MetricSpec] | None = None,
+    n_resamples: int = N_RESAMPLES,
+) -> list[Verdict]:
+    """Compare against several baseline refs (``{"fp16": [...], "prod": [...]}``).
+
+    Verdicts carry ``against=<ref>``; their order is ref by ref.
+    """
+    out: list[Verdict] = []
+    for ref, measurements in baselines.items():
+        out.extend(
+            compare(
+                candidate,
+                measurements,
+                thresholds,
+                against=ref,
+                specs=specs,
+                n_resamples=n_resamples,
+            )
+        )
+    return out

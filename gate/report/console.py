@@ -1,0 +1,175 @@
+"""The console severity report (rich): one table per tier, worst findings first.
+
+Readable without colour (CI logs): the severity column spells out ``PASS`` /
+``WARN`` / ``CRITICAL``, every non-passing finding is repeated below the
+tables with its reason, and the last line is the verdict and exit code::
+
+    gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed
+
+Deltas are ``candidate - baseline`` with the relative change in parentheses;
+the bound column shows ``warn / critical`` on the degradation (``%`` when the
+bound is relative), as configured in ``thresholds.toml``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gate.report.results_json import final_words
+from gate.verdict import GateOutcome, Severity, Verdict
+
+SEVERITY_STYLE = {
+    Severity.PASS: "green",
+    Severity.WARN: "bold yellow",
+    Severity.CRITICAL: "bold red",
+}
+HEADLINE_STYLE = {"APPROVED": "bold green", "APPROVED WITH WARNINGS": "bold yellow"}
+#: Units not worth printing after every number.
+DIMENSIONLESS = frozenset({"", "fraction", "ratio", "prob", "probability"})
+#: Width used when the output is not a terminal (CI logs), so tables do not wrap at 80.
+LOG_WIDTH = 160
+
+
+def make_console(file: IO[str] | None = None, *, color: bool | None = None) -> Console:
+    """A console for reports: colour only on a terminal (or when forced), wide in logs."""
+    target = file if file is not None else sys.stdout
+    is_tty = bool(getattr(target, "isatty", lambda: False)())
+    return Console(
+        file=target,
+        width=None if is_tty else LOG_WIDTH,
+        no_color=not (is_tty if color is None else color),
+        force_terminal=color,
+        highlight=False,
+        soft_wrap=False,
+    )
+
+
+def fmt_number(value: float | None) -> str:
+    """Compact numbers: 4 significant digits, thousands separators for large values."""
+    if value is None:
+        return "-"
+    if abs(value) >= 10_000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def fmt_delta(verdict: Verdict) -> str:
+    """``delta (relative %)``."""
+    if verdict.delta is None:
+        return "-"
+    text = f"{verdict.delta:+.4g}"
+    if verdict.relative_delta is not None:
+        text += f" ({verdict.relative_delta:+.1%})"
+    return text
+
+
+def fmt_bound(threshold: dict[str, Any]) -> str:
+    """``warn / critical`` of a threshold dict (``%`` when relative); ``-`` when ungated."""
+    if "warn" not in threshold or "critical" not in threshold:
+        return "-"
+    warn, critical = float(threshold["warn"]), float(threshold["critical"])
+    if threshold.get("mode") == "relative":
+        return f"{warn:.1%} / {critical:.1%}"
+    return f"{warn:.4g} / {critical:.4g}"
+
+
+def fmt_ci(ci: tuple[float, float] | None) -> str:
+    """``[lo, hi]`` of the delta's confidence interval."""
+    if ci is None:
+        return "-"
+    return f"[{ci[0]:+.3g}, {ci[1]:+.3g}]"
+
+
+def degradation(verdict: Verdict) -> float:
+    """How much worse the candidate is (relative when possible); for ordering rows."""
+    change = verdict.relative_delta if verdict.relative_delta is not None else verdict.delta
+    if change is None:
+        return 0.0
+    return -change if verdict.higher_is_better else change
+
+
+def order(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """Worst first: severity, then degradation, then name."""
+    return sorted(verdicts, key=lambda v: (-int(v.severity), -degradation(v), v.key, v.against))
+
+
+def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) -> Table:
+    """The table of one tier."""
+    table = Table(title=f"tier: {tier}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("metric", no_wrap=True)
+    table.add_column("slice", no_wrap=True)
+    if show_against:
+        table.add_column("vs", no_wrap=True)
+    for name in ("candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    for verdict in order(verdicts):
+        row: list[str | Text] = [verdict.metric, verdict.slice or "all"]
+        if show_against:
+            row.append(verdict.against)
+        unit = f" {verdict.unit}" if verdict.unit not in DIMENSIONLESS else ""
+        row += [
+            fmt_number(verdict.value) + unit,
+            fmt_number(verdict.baseline_value) + unit,
+            fmt_delta(verdict),
+            fmt_bound(verdict.threshold),
+            fmt_ci(verdict.ci),
+            str(verdict.n),
+            Text(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity]),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
+    """``gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed``."""
+    code = int(outcome.exit_code if exit_code is None else exit_code)
+    _, headline = final_words(outcome, code)
+    counts = {s: sum(1 for v in outcome.verdicts if v.severity == s) for s in Severity}
+    return (
+        f"gate: {headline} (exit {code}) - {counts[Severity.CRITICAL]} critical, "
+        f"{counts[Severity.WARN]} warning{'s' if counts[Severity.WARN] != 1 else ''}, "
+        f"{counts[Severity.PASS]} passed"
+    )
+
+
+def render(
+    outcome: GateOutcome,
+    console: Console | None = None,
+    *,
+    exit_code: int | None = None,
+    title: str | None = None,
+    notes: Sequence[str] = (),
+) -> None:
+    """Print the full report: tables per tier, findings with reasons, notes, verdict line."""
+    console = console if console is not None else make_console()
+    if title:
+        console.print(Text(title, style="bold"))
+    verdicts = list(outcome.verdicts)
+    show_against = len({v.against for v in verdicts}) > 1
+    tiers: dict[str, list[Verdict]] = {}
+    for verdict in verdicts:
+        tiers.setdefault(verdict.tier, []).append(verdict)
+    tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
+    for tier in tier_order:
+        console.print(tier_table(tier, tiers[tier], show_against=show_against))
+    findings = [v for v in order(verdicts) if v.severity != Severity.PASS]
+    if findings:
+        console.print(Text("findings:", style="bold"))
+        for verdict in findings:
+            line = Text("  ")
+            line.append(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity])
+            line.append(f" {verdict.key} vs {verdict.against}: {verdict.reason}")
+            console.print(line)
+    for note in notes:
+        console.print(Text(f"note: {note}", style="yellow"))
+    summary = summary_line(outcome, exit_code)
+    _, headline = final_words(outcome, int(outcome.exit_code if exit_code is None else exit_code))
+    console.print(Text(summary, style=HEADLINE_STYLE.get(headline, "bold red")))

@@ -1,0 +1,158 @@
+"""Build and run the pytest invocation behind ``gate run`` and ``gate baseline record``.
+
+The tier suites ship inside the package (``gate/suites/test_<tier>.py``); the
+runner selects the requested tiers' files and markers (``-m "fidelity or
+latency"``), passes the ``--gate-*`` options of :mod:`gate.pytest_plugin` and
+returns pytest's exit status, whose numbers are the gate's
+(:class:`~gate.errors.ExitCode`). A tier asked for whose suite does not exist
+is reported as unavailable, never faked.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from gate.errors import ConfigError, ExitCode, NothingMeasuredError
+from gate.metrics.registry import TIERS, suggest
+from gate.session import MODES, Mode
+
+
+def suites_dir() -> Path:
+    """The packaged suites directory."""
+    return Path(__file__).resolve().parent / "suites"
+
+
+def parse_tiers(text: str | None) -> tuple[str, ...] | None:
+    """``"fidelity,latency"`` -> ``("fidelity", "latency")``; ``None``/empty -> all tiers."""
+    if not text or not text.strip():
+        return None
+    tiers = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    for tier in tiers:
+        if tier not in TIERS:
+            raise ConfigError(f"unknown tier {tier!r}", suggest(tier, list(TIERS)))
+    return tiers
+
+
+def available_tiers(directory: Path | None = None) -> tuple[str, ...]:
+    """Tiers whose suite file exists."""
+    root = directory if directory is not None else suites_dir()
+    return tuple(t for t in TIERS if (root / f"test_{t}.py").is_file())
+
+
+def _plugin_autoloaded() -> bool:
+    """Whether the ``pytest11`` entry point registers the plugin (installed package)."""
+    return any(ep.value == "gate.pytest_plugin" for ep in metadata.entry_points(group="pytest11"))
+
+
+def build_args(
+    mode: Mode,
+    model: str,
+    tiers: Sequence[str],
+    *,
+    directory: Path,
+    recipe: str | None = None,
+    against: Sequence[str] = (),
+    store: Path | None = None,
+    thresholds: Path | None = None,
+    strict: bool = False,
+    json_out: Path | None = None,
+    config: Path | None = None,
+    label: str | None = None,
+    ref: str | None = None,
+    model_slug: str | None = None,
+    verbose: bool = False,
+) -> list[str]:
+    """The pytest command line for one gate session over ``tiers`` in ``directory``."""
+    args = [str(directory / f"test_{tier}.py") for tier in tiers]
+    args += ["-m", " or ".join(tiers), "-p", "no:cacheprovider", "--strict-markers"]
+    args += ["--rootdir", str(directory), "-o", "addopts=", "-o", "testpaths="]
+    args += ["-v"] if verbose else ["-q"]
+    if not _plugin_autoloaded():
+        args += ["-p", "gate.pytest_plugin"]
+    args += ["--gate-model", model, "--gate-mode", mode]
+    optional: list[tuple[str, object | None]] = [
+        ("--gate-recipe", recipe),
+        ("--gate-store", store),
+        ("--gate-thresholds", thresholds),
+        ("--gate-json", json_out),
+        ("--gate-config", config),
+        ("--gate-label", label),
+        ("--gate-ref", ref),
+        ("--gate-model-slug", model_slug),
+    ]
+    for flag, value in optional:
+        if value is not None:
+            args += [flag, str(value)]
+    for item in against:
+        args += ["--gate-baseline", item]
+    if strict:
+        args.append("--gate-strict")
+    return args
+
+
+def run_pytest(
+    mode: Mode,
+    model: str,
+    *,
+    recipe: str | None = None,
+    tiers: Sequence[str] | None = None,
+    against: Sequence[str] = (),
+    store: Path | None = None,
+    thresholds: Path | None = None,
+    strict: bool = False,
+    json_out: Path | None = None,
+    config: Path | None = None,
+    label: str | None = None,
+    ref: str | None = None,
+    model_slug: str | None = None,
+    verbose: bool = False,
+    directory: Path | None = None,
+) -> ExitCode:
+    """Run the gate's pytest session; returns its exit status.
+
+    Tiers without a suite file are reported on stderr as unavailable; when
+    none of the requested tiers is available, :class:`NothingMeasuredError`.
+    """
+    import pytest
+
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}", "use 'record' or 'run'")
+    root = directory if directory is not None else suites_dir()
+    wanted = tuple(tiers) if tiers else TIERS
+    present = available_tiers(root)
+    selected = [t for t in wanted if t in present]
+    for tier in wanted:
+        if tier not in present:
+            print(
+                f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr
+            )
+    if not selected:
+        raise NothingMeasuredError(
+            f"none of the requested tiers ({', '.join(wanted)}) is available",
+            f"available: {', '.join(present) or 'none'}",
+        )
+    args = build_args(
+        mode,
+        model,
+        selected,
+        directory=root,
+        recipe=recipe,
+        against=against,
+        store=store,
+        thresholds=thresholds,
+        strict=strict,
+        json_out=json_out,
+        config=config,
+        label=label,
+        ref=ref,
+        model_slug=model_slug,
+        verbose=verbose,
+    )
+    code = int(pytest.main(args))
+    try:
+        return ExitCode(code)
+    except ValueError:
+        return ExitCode.INTERNAL_ERROR

@@ -1,0 +1,1 @@
+"""Tier workloads: a Backend plus settings in, Measurements out."""

@@ -1,0 +1,443 @@
+"""The fidelity tier: record a reference pack, then measure a candidate against it.
+
+``record`` runs the *baseline*: greedy outputs on the fidelity prompts, then one
+batched teacher-forced pass over ``prompt + output`` for the top-k log-probs
+and tail masses, written as a reference pack (:mod:`gate.reference`).
+
+``measure`` runs the *candidate*: the same batched teacher-forced pass over the
+pack's ``prompt + reference output`` (never the baseline model, unless a live
+baseline is given for the exact KL), then the metrics of
+:mod:`gate.metrics.fidelity` per prompt, aggregated into measurements with
+per-prompt samples (``sample_ids`` = prompt ids) and breakdowns
+``category:<c>`` and ``length:<t>``.
+
+Both sides batch the same way (:func:`batches`: by decreasing total length,
+fixed size), so a baseline scored against its own pack sees bitwise the same
+numbers: CGA exactly 1 and KL exactly 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from gate.backends.base import Backend, ScoreRequest, TokenScores
+from gate.errors import DataError, ModelLoadError
+from gate.measurement import Measurement, from_samples
+from gate.metrics import fidelity as fm
+from gate.reference import (
+    LOGPROB_DTYPES,
+    PackEntry,
+    PackPrompt,
+    PromptLike,
+    ReferencePack,
+    check_compatible,
+    check_prompt_ids,
+    prompt_set_sha256,
+    write_pack,
+)
+
+TIER = "fidelity"
+#: k of the CGA@k metric (``fidelity.cga_at_5``).
+CGA_K = 5
+#: Re-scoring rounds the recorder allows for argmax/generation disagreements to settle.
+_MAX_RECORD_ROUNDS = 4
+
+#: Called after each scored batch with (done, total) prompts; for progress bars.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class FidelitySettings:
+    """``[tiers.fidelity]`` settings (built with :func:`gate.config.build_dataclass`)."""
+
+    #: Greedy tokens generated per prompt when recording the pack.
+    max_new_tokens: int = 128
+    #: Baseline tokens stored per output position (the KL's top-k set).
+    top_k: int = 32
+    #: Prompts per teacher-forced batch (record and measure must agree for bitwise equality).
+    batch_size: int = 8
+    #: Use only the first ``limit`` prompts (of the prompt set when recording, of the pack otherwise).
+    limit: int | None = None
+    #: A baseline model (``demo``, a path or hub id) to load for the exact KL; None uses the pack.
+    live_baseline: str | None = None
+    #: Prompt-set JSONL; None is the packaged fidelity prompt set.
+    prompts: Path | None = None
+    #: Storage precision of the pack's top-k log-probs.
+    logprob_dtype: Literal["float32", "float16"] = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "top_k", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+        if self.top_k < CGA_K:
+            raise ValueError(f"top_k must be >= {CGA_K}, got {self.top_k}")
+
+
+def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
+    """Validated settings from a ``[tiers.fidelity]`` table (``ConfigError`` on bad keys)."""
+    from gate.config import build_dataclass
+
+    return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
+
+
+def load_prompts(settings: FidelitySettings, *, apply_limit: bool = True) -> list[PromptLike]:
+    """The fidelity prompt set (packaged unless ``settings.prompts``), cut to ``limit``."""
+    from gate.data.prompt_set import load_prompt_set
+
+    prompts: list[PromptLike] = list(load_prompt_set(settings.prompts))
+    if apply_limit and settings.limit is not None:
+        prompts = prompts[: settings.limit]
+    if not prompts:
+        raise DataError(
+            "the fidelity prompt set is empty", "give a JSONL file with at least one prompt"
+        )
+    return prompts
+
+
+def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped for scoring: by decreasing length (ties by index), ``batch_size`` each.
+
+    Sorting keeps padding small; the grouping depends only on the lengths, so
+    the recorder and a later candidate run form identical batches.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def _full_rows(scores: TokenScores) -> np.ndarray:
+    full = scores.full_logprobs
+    if full is None:
+        raise ModelLoadError(
+            "the backend returned no full log-probability rows",
+            "the fidelity tier needs score(..., full=True)",
+        )
+    to_numpy = getattr(full, "numpy", None)
+    rows = to_numpy() if callable(to_numpy) and not isinstance(full, np.ndarray) else full
+    return np.asarray(rows, dtype=np.float32)
+
+
+def score_rows(
+    backend: Backend,
+    requests: Sequence[ScoreRequest],
+    *,
+    batch_size: int,
+    top_k: int,
+    progress: Progress | None = None,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(index, full log-prob rows [T, V])`` per request, one backend call per batch.
+
+    Empty continuations are skipped. Memory stays bounded by one batch of rows.
+    """
+    live = [i for i, r in enumerate(requests) if len(r.continuation) > 0]
+    lengths = [len(requests[i].context) + len(requests[i].continuation) for i in live]
+    done = 0
+    for group in batches(lengths, batch_size):
+        idx = [live[g] for g in group]
+        scored = backend.score(
+            [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
+        )
+        for i, s in zip(idx, scored, strict=True):
+            yield i, _full_rows(s)
+        done += len(idx)
+        if progress is not None:
+            progress(done, len(live))
+
+
+# --------------------------------------------------------------------------- record
+
+
+def record(
+    backend: Backend,
+    prompts: Sequence[PromptLike],
+    settings: FidelitySettings,
+    path: Path,
+    *,
+    progress: Progress | None = None,
+) -> Path:
+    """Record the baseline's reference pack for ``prompts`` at ``path``.
+
+    Generation is batched greedy; each output is then kept up to the first
+    position where the baseline's own batched teacher-forced argmax differs
+    from the generated token (re-scored until stable), so the pack's invariant
+    ``output_ids == topk_ids[:, 0]`` holds on the scorer the candidate uses.
+    """
+    if not prompts:
+        raise DataError("the fidelity prompt set is empty", "give at least one prompt")
+    prompt_ids = [backend.encode_prompt(p.text) for p in prompts]
+    empty = [p.id for p, ids in zip(prompts, prompt_ids, strict=True) if not ids]
+    if empty:
+        raise DataError(f"prompt {empty[0]!r} encodes to no tokens", "remove empty prompts")
+    outputs = backend.generate(
+        prompt_ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size
+    )
+    outputs = [list(o) for o in outputs]
+    truncated = [False] * len(prompts)
+    rows_by_prompt: dict[int, np.ndarray] = {}
+    for _ in range(_MAX_RECORD_ROUNDS):
+        requests = [ScoreRequest(c, o) for c, o in zip(prompt_ids, outputs, strict=True)]
+        rows_by_prompt = dict(
+            score_rows(
+                backend,
+                requests,
+                batch_size=settings.batch_size,
+                top_k=settings.top_k,
+                progress=progress,
+            )
+        )
+        changed = False
+        for i, rows in rows_by_prompt.items():
+            y = np.asarray(outputs[i], dtype=np.int64)
+            ok = (fm.target_ranks(rows, y) == 0) & ~fm.nonfinite_rows(rows)
+            if not ok.all():
+                cut = int(np.argmin(ok))
+                outputs[i] = outputs[i][:cut]
+                truncated[i] = changed = True
+        if not changed:
+            break
+    else:  # pragma: no cover - needs a scorer whose argmax keeps moving
+        raise DataError(
+            "the baseline's teacher-forced argmax did not settle while recording",
+            "record on a deterministic device (CPU, or CUDA with deterministic kernels)",
+        )
+    entries = []
+    for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
+        out = np.asarray(outputs[i], dtype=np.int64)
+        if out.size:
+            rows = rows_by_prompt[i]
+            top_ids, top_lps = fm.topk_of_rows(rows, settings.top_k)
+            tail = fm.tail_logmass(rows, top_ids)
+        else:
+            top_ids = np.zeros((0, settings.top_k), dtype=np.int64)
+            top_lps = np.zeros((0, settings.top_k), dtype=np.float32)
+            tail = np.zeros((0,), dtype=np.float32)
+        meta = PackPrompt(
+            id=prompt.id,
+            category=prompt.category,
+            length=prompt.length,
+            n_prompt=len(ids),
+            n_output=int(out.size),
+            truncated=truncated[i],
+        )
+        entries.append(PackEntry(meta, np.asarray(ids), out, top_ids, top_lps, np.asarray(tail)))
+    provenance = backend.provenance()
+    return write_pack(
+        path,
+        entries,
+        k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+        tokenizer_sha256=provenance.get("tokenizer_sha256"),
+        prompt_set_sha256=prompt_set_sha256(prompts),
+        model={
+            key: provenance[key]
+            for key in ("source", "recipe", "model_family")
+            if key in provenance
+        },
+        logprob_dtype=settings.logprob_dtype,
+    )
+
+
+# -------------------------------------------------------------------------- measure
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """Fidelity values of one scored prompt."""
+
+    index: int
+    meta: PackPrompt
+    positions: fm.PositionScores
+
+
+def verify_candidate(
+    backend: Backend, pack: ReferencePack, prompts: Sequence[PromptLike] | None = None
+) -> None:
+    """Refuse a pack from another tokenizer or prompt set (``BaselineError``, exit 4).
+
+    Compares the tokenizer hashes when both sides know them and, when the
+    prompt texts are at hand, the prompt-set hash and the candidate's encoding
+    of every prompt with the pack's token ids.
+    """
+    tokenizer_sha = backend.provenance().get("tokenizer_sha256")
+    if prompts is not None:
+        prompts = list(prompts)[: len(pack)]  # a pack holds the first N prompts of its set
+    check_compatible(
+        pack,
+        tokenizer_sha256=tokenizer_sha,
+        prompt_set_sha256=prompt_set_sha256(prompts) if prompts is not None else None,
+    )
+    if prompts is not None:
+        by_id = {p.id: p for p in prompts}
+        for j, meta in enumerate(pack.prompts):
+            if meta.id in by_id:
+                check_prompt_ids(pack, j, backend.encode_prompt(by_id[meta.id].text))
+
+
+def score_pack(
+    backend: Backend,
+    pack: ReferencePack,
+    settings: FidelitySettings,
+    *,
+    baseline_backend: Backend | None = None,
+    progress: Progress | None = None,
+) -> list[PromptScores]:
+    """Teacher-forced candidate scores against the pack, one batched pass per prompt.
+
+    With ``baseline_backend`` the baseline is scored live on the same tokens
+    and the KL is exact; otherwise it comes from the pack's top-k plus tail.
+    """
+    count = len(pack) if settings.limit is None else min(settings.limit, len(pack))
+    requests = [
+        ScoreRequest(pack.prompt_ids(j).tolist(), pack.output_ids(j).tolist()) for j in range(count)
+    ]
+    base_rows: dict[int, np.ndarray] = {}
+    if baseline_backend is not None:
+        base_rows = dict(
+            score_rows(baseline_backend, requests, batch_size=settings.batch_size, top_k=1)
+        )
+    results: list[PromptScores] = []
+    for j, rows in score_rows(
+        backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
+    ):
+        ids, lps, tail = pack.topk(j)
+        positions = fm.score_positions(
+            pack.output_ids(j),
+            ids,
+            lps,
+            tail,
+            rows,
+            base_full_logprobs=base_rows.get(j),
+            cga_k=CGA_K,
+            logprob_dtype=LOGPROB_DTYPES[pack.logprob_dtype],
+        )
+        results.append(PromptScores(j, pack.prompts[j], positions))
+    if not results:
+        raise DataError(
+            "the reference pack has no output tokens to score",
+            "re-record the baseline; its outputs were all empty",
+        )
+    results.sort(key=lambda r: r.index)
+    return results
+
+
+def _groups(results: Sequence[PromptScores]) -> dict[str, list[int]]:
+    groups: dict[str, list[int]] = {}
+    for n, r in enumerate(results):
+        groups.setdefault(f"category:{r.meta.category}", []).append(n)
+        groups.setdefault(f"length:{r.meta.length}", []).append(n)
+    return dict(sorted(groups.items()))
+
+
+def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str) -> np.ndarray:
+    return np.concatenate([getattr(results[i].positions, field) for i in indices])
+
+
+def measurements(results: Sequence[PromptScores], *, k: int, exact: bool) -> list[Measurement]:
+    """Aggregate per-prompt scores into the fidelity measurements (see the catalog)."""
+    ids = [r.meta.id for r in results]
+    groups = _groups(results)
+    everything = list(range(len(results)))
+    kl_all = _pooled(results, everything, "kl")
+    nonfinite = int(sum(int(r.positions.nonfinite.sum()) for r in results))
+    capped = int(sum(int(r.positions.capped.sum()) for r in results))
+    common: dict[str, Any] = {
+        "prompts": len(results),
+        "tokens": int(kl_all.size),
+        "nonfinite_positions": nonfinite,
+        "capped_positions": capped,
+    }
+    kl_details = {
+        **common,
+        "kl": "exact" if exact else f"top-{k} + tail bucket (lower bound of the exact KL)",
+        "k": k,
+        "token_mean": float(kl_all.mean()),
+    }
+
+    def per_prompt(fn: Callable[[fm.PositionScores], float]) -> list[float]:
+        return [fn(r.positions) for r in results]
+
+    dp_all = _pooled(results, everything, "delta_p")
+    out = [
+        from_samples(
+            "fidelity.cga",
+            per_prompt(lambda p: float(p.cga.mean())),
+            ids,
+            groups=groups,
+            details=common,
+        ),
+        from_samples(
+            "fidelity.cga_at_5",
+            per_prompt(lambda p: float(p.cga_at_k.mean())),
+            ids,
+            groups=groups,
+            details=common,
+        ),
+        from_samples(
+            "fidelity.kl_mean",
+            per_prompt(lambda p: float(p.kl.mean())),
+            ids,
+            groups=groups,
+            details=kl_details,
+        ),
+        from_samples(
+            "fidelity.delta_p_mean",
+            per_prompt(lambda p: float(p.delta_p.mean())),
+            ids,
+            groups=groups,
+            details={
+                **common,
+                **{f"pooled_{k_}": v for k_, v in fm.delta_p_summary(dp_all).items()},
+            },
+        ),
+        from_samples(
+            "fidelity.delta_p_rms",
+            per_prompt(lambda p: float(np.sqrt(np.mean(p.delta_p**2)))),
+            ids,
+            groups=groups,
+            details=common,
+        ),
+    ]
+    summary = fm.kl_summary(kl_all)
+    slice_summaries = {
+        key: fm.kl_summary(_pooled(results, idx, "kl")) for key, idx in groups.items()
+    }
+    worst = int(np.argmax([float(r.positions.kl.max()) for r in results]))
+    for stat in (*fm.KL_PERCENTILES, "max"):
+        name = f"fidelity.kl_{stat}"
+        details = dict(kl_details)
+        if stat == "max":
+            details["worst_prompt"] = ids[worst]
+        out.append(
+            Measurement(
+                name=name,
+                value=summary[stat],
+                breakdown={
+                    key: Measurement(name=name, value=s[stat]) for key, s in slice_summaries.items()
+                },
+                details=details,
+            )
+        )
+    return out
+
+
+def measure(
+    backend: Backend,
+    pack: ReferencePack,
+    settings: FidelitySettings,
+    *,
+    prompts: Sequence[PromptLike] | None = None,
+    baseline_backend: Backend | None = None,
+    progress: Progress | None = None,
+) -> list[Measurement]:
+    """The fidelity measurements of ``backend`` against ``pack`` (verified first)."""
+    verify_candidate(backend, pack, prompts)
+    results = score_pack(
+        backend, pack, settings, baseline_backend=baseline_backend, progress=progress
+    )
+    return measurements(results, k=pack.k, exact=baseline_backend is not None)

@@ -1,0 +1,202 @@
+"""``gate compare`` and ``gate baseline`` end to end, on the shipped example files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gate.cli import main
+from gate.report.results_json import results_from_json
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+THRESHOLDS = str(EXAMPLES / "thresholds.toml")
+BASELINE = str(EXAMPLES / "baseline.json")
+
+
+def _compare(candidate: str, *extra: str, baseline: str = BASELINE) -> list[str]:
+    return [
+        "compare",
+        str(EXAMPLES / candidate),
+        "--baseline",
+        baseline,
+        "--thresholds",
+        THRESHOLDS,
+        *extra,
+    ]
+
+
+def test_equal_candidate_is_approved(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_compare("candidate-equal.json")) == 0
+    out = capsys.readouterr().out
+    assert "gate: APPROVED (exit 0)" in out
+    assert "CRITICAL" not in out and "WARN " not in out
+
+
+def test_warn_candidate_passes_unless_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_compare("candidate-warn.json")) == 0
+    out = capsys.readouterr().out
+    assert "APPROVED WITH WARNINGS (exit 0)" in out
+    assert "WARN accuracy.mcq_acc vs" in out
+    assert main(_compare("candidate-warn.json", "--strict")) == 1
+    assert "gate: BLOCKED (exit 1)" in capsys.readouterr().out
+
+
+def test_critical_candidate_blocks_and_names_metric_delta_bound(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_json = tmp_path / "results.json"
+    assert main(_compare("candidate-critical.json", "--json", str(out_json))) == 1
+    out = capsys.readouterr().out
+    assert "gate: BLOCKED (exit 1)" in out
+    line = next(li for li in out.splitlines() if "CRITICAL accuracy.mcq_acc vs" in li)
+    assert "-0.09" in line and "past critical -0.05" in line
+    results = results_from_json(out_json)
+    assert (results.verdict, results.exit_code) == ("block", 1)
+    by_key = {v.key: v for v in results.verdicts}
+    assert by_key["accuracy.mcq_acc"].severity.label == "critical"
+    assert by_key["accuracy.mcq_acc"].delta == pytest.approx(-0.09)
+    assert by_key["accuracy.mcq_acc"].threshold["critical"] == 0.05
+    assert results.candidate["recipe"] == "quanto-int2"
+
+
+def test_store_refs_and_several_baselines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = ["--store", str(tmp_path / "baselines")]
+    add = ["baseline", "add", BASELINE, "--model", "example-7b", *store]
+    assert main([*add, "--label", "fp16", "--ref", "fp16"]) == 0
+    warn = str(EXAMPLES / "candidate-warn.json")
+    assert main(["baseline", "add", warn, "--model", "example-7b", "--label", "int8", *store]) == 0
+    assert main(["baseline", "promote", "prod", "2", "--model", "example-7b", *store]) == 0
+    assert main(["baseline", "promote", "prod", "1", "--model", "example-7b", *store]) == 0
+    out = capsys.readouterr().out
+    assert "stored baseline example-7b#0002 (int8)" in out
+    assert "prev-prod -> #0002" in out
+    assert main(["baseline", "list", *store]) == 0
+    listing = capsys.readouterr().out
+    assert "fp16, prod" in listing and "prev-prod" in listing
+    assert main(["baseline", "show", "prev-prod", *store]) == 0
+    assert "accuracy.mcq_acc" in capsys.readouterr().out
+    code = main([*_compare("candidate-equal.json", baseline="fp16"), "-b", "prev-prod", *store])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "vs" in out and "prev-prod" in out and "fp16" in out
+
+
+def test_sigkill_safe_add_reports_json_with_numbers(tmp_path: Path) -> None:
+    # a gate run's results JSON is valid strict JSON (no NaN literals)
+    out_json = tmp_path / "r.json"
+    main(_compare("candidate-equal.json", "--json", str(out_json)))
+    json.loads(out_json.read_text(), parse_constant=lambda c: pytest.fail(f"literal {c}"))
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _bad(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _assert_one_line_exit_4(
+    argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str
+) -> None:
+    assert main(argv) == 4
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("gate: error: ")
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_truncated_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = Path(BASELINE).read_text()
+    bad = _bad(tmp_path, "trunc.json", text[: len(text) // 2])
+    _assert_one_line_exit_4(
+        _compare("candidate-equal.json", baseline=bad), capsys, "not valid JSON"
+    )
+
+
+def test_unknown_schema_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(Path(BASELINE).read_text())
+    data["schema_version"] = 7
+    bad = _bad(tmp_path, "new.json", json.dumps(data))
+    _assert_one_line_exit_4(
+        _compare("candidate-equal.json", baseline=bad), capsys, "schema_version 7", "upgrade"
+    )
+
+
+def test_nan_measurements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = Path(EXAMPLES / "candidate-equal.json").read_text()
+    bad = _bad(tmp_path, "nan.json", text.replace('"value": 1.0', '"value": NaN', 1))
+    assert '"value": NaN' in Path(bad).read_text()
+    argv = ["compare", bad, "--baseline", BASELINE, "--thresholds", THRESHOLDS]
+    _assert_one_line_exit_4(argv, capsys, "non-finite")
+
+
+def test_missing_ref(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "baselines"
+    assert (
+        main(
+            ["baseline", "add", BASELINE, "--model", "m", "--label", "fp16", "--store", str(store)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    argv = [*_compare("candidate-equal.json", baseline="fp61"), "--store", str(store)]
+    _assert_one_line_exit_4(argv, capsys, "unknown baseline ref 'fp61'", "did you mean 'fp16'?")
+
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ('[metrics."accuracy.mcq_ac"]\nwarn = 0.02\n', "did you mean 'accuracy.mcq_acc'?"),
+        ('[metrics."accuracy.mcq_acc"]\nwarn = -0.02\n', "negative bound"),
+        ('[metrics."accuracy.mcq_acc"]\nwarn = nan\n', "bound is nan"),
+    ],
+)
+def test_bad_thresholds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, needle: str
+) -> None:
+    bad = _bad(tmp_path, "thresholds.toml", toml)
+    argv = [
+        "compare",
+        str(EXAMPLES / "candidate-equal.json"),
+        "--baseline",
+        BASELINE,
+        "--thresholds",
+        bad,
+    ]
+    _assert_one_line_exit_4(argv, capsys, needle)
+
+
+def test_incompatible_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads((EXAMPLES / "candidate-equal.json").read_text())
+    data["model"]["tokenizer_sha256"] = "00" * 32
+    bad = _bad(tmp_path, "other.json", json.dumps(data))
+    argv = ["compare", bad, "--baseline", BASELINE, "--thresholds", THRESHOLDS]
+    _assert_one_line_exit_4(argv, capsys, "tokenizer_sha256")
+
+
+def test_console_script_has_no_traceback(tmp_path: Path) -> None:
+    """The installed `gate` script (a real process): exit 4, one line on stderr."""
+    text = Path(BASELINE).read_text()
+    bad = _bad(tmp_path, "trunc.json", text[:100])
+    exe = shutil.which("gate")
+    cmd = [exe] if exe else [sys.executable, "-m", "gate.cli"]
+    proc = subprocess.run(
+        [*cmd, *_compare("candidate-equal.json", baseline=bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 4
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("gate: error: baseline")
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,239 @@
+"""The fidelity tier end to end on a small real model: record a pack, measure, compare."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gate.backends.base import ScoreRequest
+from gate.backends.hf import HFBackend
+from gate.backends.loading import load_backend
+from gate.compare import compare
+from gate.config import load_thresholds
+from gate.errors import BaselineError, ConfigError, DataError
+from gate.measurement import Measurement
+from gate.metrics import fidelity as fm
+from gate.reference import ReferencePack, load_pack
+from gate.spec import ModelSpec
+from gate.tiers import fidelity as tier
+from gate.verdict import Severity
+
+torch.set_num_threads(1)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    length: str
+    text: str
+
+
+PROMPTS = [
+    Prompt("p0", "math", "short", "What is 7 times 8?"),
+    Prompt("p1", "code", "medium", "Write a Python function that adds two numbers."),
+    Prompt("p2", "general", "short", "Bonjour"),
+    Prompt("p3", "math", "long", "What is 7 times 8? The answer is 56. " * 3),
+    Prompt("p4", "general", "medium", "Summarize the following text in one sentence."),
+    Prompt("p5", "code", "short", "Please reply in JSON with key name."),
+]
+SETTINGS = tier.FidelitySettings(max_new_tokens=12, top_k=32, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir: Path) -> HFBackend:
+    return load_backend(ModelSpec.parse(str(tiny_model_dir)))
+
+
+@pytest.fixture(scope="module")
+def pack(base: HFBackend, tmp_path_factory: pytest.TempPathFactory) -> ReferencePack:
+    path = tier.record(base, PROMPTS, SETTINGS, tmp_path_factory.mktemp("pack") / "ref.safetensors")
+    return load_pack(path)
+
+
+@pytest.fixture(scope="module")
+def base_measurements(base: HFBackend, pack: ReferencePack) -> list[Measurement]:
+    return tier.measure(base, pack, SETTINGS, prompts=PROMPTS)
+
+
+def _by_name(ms: list[Measurement]) -> dict[str, Measurement]:
+    return {m.name: m for m in ms}
+
+
+def test_pack_holds_the_baseline_outputs(base: HFBackend, pack: ReferencePack) -> None:
+    assert [p.id for p in pack.prompts] == [p.id for p in PROMPTS]
+    assert pack.k == 32 and pack.max_new_tokens == 12
+    outputs = base.generate(
+        [base.encode_prompt(p.text) for p in PROMPTS], max_new_tokens=12, batch_size=4
+    )
+    for j, out in enumerate(outputs):
+        ref = pack.output_ids(j).tolist()
+        assert out[: len(ref)] == ref  # the reference is a prefix of the greedy output
+        assert len(ref) == len(out) or pack.prompts[j].truncated
+    assert pack.tokenizer_sha256 == base.provenance()["tokenizer_sha256"]
+
+
+def test_baseline_against_itself(base_measurements: list[Measurement], pack: ReferencePack) -> None:
+    m = _by_name(base_measurements)
+    assert m["fidelity.cga"].value == 1.0
+    assert m["fidelity.cga_at_5"].value == 1.0
+    for name in ("kl_mean", "kl_median", "kl_p99", "kl_p999", "kl_max", "delta_p_rms"):
+        assert m[f"fidelity.{name}"].value == 0.0, name
+    assert m["fidelity.delta_p_mean"].value == 0.0
+    cga = m["fidelity.cga"]
+    assert cga.sample_ids == tuple(p.id for p in pack.prompts if p.n_output > 0)
+    assert set(cga.breakdown) >= {"category:math", "category:code", "length:short", "length:long"}
+    for meas in base_measurements:
+        meas.validate()
+    verdicts = compare(base_measurements, base_measurements, load_thresholds())
+    assert max(v.severity for v in verdicts) == Severity.PASS
+
+
+def _loop_rows(model: torch.nn.Module, context: list[int], continuation: list[int]) -> np.ndarray:
+    """The definition, one position at a time with a KV cache (independent of the backend)."""
+    rows = []
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([context]), use_cache=True)
+        rows.append(torch.log_softmax(out.logits[0, -1].float(), -1))
+        past = out.past_key_values
+        for token in continuation[:-1]:
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            rows.append(torch.log_softmax(out.logits[0, -1].float(), -1))
+    return torch.stack(rows).numpy()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8])
+def test_batched_scorer_equals_per_token_loop(
+    base: HFBackend, pack: ReferencePack, tiny_model_dir: Path, batch_size: int
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    requests = [
+        ScoreRequest(pack.prompt_ids(j).tolist(), pack.output_ids(j).tolist())
+        for j in range(len(pack))
+    ]
+    # extra padding: a short request beside long ones
+    requests.append(ScoreRequest(requests[0].context[:3], requests[3].continuation[:5]))
+    seen = 0
+    for i, rows in tier.score_rows(base, requests, batch_size=batch_size, top_k=32):
+        expected = _loop_rows(model, list(requests[i].context), list(requests[i].continuation))
+        np.testing.assert_allclose(rows, expected, atol=1e-5, rtol=0)
+        seen += 1
+    assert seen == sum(1 for r in requests if r.continuation)
+
+
+def test_kl_lower_bound_against_live_baseline(
+    base: HFBackend, pack: ReferencePack, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    cand = load_backend(ModelSpec.parse(str(tiny_model_dir)), "quanto-int4")
+    approx = tier.score_pack(cand, pack, SETTINGS)
+    exact = tier.score_pack(cand, pack, SETTINGS, baseline_backend=base)
+    a = np.concatenate([r.positions.kl for r in approx])
+    e = np.concatenate([r.positions.kl for r in exact])
+    assert np.all(a <= e + 1e-9)
+    assert e.sum() > 0
+    # With k = the whole vocabulary the tail is empty and the bound is the exact KL.
+    vocab = int(base.model.config.vocab_size)
+    full = tier.FidelitySettings(max_new_tokens=12, top_k=vocab, batch_size=4)
+    wide = load_pack(tier.record(base, PROMPTS[:3], full, tmp_path / "wide.safetensors"))
+    a_full = np.concatenate([r.positions.kl for r in tier.score_pack(cand, wide, full)])
+    e_full = np.concatenate(
+        [r.positions.kl for r in tier.score_pack(cand, wide, full, baseline_backend=base)]
+    )
+    np.testing.assert_allclose(a_full, e_full, rtol=1e-4, atol=1e-9)
+
+
+def test_damaged_candidate_is_blocked(
+    tiny_model_dir: Path, pack: ReferencePack, base_measurements: list[Measurement]
+) -> None:
+    cand = load_backend(ModelSpec.parse(str(tiny_model_dir)), "drop-layers:1")
+    ms = tier.measure(cand, pack, SETTINGS, prompts=PROMPTS)
+    m = _by_name(ms)
+    assert m["fidelity.cga"].value < 0.9
+    assert m["fidelity.kl_mean"].value > 0.0
+    verdicts = compare(ms, base_measurements, load_thresholds())
+    worst = {v.metric: v.severity for v in verdicts if v.slice is None}
+    assert (
+        worst["fidelity.kl_mean"] == Severity.CRITICAL or worst["fidelity.cga"] == Severity.CRITICAL
+    )
+
+
+def test_confidence_change_without_argmax_change_is_flagged(
+    tiny_model_dir: Path, pack: ReferencePack, base_measurements: list[Measurement]
+) -> None:
+    """Sharpened logits keep every argmax (CGA stays exactly 1) but KL and delta-p catch it."""
+    cand = load_backend(ModelSpec.parse(str(tiny_model_dir)))
+    with torch.no_grad():
+        cand.model.lm_head.weight.mul_(6.0)
+    m = _by_name(tier.measure(cand, pack, SETTINGS, prompts=PROMPTS))
+    assert m["fidelity.cga"].value == 1.0
+    verdicts = compare(list(m.values()), base_measurements, load_thresholds())
+    flagged = {v.metric for v in verdicts if v.severity == Severity.CRITICAL}
+    assert "fidelity.kl_mean" in flagged
+
+
+def test_nan_candidate_is_critical_not_a_crash(
+    tiny_model_dir: Path, pack: ReferencePack, base_measurements: list[Measurement]
+) -> None:
+    cand = load_backend(ModelSpec.parse(str(tiny_model_dir)))
+    with torch.no_grad():
+        cand.model.model.layers[1].mlp.down_proj.weight.fill_(float("nan"))
+    ms = tier.measure(cand, pack, SETTINGS, prompts=PROMPTS)
+    m = _by_name(ms)
+    for meas in ms:
+        meas.validate()  # finite: NaN positions are capped, not propagated
+    assert m["fidelity.cga"].value == 0.0
+    assert m["fidelity.kl_max"].value == fm.KL_CAP
+    assert m["fidelity.cga"].details["nonfinite_positions"] == pack.n_output_tokens
+    verdicts = compare(ms, base_measurements, load_thresholds())
+    assert max(v.severity for v in verdicts) == Severity.CRITICAL
+
+
+def test_pack_from_another_tokenizer_is_refused(
+    tiny_model_dir: Path, pack: ReferencePack, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_dir, other)
+    # same vocabulary, another chat template: prompts tokenize differently
+    marker = "<|assistant|>{% endif %}"
+    templates = [
+        f for f in other.iterdir() if f.is_file() and marker in f.read_text(errors="ignore")
+    ]
+    assert templates
+    for f in templates:
+        f.write_text(f.read_text().replace(marker, "<|assistant|> {% endif %}"))
+    cand = load_backend(ModelSpec.parse(str(other)))
+    with pytest.raises(BaselineError, match="another tokenizer"):
+        tier.measure(cand, pack, SETTINGS, prompts=PROMPTS)
+
+
+def test_pack_from_another_prompt_set_is_refused(base: HFBackend, pack: ReferencePack) -> None:
+    changed = [*PROMPTS[:-1], Prompt("p5", "code", "short", "Another text")]
+    with pytest.raises(BaselineError, match="another prompt set"):
+        tier.measure(base, pack, SETTINGS, prompts=changed)
+
+
+def test_empty_prompt_set_is_refused(base: HFBackend, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="empty"):
+        tier.record(base, [], SETTINGS, tmp_path / "ref.safetensors")
+
+
+def test_settings_are_validated() -> None:
+    assert tier.settings_from({"top_k": 16, "limit": 3}).top_k == 16
+    with pytest.raises(ConfigError, match="top_kk") as info:
+        tier.settings_from({"top_kk": 16})
+    assert "did you mean 'top_k'" in info.value.format_line()
+    with pytest.raises(ConfigError):
+        tier.settings_from({"batch_size": 0})
+
+
+def test_limit_and_batches() -> None:
+    assert tier.batches([3, 9, 9, 1], 2) == [[1, 2], [0, 3]]
+    assert tier.batches([], 4) == []

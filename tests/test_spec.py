@@ -1,0 +1,119 @@
+"""ModelSpec and Recipe: parsing, validation, slugs, did-you-mean."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gate.compress import format_recipe, parse_recipe, recipe_names
+from gate.errors import ConfigError, ExitCode, ModelLoadError
+from gate.spec import ModelSpec, Recipe, demo_model_dir
+
+
+def test_parse_local_dir_and_options(tmp_path: Path) -> None:
+    spec = ModelSpec.parse(str(tmp_path), dtype="float32", device="cpu")
+    assert spec.local_dir == tmp_path
+    assert spec.dtype == "float32" and spec.device == "cpu"
+    assert not spec.trust_remote_code and not spec.allow_pickle
+
+
+def test_hub_id_with_revision_and_slug() -> None:
+    spec = ModelSpec.parse("Org/Some.Model@abc123")
+    assert (spec.source, spec.revision) == ("Org/Some.Model", "abc123")
+    assert spec.local_dir is None
+    assert spec.slug == "org--some.model"
+
+
+def test_demo_resolves_to_package_assets() -> None:
+    spec = ModelSpec.parse("demo")
+    assert spec.is_demo and spec.slug == "demo"
+    assert demo_model_dir().parts[-3:] == ("gate", "assets", "demo_model")
+    if (demo_model_dir() / "config.json").is_file():
+        assert spec.local_dir == demo_model_dir()
+    else:
+        with pytest.raises(ModelLoadError):
+            _ = spec.local_dir
+
+
+def test_local_slug_is_directory_name(tmp_path: Path) -> None:
+    model = tmp_path / "My Model_v2"
+    model.mkdir()
+    assert ModelSpec.parse(str(model)).slug == "my-model_v2"
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [{"dtype": "int8"}, {"device": "gpu"}, {"device": "cuda:x"}, {"colour": "red"}],
+)
+def test_bad_spec_options_are_config_errors(opts: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        ModelSpec.parse("demo", **opts)
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
+    assert "\n" not in info.value.format_line()
+
+
+def test_missing_local_dir_is_a_model_load_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError) as info:
+        _ = ModelSpec.parse(str(tmp_path / "nope")).local_dir
+    assert info.value.exit_code == ExitCode.INTERNAL_ERROR
+    assert "does not exist" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "value", "canonical"),
+    [
+        (None, "none", None, "none"),
+        ("none", "none", None, "none"),
+        ("BNB-NF4", "bnb-nf4", None, "bnb-nf4"),
+        ("prune-magnitude:0.5", "prune-magnitude", 0.5, "prune-magnitude:0.5"),
+        ("prune-wanda: 0.25", "prune-wanda", 0.25, "prune-wanda:0.25"),
+        ("drop-layers:2", "drop-layers", 2, "drop-layers:2"),
+        ("delay:20ms", "delay", 20.0, "delay:20ms"),
+        ("delay:0.5s", "delay", 500.0, "delay:500ms"),
+        ("delay:7", "delay", 7.0, "delay:7ms"),
+    ],
+)
+def test_recipe_parsing(text: str | None, name: str, value: float | None, canonical: str) -> None:
+    recipe = parse_recipe(text)
+    assert recipe == Recipe(name, value)
+    assert str(recipe) == format_recipe(recipe) == canonical
+    assert parse_recipe(canonical) == recipe  # the canonical form round-trips
+    assert Recipe.parse(canonical) == recipe
+
+
+def test_every_registered_name_parses() -> None:
+    examples = {
+        "prune-magnitude": ":0.5",
+        "prune-wanda": ":0.5",
+        "drop-layers": ":1",
+        "delay": ":1ms",
+    }
+    for name in recipe_names():
+        assert parse_recipe(name + examples.get(name, "")).name == name
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("bnb-nf5", "did you mean bnb-nf4"),
+        ("quanto-int3", "did you mean quanto-int"),
+        ("prune-magnitud:0.5", "did you mean prune-magnitude"),
+        ("prune-magnitude:1.0", "outside (0, 1)"),
+        ("prune-magnitude:0", "outside (0, 1)"),
+        ("prune-wanda:-0.2", "outside (0, 1)"),
+        ("prune-wanda:half", "not a number"),
+        ("prune-magnitude", "needs an argument"),
+        ("drop-layers:0", "positive whole number"),
+        ("drop-layers:1.5", "positive whole number"),
+        ("delay:fast", "not a duration"),
+        ("bnb-int8:4", "takes no argument"),
+    ],
+)
+def test_bad_recipes_are_one_line_config_errors(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_recipe(text)
+    line = info.value.format_line()
+    assert fragment in line
+    assert "\n" not in line
+    assert info.value.exit_code == ExitCode.USAGE_ERROR

@@ -1,0 +1,163 @@
+"""gate.stats against independent computations (explicit loops, textbook formulas)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from gate import stats
+
+
+def _discordant(cand: list[int], base: list[int]) -> tuple[int, int]:
+    """(base right & cand wrong, base wrong & cand right), counted by hand."""
+    b = c = 0
+    for x, y in zip(cand, base, strict=True):
+        if y == 1 and x == 0:
+            b += 1
+        elif y == 0 and x == 1:
+            c += 1
+    return b, c
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=1, max_size=80))
+def test_mcnemar_is_binomtest_on_discordant_pairs(pairs: list[tuple[int, int]]) -> None:
+    cand = [p[0] for p in pairs]
+    base = [p[1] for p in pairs]
+    b, c = _discordant(cand, base)
+    res = stats.mcnemar(cand, base)
+    assert (res.b, res.c, res.n) == (b, c, len(pairs))
+    if b + c == 0:
+        assert res.p_value == res.p_worse == 1.0
+    else:
+        assert res.p_value == pytest.approx(sps.binomtest(b, b + c).pvalue)
+        assert res.p_worse == pytest.approx(sps.binomtest(b, b + c, alternative="greater").pvalue)
+        # The one-sided tail by explicit summation: P[Binom(b + c, 1/2) >= b].
+        tail = sum(math.comb(b + c, k) for k in range(b, b + c + 1)) / 2 ** (b + c)
+        assert res.p_worse == pytest.approx(tail)
+
+
+def test_mcnemar_lower_is_better_swaps_roles() -> None:
+    flips_cand = [1, 1, 1, 0, 0, 1]
+    flips_base = [0, 0, 0, 0, 1, 1]
+    res = stats.mcnemar(flips_cand, flips_base, higher_is_better=False)
+    # candidate alone flips on 3 items (worse), baseline alone on 1 (candidate better)
+    assert (res.b, res.c) == (3, 1)
+    assert res.p_worse == pytest.approx(5 / 16)
+
+
+def test_mcnemar_rejects_non_binary() -> None:
+    with pytest.raises(ValueError, match="0 or 1"):
+        stats.mcnemar([0.5, 1], [1, 1])
+    with pytest.raises(ValueError, match="candidate vs"):
+        stats.mcnemar([1, 1, 0], [1, 1])
+
+
+def _wilson_by_hand(k: int, n: int, confidence: float) -> tuple[float, float]:
+    z = sps.norm.ppf(1 - (1 - confidence) / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "conf"), [(0, 10, 0.95), (3, 10, 0.95), (10, 10, 0.95), (57, 200, 0.99), (1, 1, 0.9)]
+)
+def test_wilson_matches_the_score_formula(k: int, n: int, conf: float) -> None:
+    lo, hi = stats.wilson_interval(k, n, conf)
+    elo, ehi = _wilson_by_hand(k, n, conf)
+    assert lo == pytest.approx(max(0.0, elo), abs=1e-12)
+    assert hi == pytest.approx(min(1.0, ehi), abs=1e-12)
+
+
+def test_wilson_rejects_bad_counts() -> None:
+    with pytest.raises(ValueError):
+        stats.wilson_interval(3, 0)
+    with pytest.raises(ValueError):
+        stats.wilson_interval(11, 10)
+
+
+def test_bootstrap_ci_is_seeded_and_close_to_the_normal_interval() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.normal(5.0, 2.0, 400)
+    lo, hi = stats.bootstrap_ci(x, seed=3)
+    assert (lo, hi) == stats.bootstrap_ci(x, seed=3)
+    half = 1.96 * x.std(ddof=1) / math.sqrt(x.size)
+    assert lo < x.mean() < hi
+    assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
+    assert stats.bootstrap_ci([2.0, 2.0, 2.0]) == (2.0, 2.0)
+
+
+def test_bootstrap_ci_other_statistic() -> None:
+    x = np.arange(1.0, 101.0)
+    lo, hi = stats.bootstrap_ci(x, stat=np.median)
+    assert lo < 50.5 < hi
+
+
+def test_paired_bootstrap_delta_direction_and_p() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.0, 100)
+    worse = base - 0.05 + rng.normal(0, 0.02, 100)
+    res = stats.paired_bootstrap(worse, base, higher_is_better=True)
+    assert res.delta == pytest.approx(float(np.mean(worse - base)))
+    assert res.ci[0] < res.delta < res.ci[1] < 0
+    assert res.p_worse < 0.001
+    # same data, lower is better: the candidate is now better
+    assert stats.paired_bootstrap(worse, base, higher_is_better=False).p_worse > 0.99
+    # identical scores: no evidence at all
+    same = stats.paired_bootstrap(base, base)
+    assert same.delta == 0.0 and same.p_worse == 1.0
+
+
+def test_paired_bootstrap_p_is_the_share_of_resamples_not_worse() -> None:
+    """Independent recomputation with numpy's own resampling of the same seed stream."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(0.0, 1.0, 30)
+    cand = base + rng.normal(-0.3, 1.0, 30)
+    res = stats.paired_bootstrap(cand, base, n_resamples=4000)
+    diff = cand - base
+    own = np.random.default_rng(99)
+    boots = diff[own.integers(0, diff.size, (4000, diff.size))].mean(axis=1)
+    expected = (1 + np.count_nonzero(boots >= 0)) / 4001
+    assert res.p_worse == pytest.approx(expected, abs=0.02)
+
+
+def test_paired_binary_ci_agrees_with_the_generic_paired_bootstrap() -> None:
+    rng = np.random.default_rng(2)
+    base = (rng.random(300) < 0.7).astype(float)
+    cand = base.copy()
+    cand[rng.choice(300, 30, replace=False)] = 0.0
+    fast = stats.paired_binary_ci(cand, base)
+    generic = stats.paired_bootstrap(cand, base).ci
+    assert fast == pytest.approx(generic, abs=0.01)
+    assert stats.paired_binary_ci(base, base) == (0.0, 0.0)
+
+
+def test_repeated_runs_test_matches_mann_whitney_and_median_ratio() -> None:
+    rng = np.random.default_rng(4)
+    base = rng.lognormal(0.0, 0.1, 20)
+    cand = 1.3 * rng.lognormal(0.0, 0.1, 20)
+    res = stats.repeated_runs_test(cand, base, higher_is_better=False)
+    assert res.rel_change_median == pytest.approx(np.median(cand) / np.median(base) - 1)
+    assert res.p_worse == pytest.approx(sps.mannwhitneyu(cand, base, alternative="greater").pvalue)
+    assert res.p_worse < 0.001
+    assert res.ci[0] < res.rel_change_median < res.ci[1]
+    # throughput-like (higher is better): a rise is an improvement
+    assert stats.repeated_runs_test(cand, base, higher_is_better=True).p_worse > 0.99
+
+
+def test_repeated_runs_test_refuses_zero_baseline_median() -> None:
+    with pytest.raises(ValueError, match="median is 0"):
+        stats.repeated_runs_test([1.0, 2.0], [0.0, 0.0, 0.0], higher_is_better=False)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
+def test_bad_samples_are_refused(bad: list[float]) -> None:
+    with pytest.raises(ValueError):
+        stats.bootstrap_ci(bad)
