@@ -219,6 +219,7 @@ def _judge(
         against=against,
         slice=slice,
         unit=spec.unit,
+        details=dict(cand.details),  # the candidate's extras reach the reports
     )
     if base is not None:
         ref = _Reference(base.value, base, _fmt(base.value))
@@ -239,7 +240,7 @@ def _judge(
         ci=evidence.ci if evidence else None,
         p_value=evidence.p_worse if evidence else None,
         test=evidence.test if evidence else None,
-        details={"reference": "ideal" if ref.measurement is None else "baseline"},
+        details={**cand.details, "reference": "ideal" if ref.measurement is None else "baseline"},
     )
     head = f"{label} {_fmt(cand.value)} vs {ref.label}"
     if threshold is None:

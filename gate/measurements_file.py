@@ -105,7 +105,7 @@ class MeasurementsFile:
 
 def load_measurements(path: Path) -> MeasurementsFile:
     """Load and validate a measurements file; any problem is a one-line DataError."""
-    data = read_json(path, DataError)
+    data = read_json(path, DataError, what="measurements file")
     if not isinstance(data, Mapping):
         raise DataError(f"{path} is not a JSON object", "see examples/baseline.json")
     version = data.get("schema_version")

@@ -203,7 +203,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if item.nodeid not in state.failed:
             state.failed.append(item.nodeid)
         if call.excinfo is not None and isinstance(call.excinfo.value, GateError):
-            state.errors.append(call.excinfo.value)
+            error = call.excinfo.value
+            state.errors.append(error)
+            # bad input is one line, not a traceback
+            report.longrepr = f"{type(error).__name__}: {error.format_line()}"
     return report
 
 

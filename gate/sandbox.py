@@ -32,6 +32,10 @@ What the sandbox does, and — honestly — what it does not:
   ``ctypes`` (foreign calls would bypass the hook), ``resource.setrlimit`` (a
   root child could raise its hard limits), and the networking library events.
 
+Known gaps: the ``open`` audit event carries no ``dir_fd``, so
+``os.open(name, O_WRONLY, dir_fd=fd)`` on a descriptor of an outside directory
+is judged as if ``name`` were relative to the work directory; reads are never
+confined; without ``unshare`` the network is closed only to Python code.
 Audit hooks are *not* a security boundary (:pep:`578` says so: C extensions
 and interpreter internals can bypass them). This sandbox contains accidents and
 the obvious misbehaviour of generated code — infinite loops, huge

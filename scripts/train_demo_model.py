@@ -245,17 +245,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--doc-tokens", type=int, default=512)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--doc-tokens", type=int, default=384)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--synthetic-frac", type=float, default=0.3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokenizer-convs", type=int, default=6000)
-    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--metrics", type=Path, default=None, help="write final metrics JSON here")
+    ap.add_argument("--ckpt", type=Path, default=None, help="save a checkpoint here as it goes")
+    ap.add_argument("--ckpt-every", type=int, default=100)
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -304,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     held_docs, _ = build_documents(tokenizer, held, [], 10**9, args.doc_tokens)
-    held_blocks = pack(held_docs, args.seq_len, random.Random(0))[:64]
+    held_blocks = pack(held_docs, args.seq_len, random.Random(0))[:48]
 
     model = make_model(tokenizer, args.seed)
     n_params = sum(p.numel() for p in model.parameters())
@@ -340,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"step {step} loss {float(loss):.3f} lr {lr:.2e} tok/s {tps:.0f} elapsed {el:.0f}s",
                 flush=True,
             )
+        if args.ckpt and step and step % args.ckpt_every == 0:
+            model.save_pretrained(args.ckpt, safe_serialization=True)
+            tokenizer.save_pretrained(args.ckpt)
         if args.eval_every and step and step % args.eval_every == 0:
             print(f"eval step {step} heldout_ppl {perplexity(model, held_blocks):.2f}", flush=True)
 

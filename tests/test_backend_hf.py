@@ -115,6 +115,27 @@ def test_generate_batched_equals_unbatched_greedy(
         assert out == _greedy_reference(backend, prompt, 6)
 
 
+def test_generate_ignores_checkpoint_sampling_settings(
+    backend: HFBackend, prompts: list[list[int]]
+) -> None:
+    config = backend.model.generation_config
+    saved = config.to_dict()
+    config.repetition_penalty, config.no_repeat_ngram_size = 3.0, 1
+    config.do_sample, config.temperature, config.top_k = True, 0.5, 5
+    try:
+        out = backend.generate(prompts[:2], max_new_tokens=6)
+    finally:
+        for key in (
+            "repetition_penalty",
+            "no_repeat_ngram_size",
+            "do_sample",
+            "temperature",
+            "top_k",
+        ):
+            setattr(config, key, saved.get(key))
+    assert out == [_greedy_reference(backend, p, 6) for p in prompts[:2]]
+
+
 def test_generate_stops_at_eos(backend: HFBackend, prompts: list[list[int]]) -> None:
     free = backend.generate(prompts, max_new_tokens=6)
     stop_token = free[0][2]

@@ -32,8 +32,8 @@ def _solve(question: str) -> int:
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.BinOp):
             return int(_OPS[type(node.op)](ev(node.left), ev(node.right)))
-        assert isinstance(node, ast.Constant)
-        return int(node.value)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+        return node.value
 
     return ev(ast.parse(question, mode="eval").body)
 

@@ -238,3 +238,52 @@ def test_record_store_path(tmp_path: Path) -> None:
         "--gate-mode",
         "record",
     ]
+
+
+RUNNER_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from gate.runner import run_pytest
+
+    suites, store, thresholds = (Path(a) for a in sys.argv[1:4])
+    common = dict(directory=suites, store=store, thresholds=thresholds)
+    codes = [
+        run_pytest("record", "fake", label="fp16", ref="fp16", **common),
+        run_pytest("run", "fake", recipe="critical", against=["fp16"], **common),
+        run_pytest("run", "fake", recipe="warn", tiers=["accuracy", "latency"], **common),
+    ]
+    print("CODES", *[int(c) for c in codes])
+    """
+)
+
+
+@pytest.mark.slow
+def test_runner_selects_tiers_and_returns_exit_codes(tmp_path: Path) -> None:
+    """gate/runner.py over a suites directory (a subprocess: a fresh pytest per call)."""
+    import subprocess
+    import sys
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "conftest.py").write_text(CONFTEST)
+    (suites / "test_accuracy.py").write_text(SUITE)
+    (suites / "test_latency.py").write_text("import pytest\n")  # present, measures nothing
+    (tmp_path / "thresholds.toml").write_text(THRESHOLDS)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUNNER_SCRIPT,
+            str(suites),
+            str(tmp_path / "s"),
+            str(tmp_path / "thresholds.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert "CODES 0 1 0" in proc.stdout, proc.stdout + proc.stderr
+    assert "tier 'fidelity' unavailable" in proc.stderr
+    assert "APPROVED WITH WARNINGS" in proc.stdout

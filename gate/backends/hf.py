@@ -124,6 +124,12 @@ class HFBackend:
             min_new_tokens=min_new_tokens,
             do_sample=False,
             num_beams=1,
+            # neutral values, so a checkpoint's generation_config cannot bend greedy decoding
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids or None,
         )

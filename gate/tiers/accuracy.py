@@ -24,7 +24,7 @@ functions of :mod:`gate.metrics.accuracy` (definitions in DESIGN.md "Metrics").
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,13 @@ class AccuracySettings:
             raise ValueError("mcq_limit must be at least 1")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+
+
+def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
+    """Validated settings from a ``[tiers.accuracy]`` table (``ConfigError`` on bad keys)."""
+    from gate.config import build_dataclass
+
+    return build_dataclass(AccuracySettings, dict(mapping or {}), where="[tiers.accuracy]")
 
 
 # --------------------------------------------------------------------------- perplexity

@@ -1,0 +1,86 @@
+"""``gate import``: gate results produced by other tools (``gate import lm-eval``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gate.compare import compare
+from gate.config import load_thresholds
+from gate.errors import NothingMeasuredError
+from gate.lmeval_import import import_runs, task_name
+from gate.provenance import environment
+from gate.report.console import make_console, render
+from gate.report.results_json import build_results, write_results
+from gate.verdict import decide
+
+
+@click.group("import")
+def import_() -> None:
+    """Gate results that another tool already produced."""
+
+
+@import_.command("lm-eval")
+@click.argument("base_samples", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("cand_samples", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the results JSON here.",
+)
+@click.option(
+    "--thresholds",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
+)
+@click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+@click.option("--color/--no-color", default=None, help="Force colour on or off.")
+def lm_eval(
+    base_samples: Path,
+    cand_samples: Path,
+    json_out: Path | None,
+    thresholds: Path | None,
+    strict: bool,
+    color: bool | None,
+) -> int:
+    """Gate two lm-evaluation-harness --log_samples files of one multiple-choice task.
+
+    Joins BASE_SAMPLES and CAND_SAMPLES on (filter, doc_id, doc_hash) and reports
+    the accuracy delta (acc, acc_norm, McNemar on the discordant documents),
+    flips (correct <-> incorrect), all-flips (any change of the chosen option),
+    choice-level KL and top margin, with the thresholds of thresholds.toml.
+    No model is loaded. Exit 0 approved, 1 blocked, 4 bad or non-joining files.
+
+    \b
+    Examples:
+      gate import lm-eval base/samples_arc_easy_2025-01-01T00-00-00.jsonl \\
+                          cand/samples_arc_easy_2025-01-02T00-00-00.jsonl
+      gate import lm-eval base.jsonl cand.jsonl --strict --json results.json
+    """
+    candidate, baseline = import_runs(base_samples, cand_samples)
+    limits = load_thresholds(thresholds)
+    verdicts = compare(candidate, baseline, limits, against=f"lm-eval:{base_samples.name}")
+    if not verdicts:
+        raise NothingMeasuredError("no metric to compare", "the samples files held no documents")
+    outcome = decide(verdicts, strict=strict)
+    task = task_name(base_samples)
+    render(
+        outcome,
+        make_console(color=color),
+        title=f"gate import lm-eval ({task}): {cand_samples} vs {base_samples}",
+    )
+    if json_out is not None:
+        write_results(
+            json_out,
+            build_results(
+                outcome,
+                baselines={
+                    "lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}
+                },
+                candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
+                environment=environment(),
+            ),
+        )
+    return int(outcome.exit_code)

@@ -1,0 +1,299 @@
+"""The HTML report: one self-contained file (inline CSS, PNG data URIs, no script, no URL).
+
+Read top to bottom, most important first:
+
+1. a coloured verdict banner — APPROVED (green), APPROVED WITH WARNINGS
+   (amber), BLOCKED (red) — with what was compared, the exit code and counts;
+2. the findings (warn/critical verdicts, worst first) with their reasons;
+3. the plots the run has data for (:mod:`gate.report.plots`);
+4. one table per tier with every verdict: candidate, baseline,
+   ``delta = candidate - baseline`` (relative change), ``warn / critical``
+   bound, confidence interval of the delta and the test that decided it
+   (DESIGN.md "Severity and statistics");
+5. provenance of the candidate and baselines, the environment and the
+   latency tier's hardware fingerprint.
+
+Every piece of text from the results goes through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gate.report.console import fmt_bound, fmt_ci, fmt_delta, order
+from gate.report.markdown import (
+    baseline_text,
+    candidate_text,
+    counts,
+    headline,
+    with_unit,
+)
+from gate.report.plots import Plot, all_plots
+from gate.report.results_json import Results
+from gate.verdict import Severity, Verdict
+
+BANNER_CLASS = {"APPROVED": "ok", "APPROVED WITH WARNINGS": "warn"}
+#: Candidate provenance fields shown first, in this order (the rest follow).
+CANDIDATE_FIELDS = (
+    "model",
+    "recipe",
+    "source",
+    "revision",
+    "quantization",
+    "dtypes",
+    "device",
+    "linear_classes",
+    "parameter_bytes",
+    "weights_sha256",
+    "tokenizer_sha256",
+)
+#: Long or noisy provenance fields left out of the tables.
+HIDDEN_FIELDS = frozenset({"weight_files", "tokenizer_files", "device_map"})
+
+CSS = """
+:root { --ok:#2e7d32; --warn:#ef8f00; --block:#c62828; --ink:#1f2328; --muted:#59636e;
+        --line:#d1d9e0; --bg:#f6f8fa; }
+* { box-sizing: border-box; }
+body { margin:0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       color: var(--ink); background: #fff; }
+main { max-width: 1200px; margin: 0 auto; padding: 0 24px 48px; }
+.banner { color:#fff; padding: 22px 24px; margin-bottom: 20px; }
+.banner.ok { background: var(--ok); } .banner.warn { background: var(--warn); }
+.banner.block { background: var(--block); }
+.banner .word { font-size: 40px; font-weight: 800; letter-spacing: .04em; margin: 0; }
+.banner .sub { font-size: 16px; margin-top: 6px; opacity: .95; }
+.banner .counts { margin-top: 10px; display: flex; gap: 10px; flex-wrap: wrap; }
+.chip { background: rgba(255,255,255,.18); border: 1px solid rgba(255,255,255,.5);
+        border-radius: 14px; padding: 2px 12px; font-weight: 600; }
+h2 { font-size: 20px; border-bottom: 1px solid var(--line); padding-bottom: 4px; margin-top: 28px; }
+h3 { font-size: 16px; margin: 18px 0 6px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left;
+         vertical-align: top; }
+th { background: var(--bg); font-weight: 600; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.reason { color: var(--muted); font-size: 12px; }
+tr.critical td { background: #fdecea; } tr.warn td { background: #fff4e0; }
+.sev { display: inline-block; min-width: 72px; text-align: center; border-radius: 10px;
+       padding: 0 8px; font-weight: 700; font-size: 12px; color: #fff; }
+.sev.pass { background: var(--ok); } .sev.warn { background: var(--warn); }
+.sev.critical { background: var(--block); }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 16px; }
+figure { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 10px; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { font-size: 12px; color: var(--muted); margin-top: 6px; }
+figcaption b { color: var(--ink); font-size: 14px; display: block; }
+dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 0; }
+dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; word-break: break-all; }
+.cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 16px; }
+.note { background: #fff8c5; border-left: 4px solid var(--warn); padding: 6px 10px; margin: 6px 0; }
+.muted { color: var(--muted); }
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text of any value."""
+    return html.escape(str(value), quote=True)
+
+
+def banner(results: Results) -> str:
+    """The coloured verdict banner."""
+    word = headline(results)
+    refs = [baseline_text(ref, d) for ref, d in results.baselines.items()] or sorted(
+        {v.against for v in results.verdicts}
+    )
+    n = {s: sum(1 for v in results.verdicts if v.severity == s) for s in Severity}
+    chips = [
+        f"{n[Severity.CRITICAL]} critical",
+        f"{n[Severity.WARN]} warning{'s' if n[Severity.WARN] != 1 else ''}",
+        f"{n[Severity.PASS]} passed",
+        f"exit {results.exit_code}",
+    ]
+    return (
+        f'<header class="banner {BANNER_CLASS.get(word, "block")}" id="verdict">'
+        f'<p class="word">{esc(word)}</p>'
+        f'<div class="sub">{esc(candidate_text(results.candidate))} vs '
+        f"{esc(', '.join(refs) or 'baseline')}</div>"
+        '<div class="counts">'
+        + "".join(f'<span class="chip">{esc(c)}</span>' for c in chips)
+        # the chips row closes the header
+        + "</div></header>"
+    )
+
+
+def severity_pill(severity: Severity) -> str:
+    """A coloured PASS / WARN / CRITICAL label."""
+    return f'<span class="sev {severity.label}">{severity.name}</span>'
+
+
+def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool, reasons: bool) -> str:
+    """A table of verdicts (already ordered)."""
+    head = ["severity", "metric", "slice"] + (["vs"] if show_against else [])
+    head += ["candidate", "baseline", "delta", "bound w / c", "CI of delta", "n", "test"]
+    head += ["reason"] if reasons else []
+    rows = ["<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
+    for v in verdicts:
+        cells = [
+            f"<td>{severity_pill(v.severity)}</td>",
+            f"<td><code>{esc(v.metric)}</code></td>",
+            f"<td>{esc(v.slice or 'all')}</td>",
+        ]
+        if show_against:
+            cells.append(f"<td>{esc(v.against)}</td>")
+        nums = [
+            with_unit(v.value, v.unit),
+            with_unit(v.baseline_value, v.unit),
+            fmt_delta(v),
+            fmt_bound(v.threshold),
+            fmt_ci(v.ci),
+            str(v.n),
+        ]
+        cells += [f'<td class="num">{esc(x)}</td>' for x in nums]
+        test = v.test or "-"
+        if v.p_value is not None:
+            test += f" (p={v.p_value:.2g})"
+        cells.append(f"<td>{esc(test)}</td>")
+        if reasons:
+            cells.append(f'<td class="reason">{esc(v.reason)}</td>')
+        rows.append(f'<tr class="{v.severity.label}">' + "".join(cells) + "</tr>")
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def findings(results: Results) -> str:
+    """The warn/critical verdicts, worst first, with reasons."""
+    bad = [v for v in order(results.verdicts) if v.severity != Severity.PASS]
+    if not bad:
+        text = "Every metric is within its bounds." if results.verdicts else "Nothing was measured."
+        return f'<h2 id="findings">Findings</h2><p class="muted">{esc(text)}</p>'
+    show_against = len({v.against for v in results.verdicts}) > 1
+    return f'<h2 id="findings">Findings ({len(bad)}, worst first)</h2>' + verdict_table(
+        bad, show_against=show_against, reasons=True
+    )
+
+
+def plots_section(plots: Sequence[Plot]) -> str:
+    """The figures, two per row on a wide screen."""
+    if not plots:
+        return ""
+    figures = "".join(
+        f'<figure id="plot-{esc(p.key)}"><img alt="{esc(p.title)}" src="{p.data_uri}">'
+        f"<figcaption><b>{esc(p.title)}</b>{esc(p.caption)}</figcaption></figure>"
+        for p in plots
+    )
+    return f'<h2 id="plots">Plots</h2><div class="plots">{figures}</div>'
+
+
+def tiers_section(results: Results) -> str:
+    """One table per tier, worst tier first."""
+    tiers: dict[str, list[Verdict]] = {}
+    for v in results.verdicts:
+        tiers.setdefault(v.tier, []).append(v)
+    if not tiers:
+        return ""
+    show_against = len({v.against for v in results.verdicts}) > 1
+    ordered = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
+    parts = ['<h2 id="tiers">Results by tier</h2>']
+    for tier in ordered:
+        parts.append(f'<h3 id="tier-{esc(tier)}">{esc(tier)} — {esc(counts(tiers[tier]))}</h3>')
+        parts.append(verdict_table(order(tiers[tier]), show_against=show_against, reasons=False))
+    return "".join(parts)
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_value_text(v)}" for k, v in value.items() if v is not None)
+    if isinstance(value, list | tuple):
+        return ", ".join(_value_text(v) for v in value)
+    return str(value)
+
+
+def key_values(items: Iterable[tuple[str, Any]]) -> str:
+    """A definition list of the non-empty items."""
+    rows = [
+        f"<dt>{esc(k)}</dt><dd>{esc(_value_text(v))}</dd>"
+        for k, v in items
+        if v not in (None, "", [], {}) and k not in HIDDEN_FIELDS
+    ]
+    return '<dl class="kv">' + "".join(rows) + "</dl>" if rows else '<p class="muted">-</p>'
+
+
+def _candidate_items(candidate: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    first = [(k, candidate[k]) for k in CANDIDATE_FIELDS if k in candidate]
+    rest = [(k, v) for k, v in candidate.items() if k not in CANDIDATE_FIELDS]
+    return first + rest
+
+
+def fingerprint(results: Results) -> Mapping[str, Any] | None:
+    """The latency tier's hardware fingerprint, when the run has one."""
+    for v in results.verdicts:
+        found = v.details.get("fingerprint")
+        if isinstance(found, Mapping):
+            return found
+    return None
+
+
+def provenance_section(results: Results) -> str:
+    """Candidate, baselines, environment, hardware fingerprint."""
+    blocks = [f"<div><h3>Candidate</h3>{key_values(_candidate_items(results.candidate))}</div>"]
+    for ref, described in results.baselines.items():
+        prov = described.get("provenance") or {}
+        items = [
+            ("ref", ref),
+            ("baseline", baseline_text(ref, described)),
+            ("created", described.get("created")),
+            ("path", described.get("path")),
+            *_candidate_items(prov if isinstance(prov, Mapping) else {}),
+        ]
+        blocks.append(f"<div><h3>Baseline {esc(ref)}</h3>{key_values(items)}</div>")
+    env = results.environment
+    packages = env.get("packages") if isinstance(env.get("packages"), Mapping) else {}
+    env_items = [(k, v) for k, v in env.items() if k != "packages"]
+    env_items += [(f"{k} version", v) for k, v in (packages or {}).items()]
+    blocks.append(f"<div><h3>Environment</h3>{key_values(env_items)}</div>")
+    found = fingerprint(results)
+    if found is not None:
+        holder = next(v for v in results.verdicts if v.details.get("fingerprint") is found)
+        hashes = [
+            ("fingerprint hash", holder.details.get("fingerprint_hash")),
+            ("hardware hash", holder.details.get("hardware_hash")),
+        ]
+        blocks.append(
+            "<div><h3>Hardware fingerprint (latency)</h3>"
+            f"{key_values([*found.items(), *hashes])}</div>"
+        )
+    return '<h2 id="provenance">Provenance</h2><div class="cols">' + "".join(blocks) + "</div>"
+
+
+def notes_section(results: Results) -> str:
+    """The run's notes (tier failures, errors)."""
+    if not results.notes:
+        return ""
+    return '<h2 id="notes">Notes</h2>' + "".join(
+        f'<p class="note">{esc(n)}</p>' for n in results.notes
+    )
+
+
+def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "gate report") -> str:
+    """The whole report as one HTML string."""
+    word = headline(results)
+    body = "".join(
+        [
+            banner(results),
+            "<main>",
+            notes_section(results),
+            findings(results),
+            plots_section(all_plots(results.verdicts, drift)),
+            tiers_section(results),
+            provenance_section(results),
+            "</main>",
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}: {esc(word)} — {esc(candidate_text(results.candidate))}</title>"
+        f"<style>{CSS}</style></head><body>{body}</body></html>\n"
+    )

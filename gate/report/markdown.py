@@ -1,0 +1,194 @@
+"""The markdown report: the PR comment (``--markdown``) and the GitHub step summary.
+
+Read at a glance on a pull request:
+
+1. a headline with the verdict (``BLOCKED`` / ``APPROVED WITH WARNINGS`` /
+   ``APPROVED``), what was compared with what, and the counts;
+2. the findings table — every warn/critical verdict, worst first, with the
+   candidate and baseline values, ``delta = candidate - baseline`` (relative
+   change in parentheses), the ``warn / critical`` bound on the degradation and
+   the confidence interval of the delta (DESIGN.md "Severity and statistics");
+3. the reason of each finding, in the words of :mod:`gate.compare`;
+4. every metric, tier by tier, folded in a ``<details>`` block;
+5. notes and the link to the run's artifacts (full HTML report, JSON, JUnit).
+
+Numbers use the console report's formatting (:mod:`gate.report.console`), so
+the comment, the log and the HTML agree digit for digit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gate.report.console import (
+    DIMENSIONLESS,
+    fmt_bound,
+    fmt_ci,
+    fmt_delta,
+    fmt_number,
+    order,
+)
+from gate.report.results_json import Results
+from gate.verdict import Severity, Verdict
+
+#: A mark before the headline, so the verdict reads at a glance in a PR thread.
+HEADLINE_MARK = {"APPROVED": "✅", "APPROVED WITH WARNINGS": "⚠️"}
+BLOCKED_MARK = "❌"
+SEVERITY_MARK = {Severity.PASS: "pass", Severity.WARN: "⚠️ WARN", Severity.CRITICAL: "❌ CRITICAL"}
+#: Findings listed in full before "... and N more".
+MAX_FINDINGS = 30
+
+
+def cell(text: str) -> str:
+    """Escape a table cell: pipes, newlines and HTML brackets would break the table."""
+    return (
+        text.replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\r", " ")
+        .replace("\n", " ")
+    )
+
+
+def headline(results: Results) -> str:
+    """The headline word of the run (falls back on the verdict word for old files)."""
+    return results.headline or {"pass": "APPROVED", "warn": "APPROVED WITH WARNINGS"}.get(
+        results.verdict, "BLOCKED"
+    )
+
+
+def mark(results: Results) -> str:
+    """The emoji mark of the headline."""
+    return HEADLINE_MARK.get(headline(results), BLOCKED_MARK)
+
+
+def counts(verdicts: Sequence[Verdict]) -> str:
+    """``2 critical, 1 warning, 14 passed``."""
+    n = {s: sum(1 for v in verdicts if v.severity == s) for s in Severity}
+    warnings = n[Severity.WARN]
+    return (
+        f"{n[Severity.CRITICAL]} critical, {warnings} warning{'s' if warnings != 1 else ''}, "
+        f"{n[Severity.PASS]} passed"
+    )
+
+
+def candidate_text(candidate: Mapping[str, Any]) -> str:
+    """``model (recipe)`` of the candidate provenance."""
+    model = candidate.get("model") or candidate.get("name") or candidate.get("slug") or "candidate"
+    recipe = candidate.get("recipe")
+    return f"{model} ({recipe})" if recipe else str(model)
+
+
+def baseline_text(ref: str, described: Mapping[str, Any]) -> str:
+    """``ref = #0003 fp16`` of one baseline description (``Baseline.describe``)."""
+    number, label = described.get("number"), described.get("label")
+    if isinstance(number, int):
+        name = f"#{number:04d}" + (f" {label}" if label else "")
+        return ref if ref == name else f"{ref} = {name}"
+    return str(label or ref)
+
+
+def compared_text(results: Results) -> str:
+    """``candidate vs ref1, ref2`` for the headline."""
+    refs = [baseline_text(ref, d) for ref, d in results.baselines.items()]
+    if not refs:
+        refs = sorted({v.against for v in results.verdicts}) or ["baseline"]
+    return f"`{candidate_text(results.candidate)}` vs " + ", ".join(f"`{r}`" for r in refs)
+
+
+def with_unit(value: float | None, unit: str) -> str:
+    """A formatted number with its unit, unless dimensionless."""
+    text = fmt_number(value)
+    return f"{text} {unit}" if unit not in DIMENSIONLESS and value is not None else text
+
+
+def _table(verdicts: Sequence[Verdict], *, show_against: bool, severity_first: bool) -> list[str]:
+    head = ["metric", "slice"] + (["vs"] if show_against else [])
+    head += ["candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"]
+    head = (["severity", *head]) if severity_first else [*head, "severity"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v in verdicts:
+        row = [f"`{v.metric}`", v.slice or "all"] + ([v.against] if show_against else [])
+        row += [
+            with_unit(v.value, v.unit),
+            with_unit(v.baseline_value, v.unit),
+            fmt_delta(v),
+            fmt_bound(v.threshold),
+            fmt_ci(v.ci),
+            str(v.n),
+        ]
+        sev = f"**{SEVERITY_MARK[v.severity]}**" if v.severity else SEVERITY_MARK[v.severity]
+        row = [sev, *row] if severity_first else [*row, sev]
+        lines.append("| " + " | ".join(cell(c) if not c.startswith("`") else c for c in row) + " |")
+    return lines
+
+
+def findings_section(results: Results, *, limit: int = MAX_FINDINGS) -> list[str]:
+    """The findings table and their reasons (empty list when everything passed)."""
+    verdicts = results.verdicts
+    findings = [v for v in order(verdicts) if v.severity != Severity.PASS]
+    if not findings:
+        return []
+    show_against = len({v.against for v in verdicts}) > 1
+    shown = findings[:limit]
+    lines = ["### Findings (worst first)", ""]
+    lines += _table(shown, show_against=show_against, severity_first=True)
+    if len(findings) > limit:
+        lines.append(f"\n… and {len(findings) - limit} more in the full report.")
+    lines += ["", "<details><summary>Why</summary>", ""]
+    for v in shown:
+        lines.append(f"- **{v.severity.name}** `{v.key}` vs {v.against}: {cell(v.reason)}")
+    lines += ["", "</details>"]
+    return lines
+
+
+def tiers_section(results: Results) -> list[str]:
+    """Every metric, one table per tier (worst tier first), folded."""
+    verdicts = results.verdicts
+    if not verdicts:
+        return []
+    show_against = len({v.against for v in verdicts}) > 1
+    tiers: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        tiers.setdefault(v.tier, []).append(v)
+    tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
+    lines = [f"<details><summary>All {len(verdicts)} results, by tier</summary>", ""]
+    for tier in tier_order:
+        lines += [f"#### {tier} — {counts(tiers[tier])}", ""]
+        lines += _table(order(tiers[tier]), show_against=show_against, severity_first=False)
+        lines.append("")
+    lines.append("</details>")
+    return lines
+
+
+def render_markdown(
+    results: Results, *, artifacts_url: str | None = None, title: str = "gate"
+) -> str:
+    """The full markdown report (PR comment and step summary)."""
+    word = headline(results)
+    lines = [
+        f"## {mark(results)} {title}: {word}",
+        "",
+        f"{compared_text(results)} · exit {results.exit_code} · {counts(results.verdicts)}",
+        "",
+    ]
+    findings = findings_section(results)
+    if findings:
+        lines += [*findings, ""]
+    elif results.verdicts:
+        lines += ["Every metric is within its bounds.", ""]
+    else:
+        lines += ["Nothing was measured.", ""]
+    tiers = tiers_section(results)
+    if tiers:
+        lines += [*tiers, ""]
+    for note in results.notes:
+        lines.append(f"> note: {cell(note)}")
+    if results.notes:
+        lines.append("")
+    if artifacts_url:
+        lines.append(f"Full HTML report, results JSON and JUnit: [run artifacts]({artifacts_url})")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Console report and results JSON: ordering, plain-text readability, round trip."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from gate.errors import DataError, ExitCode
+from gate.report.console import make_console, order, render, summary_line
+from gate.report.results_json import build_results, results_from_json, write_results
+from gate.verdict import Severity, Verdict, decide
+
+
+def _verdict(metric: str, severity: Severity, delta: float, **kw: object) -> Verdict:
+    base = 0.8
+    return Verdict(
+        metric=metric,
+        tier=metric.split(".")[0],
+        severity=severity,
+        value=base + delta,
+        baseline_value=base,
+        delta=delta,
+        relative_delta=delta / base,
+        higher_is_better=True,
+        n=200,
+        reason=f"{metric} moved by {delta:+g}",
+        ci=(delta - 0.01, delta + 0.01),
+        threshold={"warn": 0.02, "critical": 0.05, "mode": "absolute"},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+VERDICTS = [
+    _verdict("accuracy.mcq_acc", Severity.PASS, -0.001),
+    _verdict("accuracy.mcq_acc", Severity.WARN, -0.03, slice="category:law"),
+    _verdict("fidelity.cga", Severity.CRITICAL, -0.07, breakdown={"category:code": 0.7}),
+    _verdict("accuracy.mcq_acc_norm", Severity.CRITICAL, -0.2),
+]
+
+
+def _text(outcome_verdicts: list[Verdict], **kw: object) -> str:
+    buffer = io.StringIO()
+    render(decide(outcome_verdicts), make_console(buffer), **kw)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+def test_worst_first_and_plain_text() -> None:
+    assert [v.key for v in order(VERDICTS)] == [
+        "accuracy.mcq_acc_norm",
+        "fidelity.cga",
+        "accuracy.mcq_acc[category:law]",
+        "accuracy.mcq_acc",
+    ]
+    text = _text(VERDICTS)
+    assert "\x1b[" not in text  # no colour codes when not a terminal
+    lines = text.splitlines()
+    assert lines[-1] == "gate: BLOCKED (exit 1) - 2 critical, 1 warning, 1 passed"
+    # accuracy rows: the critical one precedes the warn one, which precedes the pass
+    rows = [li for li in lines if li.strip().startswith("accuracy.")]
+    assert [r.split()[0] for r in rows] == [
+        "accuracy.mcq_acc_norm",
+        "accuracy.mcq_acc",
+        "accuracy.mcq_acc",
+    ]
+    assert "CRITICAL" in rows[0] and "WARN" in rows[1] and "PASS" in rows[2]
+    assert "0.02 / 0.05" in rows[0] and "-0.2 (-25.0%)" in rows[0]
+    # every non-passing finding is repeated with its reason
+    assert (
+        "  WARN accuracy.mcq_acc[category:law] vs baseline: accuracy.mcq_acc moved by -0.03"
+        in lines
+    )
+    # tables by tier: a tier with a critical finding first
+    assert text.index("tier: accuracy") < text.index("tier: fidelity")
+
+
+def test_headlines_and_exit_overrides() -> None:
+    passing = [VERDICTS[0]]
+    assert _text(passing).splitlines()[-1].startswith("gate: APPROVED (exit 0)")
+    warn = VERDICTS[:2]
+    assert "APPROVED WITH WARNINGS (exit 0)" in _text(warn)
+    assert "BLOCKED (exit 1)" in summary_line(decide(warn, strict=True))
+    # a crashed tier overrides an approving comparison
+    text = _text(passing, exit_code=1, notes=["tier test failed: test_x"])
+    assert "note: tier test failed: test_x" in text
+    assert text.splitlines()[-1].startswith("gate: BLOCKED (exit 1)")
+
+
+def test_colour_on_request() -> None:
+    buffer = io.StringIO()
+    render(decide(VERDICTS), make_console(buffer, color=True))
+    assert "\x1b[" in buffer.getvalue()
+
+
+def test_results_json_round_trip(tmp_path: Path) -> None:
+    outcome = decide(VERDICTS)
+    path = tmp_path / "results.json"
+    results = build_results(
+        outcome,
+        baselines={"prod": {"ref": "prod", "number": 3}},
+        candidate={"recipe": "bnb-nf4"},
+        environment={"python": "3.11"},
+    )
+    write_results(path, results)
+    raw = json.loads(path.read_text())
+    assert (raw["schema_version"], raw["verdict"], raw["exit_code"]) == (1, "block", 1)
+    assert raw["baseline"] == {"ref": "prod", "number": 3}
+    entry = raw["metrics"][2]
+    assert entry["name"] == "fidelity.cga" and entry["severity"] == "critical"
+    assert entry["breakdown"] == {"category:code": 0.7}
+    assert set(entry) >= {
+        "name", "tier", "value", "baseline_value", "delta", "ci", "n",
+        "higher_is_better", "severity", "threshold", "breakdown", "against", "reason",
+    }  # fmt: skip
+    back = results_from_json(path)
+    assert back.verdicts == list(outcome.verdicts)
+    assert back.candidate == {"recipe": "bnb-nf4"}
+    assert back.exit_code == ExitCode.BLOCKED
+
+
+def test_nothing_measured_headline(tmp_path: Path) -> None:
+    results = build_results(decide([]), exit_code=ExitCode.NO_MEASUREMENTS)
+    assert (results["verdict"], results["headline"]) == ("block", "NOTHING MEASURED")
+
+
+def test_results_from_json_rejects_bad_files(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text('{"schema_version": 9, "kind": "results"}')
+    with pytest.raises(DataError, match="schema_version 9"):
+        results_from_json(path)
+    path.write_text('{"kind": "baseline"}')
+    with pytest.raises(DataError, match="not a gate results file"):
+        results_from_json(path)
