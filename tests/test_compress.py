@@ -292,5 +292,7 @@ def test_every_recipe_on_the_demo_model() -> None:
     assert figures["delay:1ms"] == 1.0
     assert figures["bnb-int8"] > 0.9
     assert figures["quanto-int8"] > 0.9
-    assert figures["quanto-int2"] < 0.8
-    assert figures["drop-layers:2"] < 0.8
+    # "clearly lower": at least 10 points below the int8 builds
+    good = min(figures["bnb-int8"], figures["quanto-int8"])
+    assert figures["quanto-int2"] < good - 0.1
+    assert figures["drop-layers:2"] < good - 0.1

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from gate.backends.hf import HFBackend
 from gate.backends.loading import load_backend
 from gate.compare import compare
 from gate.config import load_thresholds
+from gate.demo import store_dir as demo_store
 from gate.errors import BaselineError, ConfigError, DataError
 from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
@@ -37,9 +42,9 @@ class Prompt:
 PROMPTS = [
     Prompt("p0", "math", "short", "What is 7 times 8?"),
     Prompt("p1", "code", "medium", "Write a Python function that adds two numbers."),
-    Prompt("p2", "general", "short", "Bonjour"),
+    Prompt("p2", "chat", "short", "Bonjour"),
     Prompt("p3", "math", "long", "What is 7 times 8? The answer is 56. " * 3),
-    Prompt("p4", "general", "medium", "Summarize the following text in one sentence."),
+    Prompt("p4", "chat", "medium", "Summarize the following text in one sentence."),
     Prompt("p5", "code", "short", "Please reply in JSON with key name."),
 ]
 SETTINGS = tier.FidelitySettings(max_new_tokens=12, top_k=32, batch_size=4)
@@ -237,3 +242,94 @@ def test_settings_are_validated() -> None:
 def test_limit_and_batches() -> None:
     assert tier.batches([3, 9, 9, 1], 2) == [[1, 2], [0, 3]]
     assert tier.batches([], 4) == []
+
+
+# ---------------------------------------------------------------- suite and demo
+
+
+def _gate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "gate.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_suite_records_then_gates_through_the_cli(tiny_model_dir: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(vars(p)) + "\n" for p in PROMPTS))
+    config = tmp_path / "gate.toml"
+    config.write_text(f'[tiers.fidelity]\nprompts = "{prompts}"\nmax_new_tokens = 8\n')
+    store = tmp_path / "store"
+    common = ["--tiers", "fidelity", "--config", str(config), "--store", str(store)]
+    rec = _gate(
+        "baseline", "record", "--model", str(tiny_model_dir), "--ref", "fp16", *common, cwd=tmp_path
+    )
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    packs = list(store.rglob("*.reference.safetensors"))
+    assert len(packs) == 1
+    assert len(load_pack(packs[0])) == len(PROMPTS)
+    same = _gate(
+        "run", "--candidate", str(tiny_model_dir), "--against", "fp16", *common,
+        "--json", str(tmp_path / "same.json"), cwd=tmp_path,
+    )  # fmt: skip
+    assert same.returncode == 0, same.stdout + same.stderr
+    broken = _gate(
+        "run", "--candidate", str(tiny_model_dir), "--recipe", "drop-layers:1", "--against",
+        "fp16", *common, "--json", str(tmp_path / "broken.json"), cwd=tmp_path,
+    )  # fmt: skip
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "fidelity.cga" in broken.stdout
+    assert "Traceback" not in broken.stderr
+
+
+def test_demo_judgement() -> None:
+    from gate.demo import CandidateResult, judge
+    from gate.errors import ExitCode
+
+    ok = CandidateResult("none", 0, "pass")
+    blocked = CandidateResult("quanto-int2", 1, "block")
+    assert judge([ok, blocked]) == (ExitCode.OK, None)
+    code, problem = judge([CandidateResult("none", 1, "block"), blocked])
+    assert code == ExitCode.BLOCKED and problem is not None and "control" in problem
+    code, _ = judge([ok, CandidateResult("bnb-nf4", 3, "error", error="no kernel")])
+    assert code == ExitCode.INTERNAL_ERROR
+
+
+def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
+    from gate.demo import DEMO_SETTINGS, write_config
+    from gate.session import load_run_config
+
+    loaded = load_run_config(write_config(tmp_path / "demo.toml"))
+    assert loaded == {k: dict(v) for k, v in DEMO_SETTINGS.items()}
+    tier.settings_from(loaded["fidelity"])
+
+
+def test_demo_refuses_an_unknown_recipe() -> None:
+    from gate.demo import run_demo
+
+    with pytest.raises(ConfigError, match="bnb-nf5"):
+        run_demo(["none", "bnb-nf5"], ["fidelity"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (demo_store() / "demo").is_dir(), reason="the demo baseline is not committed yet"
+)
+def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    result = _gate(
+        "demo", "--recipes", "none,drop-layers:2", "--tiers", "fidelity", "--json-dir", str(out),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    verdicts = {c["recipe"]: c["verdict"] for c in summary["candidates"]}
+    assert verdicts == {"none": "pass", "drop-layers:2": "block"}
+    cga = {c["recipe"]: c["metrics"]["fidelity.cga"] for c in summary["candidates"]}
+    assert cga["none"] == 1.0 and cga["drop-layers:2"] < 0.9

@@ -128,7 +128,6 @@ class HFBackend:
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             temperature=1.0,
-            top_k=0,
             top_p=1.0,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_ids or None,

@@ -86,7 +86,9 @@ def from_native(rec: Mapping[str, Any], index: int, subject: str) -> MCQuestion:
     """``{"id", "context"|"question", "choices", "answer", "subject"?, "delimiter"?}``."""
     return MCQuestion(
         id=str(rec.get("id", index)),
-        context=str(rec["context"] if "context" in rec else rec["question"]),
+        context=str(
+            rec["question"] if "context" not in rec and "question" in rec else rec["context"]
+        ),
         choices=tuple(str(c) for c in _as_list(rec["choices"], "choices")),
         answer=int(rec["answer"]),
         subject=str(rec.get("subject") or subject),

@@ -2,6 +2,9 @@
 
 Read top to bottom, most important first:
 
+The page carries a Content-Security-Policy that forbids every load but its
+own data-URI images and inline style.
+
 1. a coloured verdict banner — APPROVED (green), APPROVED WITH WARNINGS
    (amber), BLOCKED (red) — with what was compared, the exit code and counts;
 2. the findings (warn/critical verdicts, worst first) with their reasons;
@@ -34,7 +37,14 @@ from gate.report.plots import Plot, all_plots
 from gate.report.results_json import Results
 from gate.verdict import Severity, Verdict
 
+#: The page may load nothing: images are data URIs, styles inline. A browser refuses
+#: (and logs) anything else, so a stray external URL cannot leak the report's contents.
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 BANNER_CLASS = {"APPROVED": "ok", "APPROVED WITH WARNINGS": "warn"}
+#: Findings shown in full above the plots; the rest are folded.
+TOP_FINDINGS = 6
+#: Critical metrics named in the banner.
+BANNER_METRICS = 5
 #: Candidate provenance fields shown first, in this order (the rest follow).
 CANDIDATE_FIELDS = (
     "model",
@@ -80,6 +90,7 @@ tr.critical td { background: #fdecea; } tr.warn td { background: #fff4e0; }
        padding: 0 8px; font-weight: 700; font-size: 12px; color: #fff; }
 .sev.pass { background: var(--ok); } .sev.warn { background: var(--warn); }
 .sev.critical { background: var(--block); }
+details { margin: 8px 0; } summary { cursor: pointer; color: var(--muted); }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 16px; }
 figure { margin: 0; border: 1px solid var(--line); border-radius: 6px; padding: 10px; }
@@ -112,14 +123,24 @@ def banner(results: Results) -> str:
         f"{n[Severity.PASS]} passed",
         f"exit {results.exit_code}",
     ]
+    critical = list(
+        dict.fromkeys(v.metric for v in order(results.verdicts) if v.severity == Severity.CRITICAL)
+    )
+    blocking = ""
+    if critical:
+        named = ", ".join(critical[:BANNER_METRICS])
+        more = (
+            f" and {len(critical) - BANNER_METRICS} more" if len(critical) > BANNER_METRICS else ""
+        )
+        blocking = f'<div class="sub">Critical: {esc(named + more)}</div>'
     return (
         f'<header class="banner {BANNER_CLASS.get(word, "block")}" id="verdict">'
         f'<p class="word">{esc(word)}</p>'
         f'<div class="sub">{esc(candidate_text(results.candidate))} vs '
         f"{esc(', '.join(refs) or 'baseline')}</div>"
-        '<div class="counts">'
+        + blocking
+        + '<div class="counts">'
         + "".join(f'<span class="chip">{esc(c)}</span>' for c in chips)
-        # the chips row closes the header
         + "</div></header>"
     )
 
@@ -129,11 +150,10 @@ def severity_pill(severity: Severity) -> str:
     return f'<span class="sev {severity.label}">{severity.name}</span>'
 
 
-def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool, reasons: bool) -> str:
+def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool) -> str:
     """A table of verdicts (already ordered)."""
     head = ["severity", "metric", "slice"] + (["vs"] if show_against else [])
     head += ["candidate", "baseline", "delta", "bound w / c", "CI of delta", "n", "test"]
-    head += ["reason"] if reasons else []
     rows = ["<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
     for v in verdicts:
         cells = [
@@ -156,21 +176,39 @@ def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool, reasons: b
         if v.p_value is not None:
             test += f" (p={v.p_value:.2g})"
         cells.append(f"<td>{esc(test)}</td>")
-        if reasons:
-            cells.append(f'<td class="reason">{esc(v.reason)}</td>')
         rows.append(f'<tr class="{v.severity.label}">' + "".join(cells) + "</tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 
-def findings(results: Results) -> str:
-    """The warn/critical verdicts, worst first, with reasons."""
+def reasons_table(verdicts: Sequence[Verdict]) -> str:
+    """Severity, metric and the comparison's reason, one row per verdict."""
+    rows = ["<tr><th>severity</th><th>metric</th><th>vs</th><th>reason</th></tr>"]
+    rows += [
+        f'<tr class="{v.severity.label}"><td>{severity_pill(v.severity)}</td>'
+        f"<td><code>{esc(v.key)}</code></td><td>{esc(v.against)}</td>"
+        f'<td class="reason">{esc(v.reason)}</td></tr>'
+        for v in verdicts
+    ]
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def findings(results: Results, *, top: int = TOP_FINDINGS) -> str:
+    """The worst slice of the ``top`` worst metrics, then every finding with its reason (folded)."""
     bad = [v for v in order(results.verdicts) if v.severity != Severity.PASS]
     if not bad:
         text = "Every metric is within its bounds." if results.verdicts else "Nothing was measured."
         return f'<h2 id="findings">Findings</h2><p class="muted">{esc(text)}</p>'
     show_against = len({v.against for v in results.verdicts}) > 1
-    return f'<h2 id="findings">Findings ({len(bad)}, worst first)</h2>' + verdict_table(
-        bad, show_against=show_against, reasons=True
+    worst: dict[tuple[str, str], Verdict] = {}
+    for v in bad:  # the worst slice of each metric, so the top rows name distinct metrics
+        worst.setdefault((v.metric, v.against), v)
+    shown = list(worst.values())[:top]
+    return (
+        f'<h2 id="findings">Findings: {len(bad)}; the worst slice of each metric</h2>'
+        + verdict_table(shown, show_against=show_against)
+        + f"<details><summary>All {len(bad)} findings with the reason of each</summary>"
+        + reasons_table(bad)
+        + "</details>"
     )
 
 
@@ -198,7 +236,7 @@ def tiers_section(results: Results) -> str:
     parts = ['<h2 id="tiers">Results by tier</h2>']
     for tier in ordered:
         parts.append(f'<h3 id="tier-{esc(tier)}">{esc(tier)} — {esc(counts(tiers[tier]))}</h3>')
-        parts.append(verdict_table(order(tiers[tier]), show_against=show_against, reasons=False))
+        parts.append(verdict_table(order(tiers[tier]), show_against=show_against))
     return "".join(parts)
 
 
@@ -293,6 +331,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}: {esc(word)} — {esc(candidate_text(results.candidate))}</title>"
         f"<style>{CSS}</style></head><body>{body}</body></html>\n"

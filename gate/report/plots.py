@@ -157,7 +157,7 @@ def kl_distribution(verdicts: Sequence[Verdict]) -> Plot | None:
                 x + 0.4,
                 colors=[SEVERITY_COLOUR[Severity.WARN], SEVERITY_COLOUR[Severity.CRITICAL]],
                 linestyles="--",
-                linewidth=1,
+                linewidth=2,
             )
     ax.set_yscale("log")
     ax.set_xticks(xs, [KL_LABELS.get(s, s) for s, _ in stats])
@@ -236,7 +236,7 @@ def latency_percentiles(verdicts: Sequence[Verdict]) -> Plot | None:
             families.append((family, found))
     if not families:
         return None
-    fig = _figure(3.0 * len(families) + 1, 3.2)
+    fig = _figure(7.0, 3.2)
     for i, (family, found) in enumerate(families):
         ax = fig.add_subplot(1, len(families), i + 1)
         xs = list(range(len(found)))

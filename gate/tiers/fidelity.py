@@ -47,6 +47,9 @@ CGA_K = 5
 #: Re-scoring rounds the recorder allows for argmax/generation disagreements to settle.
 _MAX_RECORD_ROUNDS = 4
 
+#: KL distribution statistics that also get per-category / per-length breakdowns
+#: (the others are reported overall only, to keep reports readable).
+SLICED_POINT_STATS = ("p99", "max")
 #: Called after each scored batch with (done, total) prompts; for progress bars.
 Progress = Callable[[int, int], None]
 
@@ -419,7 +422,9 @@ def measurements(results: Sequence[PromptScores], *, k: int, exact: bool) -> lis
                 value=summary[stat],
                 breakdown={
                     key: Measurement(name=name, value=s[stat]) for key, s in slice_summaries.items()
-                },
+                }
+                if stat in SLICED_POINT_STATS
+                else {},
                 details=details,
             )
         )

@@ -1,0 +1,96 @@
+"""GitHub output: annotations and the step summary of a blocked run, through write_reports."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gate.report.github import (
+    MAX_ANNOTATIONS,
+    annotation_lines,
+    artifacts_url,
+    escape_data,
+    escape_property,
+)
+from gate.report.console import order
+from gate.report.outputs import ReportTargets, write_reports
+from gate.verdict import Severity
+from tests import report_cases
+
+
+@pytest.fixture(scope="module")
+def blocked() -> report_cases.Case:
+    return report_cases.blocked()
+
+
+def _env(summary: Path) -> dict[str, str]:
+    return {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "GITHUB_SERVER_URL": "https://github.example",
+        "GITHUB_REPOSITORY": "org/models",
+        "GITHUB_RUN_ID": "4242",
+    }
+
+
+def test_blocked_run_annotates_and_summarises(blocked: report_cases.Case, tmp_path: Path) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    out = io.StringIO()
+    write_reports(blocked.doc, ReportTargets(), environ=_env(summary), stream=out)
+    lines = out.getvalue().splitlines()
+    errors = [line for line in lines if line.startswith("::error ")]
+    warnings = [line for line in lines if line.startswith("::warning ")]
+    criticals = [v for v in blocked.outcome.verdicts if v.severity == Severity.CRITICAL]
+    warns = [v for v in blocked.outcome.verdicts if v.severity == Severity.WARN]
+    assert len(errors) == min(MAX_ANNOTATIONS, len(criticals)) == MAX_ANNOTATIONS
+    assert len(warnings) == min(MAX_ANNOTATIONS, len(warns))
+    assert len(lines) == len(errors) + len(warnings)
+    # worst first: the first error names the worst critical metric
+    worst = order(criticals)[0]
+    assert errors[0].endswith("%0A" + escape_data(worst.reason))
+    assert errors[0].startswith(f"::error title={escape_property(f'gate CRITICAL: {worst.key}')}")
+    assert all(e.count("::") == 2 for e in errors)  # "::error props::message", nothing more
+    assert any("fidelity.cga" in e for e in errors)
+    text = summary.read_text()
+    assert text.startswith("earlier step\n")  # appended, never overwritten
+    assert "BLOCKED" in text
+    assert "| severity | metric | slice | candidate | baseline | delta |" in text
+    assert "`fidelity.cga`" in text and "0.03 / 0.06" in text  # code slice's tighter bound
+    assert "https://github.example/org/models/actions/runs/4242#artifacts" in text
+
+
+def test_nothing_happens_outside_github(blocked: report_cases.Case, tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert write_reports(blocked.doc, ReportTargets(), environ={}, stream=out) == []
+    assert out.getvalue() == ""
+
+
+def test_approved_run_has_no_annotations(tmp_path: Path) -> None:
+    case = report_cases.approved()
+    summary = tmp_path / "summary.md"
+    out = io.StringIO()
+    write_reports(case.doc, ReportTargets(), environ=_env(summary), stream=out)
+    assert out.getvalue() == ""
+    assert "APPROVED" in summary.read_text() and "BLOCKED" not in summary.read_text()
+
+
+def test_escaping_follows_the_workflow_command_rules() -> None:
+    assert escape_data("50% drop\r\nnext") == "50%25 drop%0D%0Anext"
+    assert escape_property("a:b, c%") == "a%3Ab%2C c%25"
+
+
+def test_annotation_message_cannot_break_the_command(blocked: report_cases.Case) -> None:
+    for line in annotation_lines(blocked.outcome.verdicts):
+        props, message = line[2:].split("::", 1)
+        command, title = props.split(" ", 1)
+        assert command in ("error", "warning")
+        assert "\n" not in line and "\r" not in line
+        assert title.startswith("title=") and "," not in title and ":" not in title[6:]
+        assert "%0A" in message  # the reason sits on its own (escaped) line
+
+
+def test_artifacts_url_needs_all_variables() -> None:
+    assert artifacts_url({"GITHUB_SERVER_URL": "https://x", "GITHUB_REPOSITORY": "o/r"}) is None
