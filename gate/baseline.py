@@ -50,8 +50,6 @@ _BASELINE_FILE_RE = re.compile(r"^(\d{4,})-([a-z0-9][a-z0-9_-]*)\.json$")
 _NUMBERED_RE = re.compile(r"^(\d{4,})-")
 #: Keys every baseline JSON must have.
 REQUIRED_KEYS = ("schema_version", "kind", "model_slug", "number", "label", "metrics")
-#: Provenance keys that must agree between a baseline and a candidate when both have them.
-COMPATIBILITY_KEYS = ("tokenizer_sha256", "model_family")
 _MAX_RACE_RETRIES = 1000
 
 
@@ -226,14 +224,42 @@ def load_baseline_file(path: Path) -> Baseline:
     )
 
 
+def tokenizer_identity(provenance: Mapping[str, Any]) -> str | None:
+    """The sha256 that identifies a model's vocabulary, when the provenance has one.
+
+    ``tokenizer_sha256`` when given (measurements from other tools); else the
+    digest of the vocabulary file among the backend's ``tokenizer_files``
+    (``tokenizer.json``, or ``tokenizer.model`` for sentencepiece). Chat
+    template files are deliberately not part of it.
+    """
+    explicit = provenance.get("tokenizer_sha256")
+    if explicit:
+        return str(explicit)
+    files = provenance.get("tokenizer_files")
+    if isinstance(files, Mapping):
+        for name in ("tokenizer.json", "tokenizer.model"):
+            if files.get(name):
+                return str(files[name])
+    return None
+
+
 def check_compatible(baseline: Baseline, candidate_provenance: Mapping[str, Any]) -> None:
     """Refuse comparing a candidate with a baseline of another tokenizer or model family.
 
-    Only keys present on both sides are compared (``tokenizer_sha256``,
-    ``model_family``); a measurements file from another tool may lack them.
+    Only what both sides record is compared (:func:`tokenizer_identity`,
+    ``model_family``); a measurements file from another tool may lack both.
     """
-    for key in COMPATIBILITY_KEYS:
-        ours, theirs = baseline.provenance.get(key), candidate_provenance.get(key)
+    pairs = {
+        "tokenizer": (
+            tokenizer_identity(baseline.provenance),
+            tokenizer_identity(candidate_provenance),
+        ),
+        "model_family": (
+            baseline.provenance.get("model_family"),
+            candidate_provenance.get("model_family"),
+        ),
+    }
+    for key, (ours, theirs) in pairs.items():
         if ours is not None and theirs is not None and ours != theirs:
             raise BaselineError(
                 f"baseline {baseline.display} has {key} {str(ours)[:16]!r} but the candidate "

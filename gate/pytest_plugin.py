@@ -72,6 +72,8 @@ class GateState:
     ref: str | None
     strict: bool
     json_out: Path | None
+    reports: Any = None  # gate.report.outputs.ReportTargets: --gate-html/-junit/-markdown
+    annotations: str = ""  # GitHub ::error/::warning lines, printed at the start of a line
     failed: list[str] = field(default_factory=list)
     errors: list[GateError] = field(default_factory=list)
     report: Callable[[Any], None] | None = None  # writes to a rich console
@@ -107,6 +109,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gate-thresholds", help="thresholds.toml (default: ./thresholds.toml)")
     group.addoption("--gate-strict", action="store_true", help="warnings block (exit 1)")
     group.addoption("--gate-json", help="write the results JSON here")
+    group.addoption("--gate-html", help="write the self-contained HTML report here")
+    group.addoption("--gate-junit", help="write the JUnit XML report here")
+    group.addoption("--gate-markdown", help="write the markdown report (PR comment) here")
     group.addoption("--gate-config", help="run config TOML with [tiers.<name>] settings")
     group.addoption("--gate-model-slug", help="baseline store slug (default: from the model)")
 
@@ -140,6 +145,7 @@ def _model_slug(model: str, explicit: str | None) -> str:
 def _build_state(config: pytest.Config) -> GateState:
     from gate.baseline import BaselineStore
     from gate.config import load_thresholds
+    from gate.report.outputs import ReportTargets
     from gate.session import GateRun, load_run_config
 
     opt = config.option
@@ -172,6 +178,12 @@ def _build_state(config: pytest.Config) -> GateState:
         ref=opt.gate_ref,
         strict=bool(opt.gate_strict),
         json_out=Path(opt.gate_json) if opt.gate_json else None,
+        reports=ReportTargets(
+            json=Path(opt.gate_json) if opt.gate_json else None,
+            html=Path(opt.gate_html) if opt.gate_html else None,
+            junit=Path(opt.gate_junit) if opt.gate_junit else None,
+            markdown=Path(opt.gate_markdown) if opt.gate_markdown else None,
+        ),
     )
 
 
@@ -227,7 +239,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         code = int(ExitCode.INTERNAL_ERROR)
     session.exitstatus = code
     if session.config.pluginmanager.get_plugin("terminalreporter") is None:
-        sys.stdout.write(_render_text(state, color=False))
+        sys.stdout.write(state.annotations + _render_text(state, color=False))
 
 
 def _finish(state: GateState, exitstatus: int) -> int:
@@ -281,7 +293,8 @@ def _compare(
     from gate.baseline import check_compatible
     from gate.compare import compare_many
     from gate.report.console import render
-    from gate.report.results_json import build_results, write_results
+    from gate.report.outputs import write_reports
+    from gate.report.results_json import build_results
     from gate.verdict import decide
 
     run = state.run
@@ -305,16 +318,18 @@ def _compare(
         outcome, console, exit_code=code, title=title, notes=notes
     )
     state.lines.clear()
-    if state.json_out is not None:
-        results = build_results(
-            outcome,
-            exit_code=code,
-            baselines={ref: b.describe(ref) for ref, b in run.baselines.items()},
-            candidate=candidate,
-            environment=env,
-            notes=notes,
-        )
-        write_results(state.json_out, results)
+    results = build_results(
+        outcome,
+        exit_code=code,
+        baselines={ref: b.describe(ref) for ref, b in run.baselines.items()},
+        candidate=candidate,
+        environment=env,
+        notes=notes,
+    )
+    # JSON, HTML, JUnit, markdown as asked; GitHub annotations + step summary under Actions
+    buffer = io.StringIO()
+    write_reports(results, state.reports, stream=buffer)
+    state.annotations = buffer.getvalue()
     return code
 
 
@@ -339,6 +354,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     try:
         terminalreporter.write_sep("=", "gate")
+        terminalreporter.write(state.annotations)
         terminalreporter.write(_render_text(state, color=bool(terminalreporter.hasmarkup)))
     except Exception as exc:  # never raise from a reporting hook
         sys.stderr.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")

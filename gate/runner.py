@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gate.errors import ConfigError, ExitCode, NothingMeasuredError
 from gate.metrics.registry import TIERS, suggest
+from gate.report.outputs import ReportTargets
 from gate.session import MODES, Mode
 
 
@@ -64,6 +65,7 @@ def build_args(
     ref: str | None = None,
     model_slug: str | None = None,
     verbose: bool = False,
+    reports: ReportTargets | None = None,
 ) -> list[str]:
     """The pytest command line for one gate session over ``tiers`` in ``directory``."""
     args = [str(directory / f"test_{tier}.py") for tier in tiers]
@@ -83,6 +85,12 @@ def build_args(
         ("--gate-ref", ref),
         ("--gate-model-slug", model_slug),
     ]
+    if reports is not None:
+        optional += [
+            ("--gate-html", reports.html),
+            ("--gate-junit", reports.junit),
+            ("--gate-markdown", reports.markdown),
+        ]
     for flag, value in optional:
         if value is not None:
             args += [flag, str(value)]
@@ -110,6 +118,7 @@ def run_pytest(
     model_slug: str | None = None,
     verbose: bool = False,
     directory: Path | None = None,
+    reports: ReportTargets | None = None,
 ) -> ExitCode:
     """Run the gate's pytest session; returns its exit status.
 
@@ -150,6 +159,7 @@ def run_pytest(
         ref=ref,
         model_slug=model_slug,
         verbose=verbose,
+        reports=reports,
     )
     code = int(pytest.main(args))
     try:

@@ -49,7 +49,9 @@ def run_lm_eval(model: Path, mcq: Path, workdir: Path, limit: int | None) -> lis
     ]  # fmt: skip
     if limit is not None:
         cmd += ["--limit", str(limit)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false"
+    )
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"lm_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -103,7 +105,9 @@ def compare(samples: list[dict[str, Any]], results: list[Any]) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="local model directory")
-    parser.add_argument("--mcq", type=Path, default=REPO / "gate" / "assets" / "mcq" / "facts.jsonl")
+    parser.add_argument(
+        "--mcq", type=Path, default=REPO / "gate" / "assets" / "mcq" / "facts.jsonl"
+    )
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the comparison here")

@@ -181,8 +181,12 @@ def test_incompatible_tokenizer_or_family_is_refused(tmp_path: Path) -> None:
     stored = _add(BaselineStore(tmp_path))
     check_compatible(stored, {"model_family": "llama"})  # same family, no tokenizer hash
     check_compatible(stored, {})  # another tool's file: nothing to compare
-    with pytest.raises(BaselineError, match="tokenizer_sha256"):
+    with pytest.raises(BaselineError, match="tokenizer"):
         check_compatible(stored, {"tokenizer_sha256": "cd" * 32})
+    # a backend's provenance names the vocabulary file's digest
+    check_compatible(stored, {"tokenizer_files": {"tokenizer.json": "ab" * 32, "x.jinja": "0"}})
+    with pytest.raises(BaselineError, match="tokenizer"):
+        check_compatible(stored, {"tokenizer_files": {"tokenizer.json": "ef" * 32}})
     with pytest.raises(BaselineError, match="model_family"):
         check_compatible(stored, {"model_family": "qwen2"})
 

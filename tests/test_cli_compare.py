@@ -181,7 +181,7 @@ def test_incompatible_tokenizer(tmp_path: Path, capsys: pytest.CaptureFixture[st
     data["model"]["tokenizer_sha256"] = "00" * 32
     bad = _bad(tmp_path, "other.json", json.dumps(data))
     argv = ["compare", bad, "--baseline", BASELINE, "--thresholds", THRESHOLDS]
-    _assert_one_line_exit_4(argv, capsys, "tokenizer_sha256")
+    _assert_one_line_exit_4(argv, capsys, "has tokenizer")
 
 
 def test_console_script_has_no_traceback(tmp_path: Path) -> None:

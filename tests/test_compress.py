@@ -109,9 +109,13 @@ def test_quantized_builds_store_fewer_bytes(load: Loader) -> None:
     dense = sum(m.weight.numel() * 4 for m in linears)
     int8 = sum(m.weight.numel() + m.out_features * 4 for m in linears)
     assert sizes["bnb-int8"] == full - dense + int8
-    # NF4: two codes per byte + one fp32 absmax per block of 64 weights
-    nf4 = sum(m.weight.numel() // 2 + m.weight.numel() // 64 * 4 for m in linears)
-    assert sizes["bnb-nf4"] == full - dense + nf4
+    # NF4: two codes per byte + one absmax per block of 64 weights, fp32 (GPU layout) or
+    # bf16 (bitsandbytes repacks for its CPU kernel on the first forward pass)
+    nf4 = {
+        sum(m.weight.numel() // 2 + m.weight.numel() // 64 * width for m in linears)
+        for width in (4, 2)
+    }
+    assert sizes["bnb-nf4"] in {full - dense + n for n in nf4}
 
 
 def test_magnitude_pruning_keeps_the_largest_weights(load: Loader) -> None:

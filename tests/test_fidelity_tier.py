@@ -24,7 +24,7 @@ from gate.errors import BaselineError, ConfigError, DataError
 from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
 from gate.reference import ReferencePack, load_pack
-from gate.spec import ModelSpec
+from gate.spec import ModelSpec, demo_model_dir
 from gate.tiers import fidelity as tier
 from gate.verdict import Severity
 
@@ -333,3 +333,59 @@ def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
     assert verdicts == {"none": "pass", "drop-layers:2": "block"}
     cga = {c["recipe"]: c["metrics"]["fidelity.cga"] for c in summary["candidates"]}
     assert cga["none"] == 1.0 and cga["drop-layers:2"] < 0.9
+
+
+# ------------------------------------------------------------- on the demo model
+
+_DEMO_READY = (demo_model_dir() / "model.safetensors").is_file()
+_needs_demo = pytest.mark.skipif(not _DEMO_READY, reason="the demo model is not committed yet")
+
+
+@pytest.fixture(scope="module")
+def demo_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[HFBackend, ReferencePack]:
+    from gate.data.prompt_set import load_prompt_set
+
+    backend = load_backend(ModelSpec.parse("demo"))
+    prompts = load_prompt_set(None)[:12]
+    settings = tier.FidelitySettings(max_new_tokens=48, top_k=32, batch_size=4)
+    path = tier.record(backend, prompts, settings, tmp_path_factory.mktemp("demo") / "ref.st")
+    return backend, load_pack(path)
+
+
+@_needs_demo
+@pytest.mark.slow
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_demo_batched_scorer_equals_per_token_loop(
+    demo_setup: tuple[HFBackend, ReferencePack], batch_size: int
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    backend, pack = demo_setup
+    model = AutoModelForCausalLM.from_pretrained(demo_model_dir()).eval()
+    requests = [
+        ScoreRequest(pack.prompt_ids(j).tolist(), pack.output_ids(j).tolist())
+        for j in range(len(pack))
+    ]
+    worst = 0.0
+    for i, rows in tier.score_rows(backend, requests, batch_size=batch_size, top_k=1):
+        expected = _loop_rows(model, list(requests[i].context), list(requests[i].continuation))
+        worst = max(worst, float(np.abs(rows - expected).max()))
+    assert worst <= 1e-5
+
+
+@_needs_demo
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["quanto-int4", "bnb-nf4"])
+def test_demo_topk_tail_kl_within_one_percent(
+    demo_setup: tuple[HFBackend, ReferencePack], recipe: str
+) -> None:
+    """On the demo model at k = 32 the pack's KL is a lower bound within 1 % of the exact KL."""
+    backend, pack = demo_setup
+    cand = load_backend(ModelSpec.parse("demo"), recipe)
+    settings = tier.FidelitySettings(batch_size=4)
+    approx = np.concatenate([r.positions.kl for r in tier.score_pack(cand, pack, settings)])
+    exact = np.concatenate(
+        [r.positions.kl for r in tier.score_pack(cand, pack, settings, baseline_backend=backend)]
+    )
+    assert np.all(approx <= exact + 1e-9)
+    assert approx.sum() >= 0.99 * exact.sum()

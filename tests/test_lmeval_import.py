@@ -21,22 +21,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 def record(doc_id: int, lls: Sequence[float], gold: int, *, subject: str = "s") -> dict[str, Any]:
     """One document as lm-eval 0.4 logs it (numbers written as strings in resps)."""
-    doc = {
-        "id": f"d{doc_id}",
-        "subject": subject,
-        "choices": ["a", "bb", "ccc", "dd"][: len(lls)],
-        "answer": gold,
-    }
+    choices = ["a", "bb", "ccc", "dd"][: len(lls)]
+    doc = {"id": f"d{doc_id}", "subject": subject, "choices": choices, "answer": gold}
     pred = max(range(len(lls)), key=lambda j: lls[j])
-    pred_norm = max(range(len(lls)), key=lambda j: lls[j] / len(doc["choices"][j]))  # type: ignore[index]
+    pred_norm = max(range(len(lls)), key=lambda j: lls[j] / len(choices[j]))
     pairs = [[str(x), "False"] for x in lls]
     return {
         "doc_id": doc_id,
         "doc": doc,
         "target": str(gold),
         "arguments": {
-            f"gen_args_{j}": {"arg_0": "Q:", "arg_1": f" {c}"} for j, c in enumerate(doc["choices"])
-        },  # type: ignore[arg-type]
+            f"gen_args_{j}": {"arg_0": "Q:", "arg_1": f" {c}"} for j, c in enumerate(choices)
+        },
         "resps": [[p] for p in pairs],
         "filtered_resps": pairs,
         "filter": "none",

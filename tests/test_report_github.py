@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# pre-imported: pytester's in-process sessions cannot re-import C extensions (matplotlib)
+import gate.report.html
+import gate.report.junit
+import gate.report.plots  # noqa: F401
+from gate.report.console import order
 from gate.report.github import (
     MAX_ANNOTATIONS,
     annotation_lines,
@@ -14,10 +19,10 @@ from gate.report.github import (
     escape_data,
     escape_property,
 )
-from gate.report.console import order
 from gate.report.outputs import ReportTargets, write_reports
 from gate.verdict import Severity
 from tests import report_cases
+from tests.test_plugin import _gate, _record, gate_dir  # noqa: F401  (gate_dir: fixture)
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +99,34 @@ def test_annotation_message_cannot_break_the_command(blocked: report_cases.Case)
 
 def test_artifacts_url_needs_all_variables() -> None:
     assert artifacts_url({"GITHUB_SERVER_URL": "https://x", "GITHUB_REPOSITORY": "o/r"}) is None
+
+
+# The plugin end to end (an in-memory backend through the plugin's documented hook):
+# `--gate-html/--gate-junit/--gate-markdown` and the GitHub output of a blocked run.
+
+
+def test_plugin_writes_every_report_and_annotates(
+    gate_dir: pytest.Pytester,  # noqa: F811 monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = gate_dir.path / "summary.md"
+    for key, value in _env(summary).items():
+        monkeypatch.setenv(key, value)
+    _record(gate_dir)
+    result = _gate(
+        gate_dir,
+        "--gate-recipe",
+        "critical",
+        "--gate-html",
+        "out/report.html",
+        "--gate-junit",
+        "out/junit.xml",
+        "--gate-markdown",
+        "out/comment.md",
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["::error title=gate CRITICAL%3A accuracy.mcq_acc vs latest::*"])
+    out = gate_dir.path / "out"
+    assert "BLOCKED" in (out / "report.html").read_text()
+    assert b'failures="1"' in (out / "junit.xml").read_bytes()
+    assert (out / "comment.md").read_text().startswith("## ❌ gate: BLOCKED")
+    assert "`accuracy.mcq_acc`" in summary.read_text()

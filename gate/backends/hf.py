@@ -79,6 +79,20 @@ class HFBackend:
         self.eos_ids: list[int] = (
             [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
         )
+        self._warm_up()
+        #: Storage bytes of parameters and buffers, measured once after the warm-up.
+        self.parameter_bytes = parameter_bytes(model)
+
+    @torch.no_grad()
+    def _warm_up(self) -> None:
+        """One single-token forward pass.
+
+        Some kernels settle their storage on first use (bitsandbytes on the CPU
+        repacks 4-bit weights and stores absmax in bfloat16), so bytes are
+        measured after it, in the layout that actually runs.
+        """
+        token = torch.tensor([[self.pad_id]], device=self.device)
+        self.model(input_ids=token, use_cache=False)
 
     # -- tokens ---------------------------------------------------------------
 
@@ -309,7 +323,7 @@ class HFBackend:
             "weight_files": weights,
             "tokenizer_sha256": combined_digest(tokenizer) if tokenizer else None,
             "tokenizer_files": tokenizer,
-            "parameter_bytes": parameter_bytes(self.model),
+            "parameter_bytes": self.parameter_bytes,
             "linear_classes": sorted(counts),
             "linear_class_counts": counts,
             "forward_delay": hasattr(self.model, HANDLE_ATTR),

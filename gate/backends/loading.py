@@ -146,8 +146,9 @@ def _load_config(source: str, spec: ModelSpec, common: dict[str, Any]) -> Any:
             ) from None
         if common.get("local_files_only") and spec.local_dir is None:
             raise ModelLoadError(
-                f"model {source} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set",
-                "download it first or unset HF_HUB_OFFLINE",
+                f"model {source} is neither a local directory nor in the Hugging Face cache"
+                " (HF_HUB_OFFLINE is set)",
+                "check the path, or download the model first",
             ) from None
         raise ModelLoadError(f"cannot read the config of {source}: {_first_line(exc)}") from None
 
@@ -173,7 +174,10 @@ def _load_model(
         raise _import_error(exc, method or _recipe_method(recipe), source) from None
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         message = str(exc)
-        if "safetensors" in message and not spec.allow_pickle:
+        no_safetensors = (
+            "use_safetensors" in message or "no file named model.safetensors" in message
+        )
+        if no_safetensors and not spec.allow_pickle:
             raise ModelLoadError(
                 f"{source} has no safetensors weights (only pickle files, which can run code)",
                 "pass --allow-pickle if you trust the files",

@@ -13,7 +13,8 @@ from gate.errors import NothingMeasuredError, UsageError
 from gate.measurements_file import load_measurements
 from gate.provenance import environment
 from gate.report.console import make_console, render
-from gate.report.results_json import build_results, write_results
+from gate.report.outputs import ReportTargets, report_options, write_reports
+from gate.report.results_json import build_results
 from gate.verdict import decide
 
 #: Default store directory, relative to the working directory.
@@ -61,6 +62,7 @@ color_option = click.option(
     help="Also write the results JSON here.",
 )
 @color_option
+@report_options
 def compare(
     measurements: Path,
     refs: tuple[str, ...],
@@ -70,6 +72,9 @@ def compare(
     strict: bool,
     json_out: Path | None,
     color: bool | None,
+    html_out: Path | None,
+    junit_out: Path | None,
+    markdown_out: Path | None,
 ) -> int:
     """Gate MEASUREMENTS (a measurements JSON) against stored baselines.
 
@@ -110,16 +115,15 @@ def compare(
             ref if ref == b.display else f"{ref} = {b.display}" for ref, b in baselines.items()
         ),
     )
-    if json_out is not None:
-        write_results(
-            json_out,
-            build_results(
-                outcome,
-                baselines={ref: b.describe(ref) for ref, b in baselines.items()},
-                candidate=candidate.model,
-                environment=candidate.environment or environment(),
-            ),
-        )
+    write_reports(
+        build_results(
+            outcome,
+            baselines={ref: b.describe(ref) for ref, b in baselines.items()},
+            candidate=candidate.model,
+            environment=candidate.environment or environment(),
+        ),
+        ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out),
+    )
     return int(outcome.exit_code)
 
 

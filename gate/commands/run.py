@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gate.commands.compare import store_option
+from gate.report.outputs import ReportTargets, report_options
 
 
 @click.command("run")
@@ -39,6 +40,7 @@ from gate.commands.compare import store_option
 @click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
 @click.option("--verbose", "-v", is_flag=True, help="List every tier test.")
 @store_option
+@report_options
 def run(
     candidate: str,
     recipe: str | None,
@@ -51,6 +53,9 @@ def run(
     model_slug: str | None,
     verbose: bool,
     store: Path,
+    html_out: Path | None,
+    junit_out: Path | None,
+    markdown_out: Path | None,
 ) -> int:
     """Measure CANDIDATE (optionally compressed with --recipe) and gate it against baselines.
 
@@ -80,5 +85,6 @@ def run(
         config=config,
         model_slug=model_slug,
         verbose=verbose,
+        reports=ReportTargets(html=html_out, junit=junit_out, markdown=markdown_out),
     )
     return int(code)

@@ -299,7 +299,7 @@ def drift_series(drifts: Sequence[Any]) -> Plot | None:
     series = [d for d in drifts if len(getattr(d, "values", ())) > 0]
     if not series:
         return None
-    fig = _figure(7.5, 1.9 * len(series) + 0.6)
+    fig = _figure(7.0, max(3.0, 1.9 * len(series) + 0.6))
     for i, drift in enumerate(series):
         ax = fig.add_subplot(len(series), 1, i + 1)
         xs = list(range(1, len(drift.values) + 1))
@@ -307,9 +307,9 @@ def drift_series(drifts: Sequence[Any]) -> Plot | None:
         ax.plot(xs, list(drift.values), marker="o", markersize=3, color=colour, linewidth=1)
         for cp in drift.change_points:
             ax.axvline(cp.index + 1, color=SEVERITY_COLOUR[Severity.CRITICAL], linestyle="--")
-        ax.set_title(f"{drift.metric} ({drift.severity.name})", fontsize=8, loc="left")
+        ax.set_title(f"{drift.metric} ({drift.severity.name})", fontsize=9, loc="left")
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=8)
     first, last = series[0].times[0], series[0].times[-1]
     return Plot(
         "drift",

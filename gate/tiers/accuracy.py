@@ -27,11 +27,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from gate.backends.base import Backend, ScoreRequest
+from gate.backends.base import ScoreRequest, TokenScores
 from gate.data.corpus import load_corpus
 from gate.data.mcq import MCQuestion, load_mcq_set
 from gate.errors import BaselineError, DataError
@@ -44,6 +44,23 @@ MCQ_ARTIFACT = "mcq"
 MCQ_SCHEMA = 1
 #: Questions whose full next-token rows are held in memory at once (single-token path).
 _FULL_CHUNK = 32
+
+
+class Scorer(Protocol):
+    """The part of :class:`~gate.backends.base.Backend` this tier uses (any Backend is one)."""
+
+    name: str
+
+    def encode_text(self, text: str) -> list[int]: ...
+
+    def score(
+        self,
+        requests: Sequence[ScoreRequest],
+        *,
+        top_k: int = 32,
+        full: bool = False,
+        batch_size: int = 8,
+    ) -> list[TokenScores]: ...
 
 
 @dataclass(frozen=True)
@@ -99,7 +116,7 @@ class WindowScore:
 
 
 def score_windows(
-    backend: Backend, ids: Sequence[int], *, window: int, stride: int, batch_size: int = 8
+    backend: Scorer, ids: Sequence[int], *, window: int, stride: int, batch_size: int = 8
 ) -> list[WindowScore]:
     """Teacher-forced NLL of every sliding window of ``ids`` (one request per window)."""
     windows = am.sliding_windows(len(ids), window, stride)
@@ -142,7 +159,7 @@ def perplexity_measurement(
     )
 
 
-def measure_perplexity(backend: Backend, settings: AccuracySettings) -> Measurement:
+def measure_perplexity(backend: Scorer, settings: AccuracySettings) -> Measurement:
     """Load the corpus, tokenize, score the windows, build the measurement."""
     # Reading ~8 characters per wanted token is ample for BPE tokenizers.
     text = load_corpus(settings.perplexity_corpus, max_chars=8 * settings.perplexity_max_tokens)
@@ -190,7 +207,7 @@ class _Encoded:
         return all(len(o) == 1 for o in self.options)
 
 
-def _encode_question(backend: Backend, q: MCQuestion, qid: str) -> _Encoded:
+def _encode_question(backend: Scorer, q: MCQuestion, qid: str) -> _Encoded:
     context: list[int] | None = None
     options: list[list[int]] = []
     for j in range(len(q.choices)):
@@ -208,7 +225,7 @@ def _encode_question(backend: Backend, q: MCQuestion, qid: str) -> _Encoded:
 
 
 def score_questions(
-    backend: Backend, questions: Sequence[MCQuestion], *, batch_size: int = 8, prefix: str = ""
+    backend: Scorer, questions: Sequence[MCQuestion], *, batch_size: int = 8, prefix: str = ""
 ) -> list[am.QuestionResult]:
     """Option log-likelihoods of every question (ids are ``prefix + question.id``).
 
@@ -263,7 +280,7 @@ def load_questions(settings: AccuracySettings) -> list[tuple[str, list[MCQuestio
     return out
 
 
-def run_mcq(backend: Backend, settings: AccuracySettings) -> list[am.QuestionResult]:
+def run_mcq(backend: Scorer, settings: AccuracySettings) -> list[am.QuestionResult]:
     """Score every configured question; ids are ``<set>/<question id>``."""
     results: list[am.QuestionResult] = []
     for name, questions in load_questions(settings):

@@ -341,8 +341,18 @@ def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str)
     return np.concatenate([getattr(results[i].positions, field) for i in indices])
 
 
-def measurements(results: Sequence[PromptScores], *, k: int, exact: bool) -> list[Measurement]:
-    """Aggregate per-prompt scores into the fidelity measurements (see the catalog)."""
+def measurements(
+    results: Sequence[PromptScores],
+    *,
+    k: int,
+    exact: bool,
+    tail_mass_mean: float | None = None,
+) -> list[Measurement]:
+    """Aggregate per-prompt scores into the fidelity measurements (see the catalog).
+
+    ``tail_mass_mean`` (the baseline's mean probability outside its top-k, from
+    the pack) is reported with the KL so a reader can judge the bound.
+    """
     ids = [r.meta.id for r in results]
     groups = _groups(results)
     everything = list(range(len(results)))
@@ -360,6 +370,7 @@ def measurements(results: Sequence[PromptScores], *, k: int, exact: bool) -> lis
         "kl": "exact" if exact else f"top-{k} + tail bucket (lower bound of the exact KL)",
         "k": k,
         "token_mean": float(kl_all.mean()),
+        "tail_mass_mean": tail_mass_mean,
     }
 
     def per_prompt(fn: Callable[[fm.PositionScores], float]) -> list[float]:
@@ -445,4 +456,12 @@ def measure(
     results = score_pack(
         backend, pack, settings, baseline_backend=baseline_backend, progress=progress
     )
-    return measurements(results, k=pack.k, exact=baseline_backend is not None)
+    scored = pack.tensors["tail_logmass"][
+        : int(pack.tensors["output_offsets"][results[-1].index + 1])
+    ]
+    return measurements(
+        results,
+        k=pack.k,
+        exact=baseline_backend is not None,
+        tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
+    )

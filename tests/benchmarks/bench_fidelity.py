@@ -11,7 +11,11 @@ tiny test model and a few built-in prompts. Each benchmark stores its ratio in
 * ``speedup_vs_loop``: the per-token KV-cache loop's time over ``score_pack``'s
   (target >= 20x);
 * ``bytes_ratio``: pack bytes per output token over full-vocabulary float16
-  logits (``2 V`` bytes per token; target <= 1/100).
+  logits (``2 V`` bytes per token; target <= 1/100). The pack costs about
+  ``8 k + 8`` bytes per token whatever the vocabulary, so the ratio meets the
+  target from ``V ~ 13k`` up (every production vocabulary); the demo model's
+  4096-token vocabulary is too small for it, and the projection to common
+  vocabulary sizes is reported beside the measured figure.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from gate.spec import ModelSpec, demo_model_dir
 from gate.tiers import fidelity as tier
 
 torch.set_num_threads(1)
+
+#: Vocabulary sizes of common model families (Llama 2: 32k, Llama 3: 128k) for the projection.
+PROJECTED_VOCABS = (32_000, 128_256)
 
 
 @dataclass(frozen=True)
@@ -185,9 +192,12 @@ def test_pack_bytes_per_token(benchmark: Any, setup: Setup) -> None:
             "pack_bytes_per_token": per_token,
             "fp16_logits_bytes_per_token": 2 * vocab,
             "bytes_ratio": ratio,
+            # The per-token cost does not grow with the vocabulary; full logits do.
+            "bytes_ratio_at_vocab": {v: per_token / (2 * v) for v in PROJECTED_VOCABS},
         }
     )
     print(
         f"\n[{setup.model_name}] pack {per_token:.0f} B/token vs fp16 logits {2 * vocab} B/token "
-        f"= 1/{1 / ratio:.0f}"
+        f"= 1/{1 / ratio:.0f}; at vocab 32k 1/{2 * 32_000 / per_token:.0f}, "
+        f"at 128k 1/{2 * 128_256 / per_token:.0f}"
     )
