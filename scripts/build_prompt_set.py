@@ -23,7 +23,12 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from gate.data.prompt_set import DEFAULT_MAX_TOKENS, DEFAULT_SIZE, build_prompt_set, write_prompt_set
+from gate.data.prompt_set import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_SIZE,
+    build_prompt_set,
+    write_prompt_set,
+)
 from gate.data.sharegpt import Conversation, load_sharegpt, split_conversations, usable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +57,12 @@ def heldout_texts(held: list[Conversation], max_bytes: int, max_chars: int) -> l
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer", type=Path, default=ROOT / "gate/assets/demo_model")
-    ap.add_argument("--prompts-out", type=Path, default=ROOT / "gate/assets/prompts/fidelity_prompts.jsonl")
-    ap.add_argument("--heldout-out", type=Path, default=ROOT / "gate/assets/data/heldout_sharegpt.jsonl")
+    ap.add_argument(
+        "--prompts-out", type=Path, default=ROOT / "gate/assets/prompts/fidelity_prompts.jsonl"
+    )
+    ap.add_argument(
+        "--heldout-out", type=Path, default=ROOT / "gate/assets/data/heldout_sharegpt.jsonl"
+    )
     ap.add_argument("--size", type=int, default=DEFAULT_SIZE)
     ap.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     ap.add_argument("--ppl-bytes", type=int, default=200_000)

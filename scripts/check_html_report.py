@@ -82,7 +82,9 @@ def run_browser(
     with tempfile.TemporaryDirectory(prefix="gate-chromium-") as profile:
         args = [browser, *FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()]
         try:
-            return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+            return subprocess.run(
+                args, capture_output=True, text=True, timeout=timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"chromium did not finish within {timeout:.0f} s") from None
 

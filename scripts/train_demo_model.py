@@ -16,7 +16,7 @@ Steps:
 5. save float32 safetensors, tokenizer and generation config into ``--out`` and print
    held-out perplexity and greedy sample replies as JSON.
 
-Run (about 30 min on 2 CPU cores):
+Run (about 30 min on a shared 2-core CPU, one thread):
     HF_HUB_OFFLINE=1 python scripts/train_demo_model.py --out gate/assets/demo_model
 """
 
@@ -36,20 +36,32 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One thread and a passive OpenMP wait: on a shared, oversubscribed 2-core machine two
+# spinning threads made each step ~7x slower than one.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
 
-from gate.data.sharegpt import Conversation, load_sharegpt, split_conversations, usable  # noqa: E402
-from gate.data.synthetic import SyntheticDialogue, generate_dialogues  # noqa: E402
+from gate.data.sharegpt import Conversation, load_sharegpt, split_conversations, usable
+from gate.data.synthetic import SyntheticDialogue, generate_dialogues
 
-SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+SPECIAL_TOKENS = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<pad>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|system|>",
+    "<|end|>",
+]
 
 #: The chat template: ``<s><|user|>text<|end|><|assistant|>text<|end|>...``.
 CHAT_TEMPLATE = (
@@ -252,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--synthetic-frac", type=float, default=0.3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tokenizer-convs", type=int, default=6000)
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--metrics", type=Path, default=None, help="write final metrics JSON here")
@@ -281,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     # about 40 tokens per synthetic dialogue; draw generously, trim after tokenizing
     synth = generate_dialogues(max(2000, synth_tokens // 25), seed=args.seed)
 
-    tok_texts = [
-        t.content[:4000] for c in train[: args.tokenizer_convs] for t in c.turns
-    ] + [d.user + "\n" + d.assistant for d in synth[:20000]]
+    tok_texts = [t.content[:4000] for c in train[: args.tokenizer_convs] for t in c.turns] + [
+        d.user + "\n" + d.assistant for d in synth[:20000]
+    ]
     tokenizer = train_tokenizer(tok_texts)
     print(f"tokenizer: vocab={len(tokenizer)} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
@@ -339,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             el = time.perf_counter() - t_train
             tps = (step + 1) * args.batch * args.seq_len / el
             print(
-                f"step {step} loss {float(loss):.3f} lr {lr:.2e} tok/s {tps:.0f} elapsed {el:.0f}s",
+                f"step {step} loss {loss.item():.3f} lr {lr:.2e} tok/s {tps:.0f} elapsed {el:.0f}s",
                 flush=True,
             )
         if args.ckpt and step and step % args.ckpt_every == 0:
@@ -378,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_tokens": int(held_blocks[:, 1:].numel()),
         "train_seconds": train_s,
         "total_seconds": time.perf_counter() - t0,
-        "final_loss": float(loss),
+        "final_loss": loss.item(),
         "samples": samples,
         "torch": torch.__version__,
     }

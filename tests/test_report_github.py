@@ -106,7 +106,8 @@ def test_artifacts_url_needs_all_variables() -> None:
 
 
 def test_plugin_writes_every_report_and_annotates(
-    gate_dir: pytest.Pytester,  # noqa: F811 monkeypatch: pytest.MonkeyPatch
+    gate_dir: pytest.Pytester,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     summary = gate_dir.path / "summary.md"
     for key, value in _env(summary).items():

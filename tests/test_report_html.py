@@ -106,7 +106,9 @@ def test_renders_in_headless_chromium(blocked: report_cases.Case, tmp_path: Path
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 50_000
     # the checker does fail on a page that reaches outside
     bad = tmp_path / "bad.html"
-    bad.write_text(html.read_text().replace("</main>", '<img src="https://example.com/x.png"></main>'))
+    bad.write_text(
+        html.read_text().replace("</main>", '<img src="https://example.com/x.png"></main>')
+    )
     run = subprocess.run(
         [sys.executable, str(SCRIPT), str(bad)], capture_output=True, text=True, check=False
     )

@@ -58,9 +58,7 @@ def test_warnings_are_properties_not_failures(schema: etree.XMLSchema) -> None:
     case = report_cases.blocked()
     root = _parse(results_from_document(case.doc), schema)
     warns = [v for v in case.outcome.verdicts if v.severity == Severity.WARN]
-    props = {
-        p.get("name"): p.get("value") for p in root.findall("testsuite/properties/property")
-    }
+    props = {p.get("name"): p.get("value") for p in root.findall("testsuite/properties/property")}
     assert {f"warning:{v.key}" for v in warns} <= set(props)
     ttft = next(v for v in warns if v.key == "latency.ttft_p50")
     assert props["warning:latency.ttft_p50"] == ttft.reason

@@ -26,7 +26,10 @@ def _record(i: int, rng: random.Random) -> dict[str, object]:
     # escapes and multi-byte UTF-8
     tricky = ['}, {"id": "x"', "]\n,[", 'say "hi"\\', "数学 の テスト", "Ünïcödé ✓", "\u2028 line"]
     turns = [
-        {"from": "human" if k % 2 == 0 else "gpt", "value": f"turn {k} " + rng.choice(tricky) * rng.randint(1, 4)}
+        {
+            "from": "human" if k % 2 == 0 else "gpt",
+            "value": f"turn {k} " + rng.choice(tricky) * rng.randint(1, 4),
+        }
         for k in range(rng.randint(1, 4))
     ]
     return {"id": f"conv{i}_{rng.randint(0, 3)}", "conversations": turns}
@@ -82,7 +85,7 @@ def test_synthetic_file_cut_at_random_offsets(tmp_path: Path) -> None:
     assert report == LoadReport(40, 0, 0, 0, True)
     assert [_conv_tuple(c) for c in convs] == [_as_tuple(r) for r in records]
 
-    cuts = sorted(rng.sample(range(1, len(data) - 1), 18)) + [ends[5], ends[5] + 1]
+    cuts = [*sorted(rng.sample(range(1, len(data) - 1), 18)), ends[5], ends[5] + 1]
     for cut in cuts:
         path = tmp_path / f"cut{cut}.json"
         path.write_bytes(data[:cut])
@@ -96,7 +99,9 @@ def test_synthetic_file_cut_at_random_offsets(tmp_path: Path) -> None:
 
 
 def test_malformed_elements_are_counted_not_returned() -> None:
-    text = json.dumps([{"id": "a_0", "conversations": [{"from": "human", "value": "hi"}]}, 5, {"id": 3}])
+    text = json.dumps(
+        [{"id": "a_0", "conversations": [{"from": "human", "value": "hi"}]}, 5, {"id": 3}]
+    )
     convs, report = parse_sharegpt_text(text)
     assert [c.id for c in convs] == ["a_0"]
     assert report.malformed == 2 and report.complete and report.lost == 2

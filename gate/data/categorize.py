@@ -94,28 +94,178 @@ STOPWORD_MIN_HITS = 3
 
 STOPWORDS: dict[str, frozenset[str]] = {
     "english": frozenset(
-        "the and is are of to in that it for you with this be on what how can i my "
-        "your was have not do".split()
+        [
+            "the",
+            "and",
+            "is",
+            "are",
+            "of",
+            "to",
+            "in",
+            "that",
+            "it",
+            "for",
+            "you",
+            "with",
+            "this",
+            "be",
+            "on",
+            "what",
+            "how",
+            "can",
+            "i",
+            "my",
+            "your",
+            "was",
+            "have",
+            "not",
+            "do",
+        ]
     ),
     "french": frozenset(
-        "le la les des est une et pour dans que qui pas sur vous je avec ce du au sont "
-        "mais nous il elle".split()
+        [
+            "le",
+            "la",
+            "les",
+            "des",
+            "est",
+            "une",
+            "et",
+            "pour",
+            "dans",
+            "que",
+            "qui",
+            "pas",
+            "sur",
+            "vous",
+            "je",
+            "avec",
+            "ce",
+            "du",
+            "au",
+            "sont",
+            "mais",
+            "nous",
+            "il",
+            "elle",
+        ]
     ),
     "spanish": frozenset(
-        "el los las del es una por para con que y en se su como pero más está qué cómo "
-        "yo lo muy".split()
+        [
+            "el",
+            "los",
+            "las",
+            "del",
+            "es",
+            "una",
+            "por",
+            "para",
+            "con",
+            "que",
+            "y",
+            "en",
+            "se",
+            "su",
+            "como",
+            "pero",
+            "más",
+            "está",
+            "qué",
+            "cómo",
+            "yo",
+            "lo",
+            "muy",
+        ]
     ),
     "german": frozenset(
-        "der die das und ist nicht ein eine ich mit zu den von auf für sie es wie auch "
-        "dem wir bitte".split()
+        [
+            "der",
+            "die",
+            "das",
+            "und",
+            "ist",
+            "nicht",
+            "ein",
+            "eine",
+            "ich",
+            "mit",
+            "zu",
+            "den",
+            "von",
+            "auf",
+            "für",
+            "sie",
+            "es",
+            "wie",
+            "auch",
+            "dem",
+            "wir",
+            "bitte",
+        ]
     ),
     "portuguese": frozenset(
-        "o os não uma com para que do da em é você por mais como está isso ao são".split()
+        [
+            "o",
+            "os",
+            "não",
+            "uma",
+            "com",
+            "para",
+            "que",
+            "do",
+            "da",
+            "em",
+            "é",
+            "você",
+            "por",
+            "mais",
+            "como",
+            "está",
+            "isso",
+            "ao",
+            "são",
+        ]
     ),
     "italian": frozenset(
-        "il di che è non per una con sono della gli come anche questo mi nel le".split()
+        [
+            "il",
+            "di",
+            "che",
+            "è",
+            "non",
+            "per",
+            "una",
+            "con",
+            "sono",
+            "della",
+            "gli",
+            "come",
+            "anche",
+            "questo",
+            "mi",
+            "nel",
+            "le",
+        ]
     ),
-    "dutch": frozenset("de het een en van is niet dat op voor met zijn ik je wat".split()),
+    "dutch": frozenset(
+        [
+            "de",
+            "het",
+            "een",
+            "en",
+            "van",
+            "is",
+            "niet",
+            "dat",
+            "op",
+            "voor",
+            "met",
+            "zijn",
+            "ik",
+            "je",
+            "wat",
+        ]
+    ),
 }
 
 # --- keyword lists ----------------------------------------------------------------------
@@ -248,7 +398,9 @@ def classify(text: str) -> Classification:
         return Classification("translation", None, "translation-keyword")
     lang = detect_language(text)
     if lang is not None:
-        return Classification("non_english", lang, "script" if _script_language(text) else "stopwords")
+        return Classification(
+            "non_english", lang, "script" if _script_language(text) else "stopwords"
+        )
     if _SUMMARY.search(text):
         return Classification("summarization", None, "summary-keyword")
     strong = len(_CODE_STRONG.findall(text))

@@ -82,16 +82,18 @@ def records_to_prompts(
         if pid in ids:
             raise DataError(f"{where}: duplicate id {pid!r}")
         ids.add(pid)
-        label = classify(text)
-        category, tag = label.category, label.tag
         given = rec.get(category_field) if category_field else None
-        if given is not None:
-            if given not in CATEGORIES:
-                raise DataError(
-                    f"{where}: unknown category {given!r}",
-                    hint=f"use one of {', '.join(CATEGORIES)}",
-                )
-            category, tag = str(given), rec.get("tag") if isinstance(rec.get("tag"), str) else None
+        if given is None:
+            label = classify(text)
+            category, tag = label.category, label.tag
+        elif given in CATEGORIES:
+            category = str(given)
+            tag = rec["tag"] if isinstance(rec.get("tag"), str) else None
+        else:
+            raise DataError(
+                f"{where}: unknown category {given!r}",
+                hint=f"use one of {', '.join(CATEGORIES)}",
+            )
         tier = rec.get("length")
         if tier is None:
             tier = length_tier(counter(text))
@@ -150,6 +152,7 @@ def load_hf_prompts(
     split: str = "train",
     config: str | None = None,
     revision: str | None = None,
+    data_files: str | list[str] | None = None,
     text_field: str = "text",
     id_field: str | None = "id",
     category_field: str | None = "category",
@@ -157,7 +160,8 @@ def load_hf_prompts(
     max_chars: int | None = None,
     limit: int | None = None,
 ) -> list[Prompt]:
-    """Prompts from a Hugging Face dataset (hub name or local path), via ``datasets``.
+    """Prompts from a Hugging Face dataset (hub name, local path, or a builder such as
+    ``"json"`` with ``data_files``), via ``datasets``.
 
     The dataset is streamed when ``limit`` is set, so only the needed rows are read.
     Offline runners resolve it from the local cache (``HF_DATASETS_OFFLINE=1``).
@@ -171,7 +175,12 @@ def load_hf_prompts(
         ) from exc
     try:
         ds = datasets.load_dataset(
-            name, config, split=split, revision=revision, streaming=limit is not None
+            name,
+            config,
+            split=split,
+            revision=revision,
+            data_files=data_files,
+            streaming=limit is not None,
         )
     except Exception as exc:  # datasets raises many types; all mean "cannot load"
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -60,7 +60,9 @@ class Prompt:
 
 def default_prompt_set_path() -> Path:
     """The committed prompt set inside the installed package."""
-    return Path(str(resources.files("gate").joinpath("assets", "prompts", "fidelity_prompts.jsonl")))
+    return Path(
+        str(resources.files("gate").joinpath("assets", "prompts", "fidelity_prompts.jsonl"))
+    )
 
 
 def _hash_key(cid: str) -> str:
@@ -173,5 +175,7 @@ def load_prompt_set(path: str | Path | None = None) -> list[Prompt]:
         ids.add(prompt.id)
         prompts.append(prompt)
     if not prompts:
-        raise DataError(f"prompt set {p} is empty", hint="build it with scripts/build_prompt_set.py")
+        raise DataError(
+            f"prompt set {p} is empty", hint="build it with scripts/build_prompt_set.py"
+        )
     return prompts
