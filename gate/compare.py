@@ -21,6 +21,21 @@ its breakdown slices):
 ``Verdict.ci`` is the interval of ``delta`` in the units of the per-sample
 values (tiers store ``value = mean(samples)``); for REPEATED metrics it is the
 bootstrap interval of the relative change of the median scaled by ``|r|``.
+
+In-session reference (paired A/B runs). A REPEATED candidate measurement may
+carry ``details["paired_reference"]`` (:data:`PAIRED_REFERENCE`)::
+
+    {"against": "fp16", "value": 0.041, "samples": [0.040, 0.043, ...],
+     "model": "demo", "recipe": null}
+
+-- the baseline build timed in the same session, its runs alternated with the
+candidate's (the latency tier's paired mode, for runners whose speed drifts).
+When ``against`` is the ref being compared with (or absent), that value and
+those samples are the reference ``r`` and the baseline side of the repeated-run
+test instead of the stored baseline's: the stored timings were taken under
+another state of the machine, the in-session ones under the same. Verdicts
+then say ``(in-session baseline)`` and ``details["reference"] == "in-session"``.
+Other refs, and non-REPEATED metrics, use their stored values as before.
 """
 
 from __future__ import annotations
@@ -43,6 +58,8 @@ from gate.verdict import Severity, Verdict
 N_RESAMPLES = 2000
 #: Resamples for the CI of repeated runs (its p-value is Mann-Whitney's, not resampled).
 N_RESAMPLES_REPEATED = 1000
+#: ``Measurement.details`` key of an in-session baseline of a REPEATED metric (paired runs).
+PAIRED_REFERENCE = "paired_reference"
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,26 @@ def _index(
             raise DataError(f"{side}: metric {m.name!r} appears twice", "keep one entry per metric")
         out[m.name] = m
     return out
+
+
+def _in_session(cand: Measurement, spec: MetricSpec, against: str) -> _Reference | None:
+    """The candidate's in-session baseline for ``against`` (see the module docstring), if any."""
+    raw = cand.details.get(PAIRED_REFERENCE)
+    if raw is None or spec.sample_kind is not SampleKind.REPEATED:
+        return None
+    hint = 'details["paired_reference"] needs a numeric "value" and a list of "samples"'
+    if not isinstance(raw, Mapping):
+        raise DataError(f"{cand.name}: malformed in-session baseline", hint)
+    if raw.get("against") not in (None, against):
+        return None
+    try:
+        value = float(raw["value"])
+        samples = tuple(float(x) for x in raw["samples"])
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{cand.name}: malformed in-session baseline", hint) from None
+    reference = Measurement(cand.name, value, samples=samples or None)
+    reference.validate()
+    return _Reference(value, reference, f"{_fmt(value)} (in-session baseline)")
 
 
 def _fmt(x: float) -> str:
@@ -176,6 +213,12 @@ def _evidence(
     )
 
 
+def _reference_kind(ref: _Reference, in_session: _Reference | None) -> str:
+    if in_session is not None:
+        return "in-session"
+    return "ideal" if ref.measurement is None else "baseline"
+
+
 def _degradation(delta: float, ref: float, spec: MetricSpec, bound: Bound) -> float:
     worse = -delta if spec.higher_is_better else delta
     if bound.mode == "absolute":
@@ -221,7 +264,10 @@ def _judge(
         unit=spec.unit,
         details=dict(cand.details),  # the candidate's extras reach the reports
     )
-    if base is not None:
+    in_session = _in_session(cand, spec, against)
+    if in_session is not None:
+        ref = in_session
+    elif base is not None:
         ref = _Reference(base.value, base, _fmt(base.value))
     elif spec.ideal is not None:
         ref = _Reference(spec.ideal, None, f"{_fmt(spec.ideal)} (ideal)")
@@ -240,7 +286,7 @@ def _judge(
         ci=evidence.ci if evidence else None,
         p_value=evidence.p_worse if evidence else None,
         test=evidence.test if evidence else None,
-        details={**cand.details, "reference": "ideal" if ref.measurement is None else "baseline"},
+        details={**cand.details, "reference": _reference_kind(ref, in_session)},
     )
     head = f"{label} {_fmt(cand.value)} vs {ref.label}"
     if threshold is None:

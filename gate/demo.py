@@ -45,6 +45,15 @@ MODEL = "demo"
 #: ``[tiers.<name>]`` settings of the demo run config (and of its committed baseline).
 DEMO_SETTINGS: Mapping[str, Mapping[str, Any]] = {
     "fidelity": {"limit": 96, "max_new_tokens": 64, "batch_size": 16},
+    "accuracy": {"perplexity_max_tokens": 4096, "mcq_limit": 60, "batch_size": 16},
+    "capability": {
+        "families": ["arithmetic_easy", "arithmetic_medium", "structured_output"],
+        "arithmetic_easy": 40,
+        "arithmetic_medium": 40,
+        "structured_output": 30,
+        "max_new_tokens": 40,
+        "batch_size": 40,
+    },
 }
 
 #: Headline metrics shown per candidate in the summary table, in order, when measured.

@@ -22,7 +22,9 @@ With ``--gate-model``:
 Backend seam: the model is loaded on first access of ``gate_run.backend`` by
 the first implementation of the hook ``pytest_gate_make_backend(config, model,
 recipe)`` that returns one (a ``conftest.py`` can return an in-memory fake),
-else by :func:`gate.backends.loading.load_backend`.
+else by :func:`gate.backends.loading.load_backend` (with calibration texts from
+``--gate-calibration`` or the packaged set when the recipe needs them,
+:mod:`gate.calibration`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gate-markdown", help="write the markdown report (PR comment) here")
     group.addoption("--gate-config", help="run config TOML with [tiers.<name>] settings")
     group.addoption("--gate-model-slug", help="baseline store slug (default: from the model)")
+    group.addoption(
+        "--gate-calibration",
+        help="calibration texts (JSONL with 'text') for prune-wanda (default: the packaged set)",
+    )
+    group.addoption(
+        "--gate-history", help="latency tier: append the run to the latency history in this DIR"
+    )
+    group.addoption(
+        "--gate-allow-hardware-mismatch",
+        action="store_true",
+        help="latency tier: compare with a baseline from other hardware (warning, not exit 4)",
+    )
+    group.addoption(
+        "--gate-paired-latency",
+        action="store_true",
+        help="latency tier: time the baseline build in this session too, interleaving the two",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -127,9 +146,12 @@ def _backend_factory(config: pytest.Config, model: str, recipe: str | None) -> C
         if backend is not None:
             return backend
         from gate.backends.loading import load_backend
+        from gate.calibration import calibration_for
         from gate.spec import ModelSpec
 
-        return load_backend(ModelSpec.parse(model), recipe)
+        path = config.option.gate_calibration
+        calibration = calibration_for(recipe, Path(path) if path else None)
+        return load_backend(ModelSpec.parse(model), recipe, calibration=calibration)
 
     return load
 
@@ -156,6 +178,13 @@ def _build_state(config: pytest.Config) -> GateState:
     settings = {
         tier: {**thresholds.tier_settings(tier), **run_config.get(tier, {})} for tier in TIERS
     }
+    # latency flags override [tiers.latency]
+    if opt.gate_history:
+        settings["latency"]["history_dir"] = str(opt.gate_history)
+    if opt.gate_allow_hardware_mismatch:
+        settings["latency"]["allow_hardware_mismatch"] = True
+    if opt.gate_paired_latency:
+        settings["latency"]["paired"] = True
     store = BaselineStore(Path(opt.gate_store))
     slug = _model_slug(model, opt.gate_model_slug)
     baselines = {}
@@ -171,6 +200,9 @@ def _build_state(config: pytest.Config) -> GateState:
             backend_factory=_backend_factory(config, model, opt.gate_recipe),
             tier_settings=settings,
             baselines=baselines,
+            build_loader=lambda other, other_recipe: _backend_factory(
+                config, other, other_recipe
+            )(),
         ),
         thresholds=thresholds,
         store=store,

@@ -12,13 +12,33 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from gate import progress
 from gate.errors import ConfigError, ExitCode, NothingMeasuredError
 from gate.metrics.registry import TIERS, suggest
 from gate.report.outputs import ReportTargets
 from gate.session import MODES, Mode
+
+
+@dataclass(frozen=True)
+class LatencyFlags:
+    """Latency-tier flags of ``gate run``; they override ``[tiers.latency]``."""
+
+    history: Path | None = None
+    allow_hardware_mismatch: bool = False
+    paired: bool = False
+
+    def args(self) -> list[str]:
+        """The plugin options (``--gate-history``, ``--gate-allow-hardware-mismatch``, ...)."""
+        out = ["--gate-history", str(self.history)] if self.history is not None else []
+        if self.allow_hardware_mismatch:
+            out.append("--gate-allow-hardware-mismatch")
+        if self.paired:
+            out.append("--gate-paired-latency")
+        return out
 
 
 def suites_dir() -> Path:
@@ -66,6 +86,8 @@ def build_args(
     model_slug: str | None = None,
     verbose: bool = False,
     reports: ReportTargets | None = None,
+    latency: LatencyFlags | None = None,
+    calibration: Path | None = None,
 ) -> list[str]:
     """The pytest command line for one gate session over ``tiers`` in ``directory``."""
     args = [str(directory / f"test_{tier}.py") for tier in tiers]
@@ -84,6 +106,7 @@ def build_args(
         ("--gate-label", label),
         ("--gate-ref", ref),
         ("--gate-model-slug", model_slug),
+        ("--gate-calibration", calibration),
     ]
     if reports is not None:
         optional += [
@@ -98,6 +121,8 @@ def build_args(
         args += ["--gate-baseline", item]
     if strict:
         args.append("--gate-strict")
+    if latency is not None:
+        args += latency.args()
     return args
 
 
@@ -119,6 +144,8 @@ def run_pytest(
     verbose: bool = False,
     directory: Path | None = None,
     reports: ReportTargets | None = None,
+    latency: LatencyFlags | None = None,
+    calibration: Path | None = None,
 ) -> ExitCode:
     """Run the gate's pytest session; returns its exit status.
 
@@ -160,8 +187,11 @@ def run_pytest(
         model_slug=model_slug,
         verbose=verbose,
         reports=reports,
+        latency=latency,
+        calibration=calibration,
     )
-    code = int(pytest.main(args))
+    with progress.terminal():  # progress reaches the real stderr while pytest captures it
+        code = int(pytest.main(args))
     try:
         return ExitCode(code)
     except ValueError:

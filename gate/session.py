@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gate import progress
 from gate.backends.base import Backend
 from gate.baseline import ARTIFACT_RE, Baseline
-from gate.config import check_keys, load_toml
 from gate.errors import BaselineError, ConfigError, DataError, UsageError
 from gate.measurement import Measurement
 from gate.metrics.registry import TIERS, get_metric, suggest
@@ -35,22 +35,18 @@ MODES: tuple[Mode, ...] = ("record", "run")
 
 
 def load_run_config(path: Path | None) -> dict[str, dict[str, Any]]:
-    """``[tiers.<name>]`` tables of a run config TOML (``gate.toml``); unknown keys -> ConfigError."""
+    """``[tiers.<name>]`` tables of a run config TOML (``gate.toml``), validated.
+
+    The whole file is validated (:func:`gate.run_config.load_run_config`:
+    ``[run]``, ``[[candidates]]``, ``[tiers.*]``); a session only needs the
+    tier settings, the CLI reads the rest.
+    """
     if path is None:
         return {}
-    data = load_toml(Path(path))
-    check_keys(data, ("tiers",), str(path))
-    tiers = data.get("tiers", {})
-    if not isinstance(tiers, Mapping):
-        raise ConfigError(f"{path}: 'tiers' must be a table", "write [tiers.<name>] sections")
-    out: dict[str, dict[str, Any]] = {}
-    for tier, settings in tiers.items():
-        if tier not in TIERS:
-            raise ConfigError(f"{path}: unknown tier {tier!r}", suggest(tier, list(TIERS)))
-        if not isinstance(settings, Mapping):
-            raise ConfigError(f"{path}: tiers.{tier} must be a table", f"[tiers.{tier}]")
-        out[tier] = dict(settings)
-    return out
+    from gate.run_config import load_run_config as load_full
+
+    config = load_full(Path(path))
+    return {tier: dict(settings) for tier, settings in config.tiers.items()}
 
 
 @dataclass
@@ -67,6 +63,8 @@ class GateRun:
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     measurements: dict[str, Measurement] = field(default_factory=dict)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    #: Loads another build ``(model, recipe)`` through the same seam as ``backend``.
+    build_loader: Callable[[str, str | None], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -77,8 +75,18 @@ class GateRun:
     def backend(self) -> Backend:
         """The model under test, loaded on first access (once per session)."""
         if self._backend is None:
-            self._backend = self.backend_factory()
+            with progress.task(f"loading {self.model} (recipe {self.recipe or 'none'})"):
+                self._backend = self.backend_factory()
         return self._backend
+
+    def load_build(self, model: str, recipe: str | None) -> Backend:
+        """Load another build (not cached), e.g. the baseline build timed beside the candidate."""
+        if self.build_loader is None:
+            raise UsageError(
+                f"this session cannot load a second build ({model}, recipe {recipe or 'none'})",
+                "run it through the gate's pytest plugin",
+            )
+        return self.build_loader(model, recipe)
 
     @property
     def backend_loaded(self) -> bool:

@@ -112,6 +112,14 @@ def train_tokenizer(texts: Iterable[str]) -> PreTrainedTokenizerFast:
     return fast
 
 
+def portable_tokenizer_config(out: Path) -> None:
+    """Name the generic fast tokenizer class (known to transformers 4.x and 5.x alike)."""
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def conv_messages(conv: Conversation, max_chars: int) -> list[dict[str, str]]:
     """The conversation's turns, the text cut at ``max_chars`` in all (whole turns first)."""
     out: list[dict[str, str]] = []
@@ -183,7 +191,6 @@ def make_model(tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalL
         num_key_value_heads=4,
         head_dim=64,
         max_position_embeddings=1024,
-        rope_theta=10000.0,
         rms_norm_eps=1e-5,
         initializer_range=0.02,
         bos_token_id=tokenizer.bos_token_id,
@@ -220,9 +227,7 @@ def perplexity(model: LlamaForCausalLM, blocks: torch.Tensor, batch: int = 8) ->
 
 
 @torch.no_grad()
-def greedy_reply(
-    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, prompt: str, max_new: int = 48
-) -> str:
+def greedy_reply(model: Any, tokenizer: Any, prompt: str, max_new: int = 48) -> str:
     """The model's greedy reply to one user message, through the chat template."""
     model.eval()
     ids = tokenizer.apply_chat_template(
@@ -377,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
+    portable_tokenizer_config(args.out)
     metrics: dict[str, Any] = {
         "seed": args.seed,
         "steps": args.steps,

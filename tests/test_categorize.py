@@ -106,3 +106,18 @@ def test_length_tier_boundaries() -> None:
     assert length_tier(SHORT_MAX_TOKENS) == "medium"
     assert length_tier(127) == "medium"
     assert length_tier(128) == "long"
+
+
+def test_sharegpt_export_residue_is_removed() -> None:
+    assert strip_noise(
+        "Is there a way to link moviepy and mediaconvert?\n \n \n \n Translate now"
+    ) == ("Is there a way to link moviepy and mediaconvert?")
+    assert (
+        strip_noise("give me 10 ideas.\n\nPlease write in English language.") == "give me 10 ideas."
+    )
+    assert strip_noise("What makes OODA the greatest1 / 1") == "What makes OODA the greatest"
+    assert strip_noise("What is 3 / 4") == "What is 3 / 4"
+    assert (
+        classify("Let's start the session with today's date\n \n \n \n Translate now").category
+        == "chat"
+    )

@@ -94,7 +94,9 @@ def test_builder_uses_held_out_only_balances_and_truncates() -> None:
         "math": "What is 12 * 7 + 3?",
         "chat": "Tell me a story about a brave little dragon",
     }
-    convs = [_conv(cid, f"{texts['chat']} number {k} " + "word " * k) for k, cid in enumerate(held[:30])]
+    convs = [
+        _conv(cid, f"{texts['chat']} number {k} " + "word " * k) for k, cid in enumerate(held[:30])
+    ]
     convs += [_conv(held[30 + k], f"{texts['code']} {k}") for k in range(5)]
     convs += [_conv(held[35 + k], f"{texts['math']} ({k})") for k in range(5)]
     convs += [_conv(cid, f"{texts['code']} train {k}") for k, cid in enumerate(train)]

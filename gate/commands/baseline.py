@@ -182,7 +182,9 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 
 
 @baseline.command("record")
-@click.option("--model", required=True, help="Model id, local path, or 'demo'.")
+@click.option(
+    "--model", help="Model id, local path, or 'demo' (default: [run].baseline of --config)."
+)
 @click.option("--label", default="fp16", show_default=True, help="Label of the new baseline.")
 @click.option("--tiers", help="Comma-separated tiers (default: every available tier).")
 @click.option("--recipe", help="Compression recipe applied before measuring (default: none).")
@@ -191,11 +193,11 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 @click.option(
     "--config",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Run config TOML with [tiers.<name>] settings.",
+    help="Run config (gate.toml): records [run].baseline with its [run] and [tiers] settings.",
 )
 @store_option
 def record(
-    model: str,
+    model: str | None,
     label: str,
     tiers: str | None,
     recipe: str | None,
@@ -206,22 +208,41 @@ def record(
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
 
+    With --config, the model is [run].baseline of the run config (unless
+    --model is given), and its [run] tiers, store, model_slug, thresholds and
+    calibration and its [tiers.<name>] settings apply; flags override them.
+    The candidates of the config are not recorded: they are what `gate run
+    --config` compares with this baseline.
+
     \b
     Examples:
       gate baseline record --model demo --label fp16 --ref fp16
+      gate baseline record --config gate.toml --label fp16 --ref fp16
       gate baseline record --model ./llama-8b --tiers fidelity,accuracy
     """
+    from gate.commands.run import effective_store
+    from gate.run_config import RunDefaults, load_run_config
     from gate.runner import parse_tiers, run_pytest
 
+    run_config = load_run_config(config) if config is not None else None
+    defaults = run_config.run if run_config is not None else RunDefaults()
+    model = model or defaults.baseline
+    if model is None:
+        raise UsageError(
+            "no model to record",
+            "give --model MODEL, or set baseline = ... under [run] of the --config file",
+        )
     code = run_pytest(
         "record",
         model,
         recipe=recipe,
-        tiers=parse_tiers(tiers),
-        store=store,
+        tiers=parse_tiers(tiers) or defaults.tiers,
+        store=effective_store(store, run_config),
+        thresholds=defaults.thresholds,
         label=label,
-        model_slug=model_slug,
+        model_slug=model_slug or defaults.model_slug,
         config=config,
         ref=ref,
+        calibration=defaults.calibration,
     )
     return int(code)

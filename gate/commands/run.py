@@ -1,17 +1,39 @@
-"""``gate run``: measure a candidate build with the tier suites and gate it."""
+"""``gate run``: measure one candidate build, or every candidate of a run config, and gate it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from gate.commands.compare import store_option
+from gate.errors import ExitCode, GateError, UsageError
 from gate.report.outputs import ReportTargets, report_options
+from gate.run_config import Candidate, RunConfig, RunDefaults, load_run_config
+
+
+def effective_store(store: Path, config: RunConfig | None) -> Path:
+    """``--store`` / ``$GATE_STORE`` when given, else ``[run].store``, else the default."""
+    ctx = click.get_current_context()
+    source = ctx.get_parameter_source("store")
+    explicit = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    if not explicit and config is not None and config.run.store is not None:
+        return config.run.store
+    return store
+
+
+def _name_of(model: str) -> str:
+    from gate.spec import ModelSpec
+
+    return ModelSpec.parse(model).slug
 
 
 @click.command("run")
-@click.option("--candidate", required=True, help="Model id, local path, or 'demo'.")
+@click.option(
+    "--candidate",
+    help="Model id, local path, or 'demo' (without it: every candidate of --config).",
+)
 @click.option("--recipe", help="Compression recipe applied at load time (e.g. bnb-nf4).")
 @click.option(
     "--against",
@@ -29,7 +51,12 @@ from gate.report.outputs import ReportTargets, report_options
 @click.option(
     "--config",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Run config TOML with [tiers.<name>] settings.",
+    help="Run config (gate.toml): [run] defaults, [[candidates]], [tiers.<name>] settings.",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Calibration texts (JSONL with 'text') for prune-wanda (default: packaged set).",
 )
 @click.option(
     "--thresholds",
@@ -39,25 +66,44 @@ from gate.report.outputs import ReportTargets, report_options
 @click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
 @click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
 @click.option("--verbose", "-v", is_flag=True, help="List every tier test.")
+@click.option(
+    "--history",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Append the latency figures to the latency history in this directory.",
+)
+@click.option(
+    "--allow-hardware-mismatch",
+    is_flag=True,
+    help="Compare latency with a baseline from other hardware (a warning instead of exit 4).",
+)
+@click.option(
+    "--paired-latency",
+    is_flag=True,
+    help="Time the baseline build in this session too, alternating runs (noisy runners).",
+)
 @store_option
 @report_options
 def run(
-    candidate: str,
+    candidate: str | None,
     recipe: str | None,
     against: tuple[str, ...],
     tiers: str | None,
     json_out: Path | None,
     config: Path | None,
+    calibration: Path | None,
     thresholds: Path | None,
     strict: bool,
     model_slug: str | None,
     verbose: bool,
+    history: Path | None,
+    allow_hardware_mismatch: bool,
+    paired_latency: bool,
     store: Path,
     html_out: Path | None,
     junit_out: Path | None,
     markdown_out: Path | None,
 ) -> int:
-    """Measure CANDIDATE (optionally compressed with --recipe) and gate it against baselines.
+    """Measure a candidate build (or every candidate of --config) and gate it against baselines.
 
     Runs the packaged tier suites under pytest, compares the measurements with
     the baseline ref(s) and thresholds, prints the report and exits 0 (approved),
@@ -65,26 +111,108 @@ def run(
     or 5 (nothing measured).
 
     \b
+    Run config (gate.toml; docs/run-config.md):
+      [run]                       defaults: baseline, against, tiers, calibration,
+                                  store, thresholds, strict, model_slug
+      [[candidates]]              name, model, recipe (+ against, tiers,
+                                  calibration, model_slug)
+      [tiers.<tier>]              tier settings (e.g. max_new_tokens)
+    Without --candidate every [[candidates]] entry runs in its own session, then
+    a summary table follows; the exit code is the worst one (an error, 3 4 5,
+    outranks a block, 1; an interrupt, 2, stops the run). With several
+    candidates each report file gets the candidate's name, e.g. --json
+    out/results.json writes out/results-<name>.json, and --markdown also
+    writes one combined comment (summary + every report) at the given path.
+    With --candidate the config only lends its [run] defaults and [tiers].
+    Command-line flags override the config (--tiers, --against, --store, ...).
+
+    \b
     Examples:
+      gate run --config gate.toml --json out/results.json --markdown out/comment.md
+      gate run --config gate.toml --tiers latency
       gate run --candidate demo --recipe bnb-nf4
       gate run --candidate ./llama-8b --recipe quanto-int4 --against fp16 --against prod
       gate run --candidate demo --recipe prune-magnitude:0.3 --tiers fidelity --json out.json
+      gate run --candidate demo --recipe prune-wanda:0.5 --calibration my-prompts.jsonl
+      gate run --candidate demo --recipe quanto-int4 --tiers latency --paired-latency
     """
-    from gate.runner import parse_tiers, run_pytest
+    from gate.multirun import precheck, run_candidates
+    from gate.report.console import make_console
+    from gate.runner import LatencyFlags, parse_tiers, run_pytest
 
-    code = run_pytest(
-        "run",
-        candidate,
-        recipe=recipe,
-        tiers=parse_tiers(tiers),
-        against=against,
-        store=store,
-        thresholds=thresholds,
-        strict=strict,
-        json_out=json_out,
-        config=config,
-        model_slug=model_slug,
-        verbose=verbose,
-        reports=ReportTargets(html=html_out, junit=junit_out, markdown=markdown_out),
-    )
-    return int(code)
+    run_config = load_run_config(config) if config is not None else None
+    defaults = run_config.run if run_config is not None else RunDefaults()
+    store = effective_store(store, run_config)
+    thresholds = thresholds or defaults.thresholds
+    strict = strict or defaults.strict
+    tier_override = parse_tiers(tiers)
+    latency = LatencyFlags(history, allow_hardware_mismatch, paired_latency)
+    reports = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+
+    def session(item: Candidate, targets: ReportTargets) -> ExitCode:
+        try:
+            return run_pytest(
+                "run",
+                item.model,
+                recipe=item.recipe,
+                tiers=tier_override or item.tiers,
+                against=item.against,
+                store=store,
+                thresholds=thresholds,
+                strict=strict,
+                json_out=targets.json,
+                config=config,
+                model_slug=item.model_slug,
+                verbose=verbose,
+                reports=ReportTargets(
+                    html=targets.html, junit=targets.junit, markdown=targets.markdown
+                ),
+                latency=latency,
+                calibration=item.calibration,
+            )
+        except GateError as exc:  # one candidate's error must not stop the others
+            click.echo(f"gate: error: {exc.format_line()}", err=True)
+            return exc.exit_code
+
+    if candidate is not None:
+        single = Candidate(
+            name=_name_of(candidate),
+            model=candidate,
+            recipe=recipe,
+            against=against or defaults.against,
+            tiers=defaults.tiers,
+            calibration=calibration or defaults.calibration,
+            model_slug=model_slug or defaults.model_slug or _baseline_slug(defaults),
+        )
+        return int(session(single, reports))
+    if run_config is None:
+        raise UsageError(
+            "nothing to gate", "give --candidate MODEL or --config gate.toml with [[candidates]]"
+        )
+    if recipe is not None or model_slug is not None:
+        raise UsageError(
+            "--recipe and --model-slug apply to --candidate only",
+            "set them per [[candidates]] entry in the config",
+        )
+    if not run_config.candidates:
+        raise UsageError(
+            f"{run_config.source} names no candidates", "add [[candidates]] tables or --candidate"
+        )
+    candidates = [
+        Candidate(
+            name=c.name,
+            model=c.model,
+            recipe=c.recipe,
+            against=against or c.against,
+            tiers=c.tiers,
+            calibration=calibration or c.calibration,
+            model_slug=c.model_slug,
+        )
+        for c in run_config.resolved()
+    ]
+    precheck(candidates, store)
+    return int(run_candidates(candidates, session, reports, make_console()))
+
+
+def _baseline_slug(defaults: RunDefaults) -> str | None:
+    return _name_of(defaults.baseline) if defaults.baseline else None

@@ -378,14 +378,22 @@ def detect_language(text: str) -> str | None:
     return _script_language(text) or _stopword_language(text)
 
 
-#: Interface residue in many ShareGPT prompts (a browser translate button), not prompt text.
-NOISE_PATTERNS: tuple[str, ...] = ("지금 번역하기",)
+#: Residue of browser extensions and the ShareGPT exporter, not prompt text: a translate
+#: button (Korean and English), an injected "write in English" line, a "2 / 2" regeneration
+#: counter at the end.
+NOISE_PATTERNS: tuple[str, ...] = (
+    r"지금 번역하기",
+    r"\s*Translate now\s*$",
+    r"\s*Please write in English language\.?",
+    r"(\d+) / \1\s*$",
+)
+_NOISE = tuple(re.compile(p) for p in NOISE_PATTERNS)
 
 
 def strip_noise(text: str) -> str:
-    """``text`` without :data:`NOISE_PATTERNS`, trimmed."""
-    for pat in NOISE_PATTERNS:
-        text = text.replace(pat, "")
+    """``text`` without the :data:`NOISE_PATTERNS`, trimmed."""
+    for pat in _NOISE:
+        text = pat.sub("", text)
     return text.strip()
 
 

@@ -11,6 +11,30 @@ runs at the reference batch, so the timed loop carries no tracker overhead.
 
 The timed loop is handed to a ``runner(fn, rounds, warmup_rounds)`` so the
 pytest suite can drive it with pytest-benchmark's ``benchmark.pedantic``.
+
+Paired A/B mode (``[tiers.latency] paired = true``, ``gate run --paired-latency``)
+---------------------------------------------------------------------------------
+Why: on a shared or noisy runner the machine's speed drifts between blocks of
+runs -- on this project's shared 2-core CI machine by 30-50 % from one block to
+the next -- so a candidate timed now and a baseline timed last week (or even a
+minute ago) differ by more than any latency bound, and an identical build would
+be blocked. In paired mode the run also loads the *baseline build* (the model
+and recipe the first baseline's provenance names, i.e. the unmodified model for
+an ``fp16`` baseline; :func:`reference_build`) and alternates the two in one
+session, ``A B B A A B ...`` (A = baseline, B = candidate, one pair per round,
+the order reversed each round so neither side is always second; the sweep
+likewise per batch). Drift then lands on both sides alike and cancels in
+the comparison: each timed metric carries the in-session baseline's value and
+per-run samples in ``details["paired_reference"]`` and :mod:`gate.compare`
+uses those instead of the stored ones (same repeated-run test, same bounds).
+
+When: shared or noisy CI runners (cloud VMs, runners shared with other jobs,
+CPU-only checks). Dedicated GPU runners with stable clocks can compare with the
+stored baseline and save the second model load. Costs: twice the timed runs and
+the memory of both builds; so the memory runs happen *before* the baseline
+build is loaded, and memory/parameter bytes are still compared with the stored
+baseline (allocator peaks are deterministic; they do not drift). The hardware
+fingerprint check against the stored baseline still applies to those.
 """
 
 from __future__ import annotations
@@ -18,9 +42,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from gate.backends.base import Backend, StepClock
+from gate.compare import PAIRED_REFERENCE
 from gate.config import build_dataclass
 from gate.errors import ConfigError, ModelLoadError
 from gate.fingerprint import Fingerprint
@@ -32,6 +57,7 @@ from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 Runner = Callable[[Callable[[], object], int, int], object]
 ClockFactory = Callable[[], StepClock]
 TrackerFactory = Callable[[], contextlib.AbstractContextManager[Any]]
+_T = TypeVar("_T")
 
 DEFAULT_PROMPT = (
     "Explain in a few sentences why regular exercise is good for your health, "
@@ -53,6 +79,8 @@ class LatencySettings:
     allow_hardware_mismatch: bool = False
     #: Directory of the latency history (``gate audit latency``); "" = do not append.
     history_dir: str = ""
+    #: Run mode: time the baseline build in this session too, interleaved (A B, B A, ...).
+    paired: bool = False
 
     def __post_init__(self) -> None:
         if self.new_tokens < 2:
@@ -97,6 +125,22 @@ class SweepResult:
 
 
 @dataclass(frozen=True)
+class PairedReference:
+    """The baseline build's runs, interleaved with the candidate's in one session.
+
+    ``against`` is the baseline ref whose build was timed (the comparison with
+    other refs keeps using their stored values); ``model``/``recipe`` say what
+    was loaded.
+    """
+
+    runs: tuple[RunLatency, ...]
+    sweep: SweepResult
+    against: str | None
+    model: str
+    recipe: str | None
+
+
+@dataclass(frozen=True)
 class LatencyResult:
     """What the tier measured, before it becomes Measurements."""
 
@@ -107,6 +151,8 @@ class LatencyResult:
     fingerprint: Fingerprint
     settings: LatencySettings
     extra_details: dict[str, Any] = field(default_factory=dict)
+    #: Paired mode: the in-session baseline build's runs (``None`` otherwise).
+    reference: PairedReference | None = None
 
 
 def plain_runner(fn: Callable[[], object], rounds: int, warmup_rounds: int) -> None:
@@ -129,6 +175,83 @@ def _free_cached_memory() -> None:
         torch.cuda.empty_cache()
 
 
+#: One side of a timed comparison: a backend and its own encoding of the prompt.
+Side = tuple[Backend, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class BaselineBuild:
+    """What paired mode times beside the candidate: ``load()`` returns its backend.
+
+    ``against`` is the baseline ref it stands for; ``model`` and ``recipe`` are
+    what :func:`reference_build` read from that baseline's provenance.
+    """
+
+    load: Callable[[], Backend]
+    against: str | None
+    model: str
+    recipe: str | None
+
+
+def _no_recipe(recipe: object) -> str | None:
+    text = str(recipe).strip() if recipe is not None else ""
+    return None if text.lower() in ("", "none") else text
+
+
+def reference_build(provenance: Mapping[str, Any], fallback_model: str) -> tuple[str, str | None]:
+    """``(model, recipe)`` of the build a baseline was recorded from.
+
+    The baseline's provenance names the model as given to the gate
+    (``"model"``, e.g. ``demo`` or a path), else its ``"source"``, and the
+    recipe applied (``None``/``"none"`` -> ``None``: the unmodified model).
+    A provenance naming neither falls back to ``fallback_model`` unmodified.
+    """
+    model = provenance.get("model") or provenance.get("source") or fallback_model
+    return str(model), _no_recipe(provenance.get("recipe"))
+
+
+def _rounds(
+    sides: Sequence[Side],
+    *,
+    batch_size: int,
+    settings: LatencySettings,
+    clock_factory: ClockFactory,
+    runner: Runner,
+) -> list[list[RunLatency]]:
+    """``settings.warmup`` + ``settings.runs`` rounds; each times one request per side.
+
+    With several sides the order is reversed every round (``A B, B A, ...``),
+    so an order effect (cache state, clock boost after an idle gap) cannot fall
+    on one side only: on the shared CI machine the second request of a fixed
+    pair measured 15 % slower in one 80-pair trial and 13 % faster in another.
+    Every call is collected; the warm-up rounds are the first ``warmup`` ones
+    and are dropped (a runner may make extra calls afterwards, e.g. profiling).
+    """
+    collected: list[list[RunLatency]] = [[] for _ in sides]
+    order = list(range(len(sides)))
+
+    def one_round() -> None:
+        for i in order:
+            backend, prompt_ids = sides[i]
+            gen = backend.generate_timed(
+                prompt_ids,
+                batch_size=batch_size,
+                new_tokens=settings.new_tokens,
+                clock=clock_factory(),
+            )
+            collected[i].append(run_latency(gen))
+        order.reverse()  # counterbalanced: A B, B A, A B, ... (no side is always second)
+
+    runner(one_round, settings.runs, settings.warmup)
+    timed = [runs[settings.warmup : settings.warmup + settings.runs] for runs in collected]
+    if len(timed[0]) < 2:
+        raise ConfigError(
+            f"the timed loop ran {len(timed[0])} request(s); at least 2 are needed",
+            "the runner must call the request warmup + runs times",
+        )
+    return timed
+
+
 def timed_runs(
     backend: Backend,
     prompt_ids: Sequence[int],
@@ -138,27 +261,76 @@ def timed_runs(
     clock_factory: ClockFactory,
     runner: Runner = plain_runner,
 ) -> list[RunLatency]:
-    """``settings.warmup`` + ``settings.runs`` requests through ``runner``; the timed ones.
+    """``settings.warmup`` + ``settings.runs`` requests through ``runner``; the timed ones."""
+    return _rounds(
+        [(backend, prompt_ids)],
+        batch_size=batch_size,
+        settings=settings,
+        clock_factory=clock_factory,
+        runner=runner,
+    )[0]
 
-    Every call is collected; the warm-up calls are the first ``warmup`` ones
-    and are dropped (a runner may make extra calls afterwards, e.g. profiling).
+
+def paired_timed_runs(
+    baseline: Side,
+    candidate: Side,
+    *,
+    batch_size: int,
+    settings: LatencySettings,
+    clock_factory: ClockFactory,
+    runner: Runner = plain_runner,
+) -> tuple[list[RunLatency], list[RunLatency]]:
+    """Baseline and candidate interleaved: ``(baseline runs, candidate runs)``.
+
+    One runner round is one pair (``A B``, then ``B A``, ...), so run ``i`` of
+    each side was taken within one request's time of the other and shares the
+    machine's state of the moment.
     """
-    collected: list[RunLatency] = []
+    base, cand = _rounds(
+        [baseline, candidate],
+        batch_size=batch_size,
+        settings=settings,
+        clock_factory=clock_factory,
+        runner=runner,
+    )
+    return base, cand
 
-    def one_request() -> None:
-        gen = backend.generate_timed(
-            prompt_ids, batch_size=batch_size, new_tokens=settings.new_tokens, clock=clock_factory()
-        )
-        collected.append(run_latency(gen))
 
-    runner(one_request, settings.runs, settings.warmup)
-    timed = collected[settings.warmup : settings.warmup + settings.runs]
-    if len(timed) < 2:
-        raise ConfigError(
-            f"the timed loop ran {len(timed)} request(s); at least 2 are needed",
-            "do not run the latency tier with --benchmark-disable",
-        )
-    return timed
+def _sweep(
+    sides: Sequence[Side],
+    *,
+    settings: LatencySettings,
+    clock_factory: ClockFactory,
+    first: Sequence[Sequence[RunLatency]],
+) -> list[SweepResult]:
+    """Tokens/s per side at each batch after the reference one (given as ``first``).
+
+    With several sides each batch is timed in alternating rounds; the sweep
+    stops for all sides at the first batch where any side runs out of memory.
+    """
+    tables: list[dict[int, tuple[float, ...]]] = [
+        {settings.batch_sizes[0]: tuple(r.tokens_per_s for r in runs)} for runs in first
+    ]
+    oom: int | None = None
+    if settings.sweep:
+        for batch in settings.batch_sizes[1:]:
+            try:
+                measured = _rounds(
+                    sides,
+                    batch_size=batch,
+                    settings=settings,
+                    clock_factory=clock_factory,
+                    runner=plain_runner,
+                )
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                _free_cached_memory()
+                oom = batch
+                break
+            for table, runs in zip(tables, measured, strict=True):
+                table[batch] = tuple(r.tokens_per_s for r in runs)
+    return [SweepResult(tokens_per_s=table, oom_batch=oom) for table in tables]
 
 
 def sweep(
@@ -170,28 +342,9 @@ def sweep(
     reference: Sequence[RunLatency],
 ) -> SweepResult:
     """Tokens/s at each batch size after the reference one, stopping at the first OOM."""
-    per_batch: dict[int, tuple[float, ...]] = {
-        settings.batch_sizes[0]: tuple(r.tokens_per_s for r in reference)
-    }
-    oom: int | None = None
-    if settings.sweep:
-        for batch in settings.batch_sizes[1:]:
-            try:
-                runs = timed_runs(
-                    backend,
-                    prompt_ids,
-                    batch_size=batch,
-                    settings=settings,
-                    clock_factory=clock_factory,
-                )
-            except Exception as exc:
-                if not is_out_of_memory(exc):
-                    raise
-                _free_cached_memory()
-                oom = batch
-                break
-            per_batch[batch] = tuple(r.tokens_per_s for r in runs)
-    return SweepResult(tokens_per_s=per_batch, oom_batch=oom)
+    return _sweep(
+        [(backend, prompt_ids)], settings=settings, clock_factory=clock_factory, first=[reference]
+    )[0]
 
 
 def memory_runs(
@@ -217,6 +370,19 @@ def memory_runs(
     return reports
 
 
+def _at_reference_batch(batch: int, measure: Callable[[], _T]) -> _T:
+    """Run ``measure``; out of memory at the reference batch is a ModelLoadError (exit 3)."""
+    try:
+        return measure()
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            raise ModelLoadError(
+                f"out of memory at the reference batch size {batch}",
+                "lower tiers.latency.batch_sizes or new_tokens",
+            ) from None
+        raise
+
+
 def run_tier(
     backend: Backend,
     settings: LatencySettings,
@@ -225,36 +391,73 @@ def run_tier(
     clock_factory: ClockFactory,
     tracker_factory: Callable[[], MemoryTracker],
     runner: Runner = plain_runner,
+    baseline_build: BaselineBuild | None = None,
 ) -> LatencyResult:
-    """The whole workload: timed loop, sweep, memory runs."""
+    """The whole workload: timed loop, sweep, memory runs.
+
+    With ``baseline_build`` (paired mode) the memory runs come first, while
+    only the candidate is loaded; then the baseline build is loaded and the
+    timed loop and the sweep alternate baseline and candidate requests.
+    """
     prompt_ids = backend.encode_prompt(settings.prompt)
     batch = settings.batch_sizes[0]
-    try:
-        runs = timed_runs(
+    if baseline_build is None:
+        runs = _at_reference_batch(
+            batch,
+            lambda: timed_runs(
+                backend,
+                prompt_ids,
+                batch_size=batch,
+                settings=settings,
+                clock_factory=clock_factory,
+                runner=runner,
+            ),
+        )
+        result_sweep = sweep(
+            backend, prompt_ids, settings=settings, clock_factory=clock_factory, reference=runs
+        )
+        reports = memory_runs(
             backend,
             prompt_ids,
-            batch_size=batch,
             settings=settings,
             clock_factory=clock_factory,
-            runner=runner,
+            tracker_factory=tracker_factory,
         )
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise ModelLoadError(
-                f"out of memory at the reference batch size {batch}",
-                "lower tiers.latency.batch_sizes or new_tokens",
-            ) from None
-        raise
-    result_sweep = sweep(
-        backend, prompt_ids, settings=settings, clock_factory=clock_factory, reference=runs
-    )
-    reports = memory_runs(
-        backend,
-        prompt_ids,
-        settings=settings,
-        clock_factory=clock_factory,
-        tracker_factory=tracker_factory,
-    )
+        reference = None
+    else:
+        reports = memory_runs(
+            backend,
+            prompt_ids,
+            settings=settings,
+            clock_factory=clock_factory,
+            tracker_factory=tracker_factory,
+        )
+        base_backend = baseline_build.load()
+        base_side: Side = (base_backend, base_backend.encode_prompt(settings.prompt))
+        base_runs, runs = _at_reference_batch(
+            batch,
+            lambda: paired_timed_runs(
+                base_side,
+                (backend, prompt_ids),
+                batch_size=batch,
+                settings=settings,
+                clock_factory=clock_factory,
+                runner=runner,
+            ),
+        )
+        base_sweep, result_sweep = _sweep(
+            [base_side, (backend, prompt_ids)],
+            settings=settings,
+            clock_factory=clock_factory,
+            first=[base_runs, runs],
+        )
+        reference = PairedReference(
+            runs=tuple(base_runs),
+            sweep=base_sweep,
+            against=baseline_build.against,
+            model=baseline_build.model,
+            recipe=baseline_build.recipe,
+        )
     provenance = backend.provenance()
     raw_bytes = provenance.get("parameter_bytes", provenance.get("param_bytes"))
     return LatencyResult(
@@ -265,6 +468,7 @@ def run_tier(
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
+        reference=reference,
     )
 
 
@@ -273,8 +477,24 @@ def _peak(values: Iterator[int | None]) -> tuple[int, list[int]] | None:
     return (max(seen), seen) if seen else None
 
 
+def _paired(reference: PairedReference, value: float, samples: Sequence[float]) -> dict[str, Any]:
+    """The ``details[PAIRED_REFERENCE]`` entry of one timed metric (see :mod:`gate.compare`)."""
+    return {
+        "against": reference.against,
+        "model": reference.model,
+        "recipe": reference.recipe,
+        "value": float(value),
+        "samples": [float(x) for x in samples],
+    }
+
+
 def to_measurements(result: LatencyResult) -> list[Measurement]:
-    """The tier's Measurements; every one carries the fingerprint in ``details``."""
+    """The tier's Measurements; every one carries the fingerprint in ``details``.
+
+    In paired mode every timed (REPEATED) metric also carries the in-session
+    baseline's value and per-run samples under ``details[PAIRED_REFERENCE]``,
+    computed by the same :func:`summarize` over the baseline build's runs.
+    """
     s = result.settings
     common: dict[str, Any] = {
         "fingerprint": result.fingerprint.to_dict(),
@@ -284,27 +504,37 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
         "new_tokens": s.new_tokens,
         "runs": s.runs,
         "warmup": s.warmup,
+        "paired": result.reference is not None,
         **result.extra_details,
     }
-    out = [
-        Measurement(f"latency.{key}", stat.value, samples=stat.samples, details=common)
-        for key, stat in summarize(result.runs).items()
-    ]
+    ref = result.reference
+    ref_stats = summarize(ref.runs) if ref is not None else {}
+    out = []
+    for key, stat in summarize(result.runs).items():
+        details = dict(common)
+        if ref is not None:
+            details[PAIRED_REFERENCE] = _paired(ref, ref_stats[key].value, ref_stats[key].samples)
+        out.append(Measurement(f"latency.{key}", stat.value, samples=stat.samples, details=details))
     best = result.sweep.best_batch
     best_samples = result.sweep.tokens_per_s[best]
+    best_details: dict[str, Any] = {
+        **common,
+        "best_batch": best,
+        "oom_batch": result.sweep.oom_batch,
+        "per_batch": {str(b): percentile(v, 50) for b, v in result.sweep.tokens_per_s.items()},
+    }
+    if ref is not None:
+        ref_best = ref.sweep.tokens_per_s[ref.sweep.best_batch]
+        best_details[PAIRED_REFERENCE] = {
+            **_paired(ref, percentile(ref_best, 50), ref_best),
+            "best_batch": ref.sweep.best_batch,
+        }
     out.append(
         Measurement(
             "latency.best_tokens_per_s",
             percentile(best_samples, 50),
             samples=best_samples,
-            details={
-                **common,
-                "best_batch": best,
-                "oom_batch": result.sweep.oom_batch,
-                "per_batch": {
-                    str(b): percentile(v, 50) for b, v in result.sweep.tokens_per_s.items()
-                },
-            },
+            details=best_details,
         )
     )
     peaks: dict[str, tuple[int, list[int]] | None] = {

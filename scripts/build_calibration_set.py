@@ -1,0 +1,39 @@
+"""Build the packaged calibration set for ``prune-wanda`` (``gate.calibration``).
+
+Conversations of the ShareGPT training split only (the fidelity prompts are the
+held-out split), first user turn plus reply, deterministic order.
+
+Run:
+    python scripts/build_calibration_set.py [--size 128] [--max-chars 768]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gate.calibration import (
+    DEFAULT_MAX_CHARS,
+    DEFAULT_SIZE,
+    build_calibration_set,
+    default_calibration_path,
+    write_calibration_set,
+)
+from gate.data.sharegpt import load_sharegpt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--size", type=int, default=DEFAULT_SIZE)
+    ap.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS)
+    ap.add_argument("--out", type=Path, default=default_calibration_path())
+    args = ap.parse_args(argv)
+    conversations, report = load_sharegpt(warn=False)
+    records = build_calibration_set(conversations, args.size, args.max_chars)
+    write_calibration_set(records, args.out)
+    print(f"{len(records)} calibration texts from {report.recovered} conversations -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,502 @@
+"""Paired A/B latency mode, the latency flags of ``gate run`` and the suite under the plugin.
+
+Drift is simulated where it must be deterministic: :class:`DriftingTime` is a
+fake clock on which every scripted duration takes ``factor`` times longer, like
+a shared runner whose neighbours come and go. The must-show checks then run on
+real timings of the tiny real model on this (noisy, shared) machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+# pytester's in-process runs drop modules first imported inside them; C extensions
+# (numpy, psutil, torch) cannot be imported twice, so the suite's imports come first.
+import gate.compare
+import gate.history
+import gate.nvml
+import gate.report.console
+import gate.report.results_json
+import gate.suites.test_latency
+import gate.timing  # noqa: F401
+from gate.baseline import BaselineStore
+from gate.compare import PAIRED_REFERENCE, compare
+from gate.config import load_thresholds, packaged_thresholds_path
+from gate.errors import DataError
+from gate.fingerprint import Fingerprint, collect
+from gate.measurement import Measurement
+from gate.memory import MemoryTracker
+from gate.metrics.latency import summarize
+from gate.runner import LatencyFlags, build_args, suites_dir
+from gate.tiers.latency import (
+    BaselineBuild,
+    LatencySettings,
+    reference_build,
+    run_tier,
+    to_measurements,
+)
+from gate.timing import PerfCounterClock
+from gate.verdict import Severity
+from tests.fakes.timed_backend import FakeTime, ScriptedBackend
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = LatencySettings(new_tokens=8, batch_sizes=(1, 2), warmup=1, runs=10, memory_runs=1)
+TIMED = ("latency.e2e_p50", "latency.ttft_p50", "latency.tpot_p50", "latency.tokens_per_s")
+
+
+class DriftingTime(FakeTime):
+    """A fake clock on a machine ``factor`` times slower than a quiet one."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds * self.factor
+
+
+def _fp() -> Fingerprint:
+    return collect("cpu", linear_classes=["Linear"])
+
+
+def _measure(
+    backend: Any, *, baseline: BaselineBuild | None = None, settings: LatencySettings = SMALL
+) -> list[Measurement]:
+    result = run_tier(
+        backend,
+        settings,
+        fingerprint=_fp(),
+        clock_factory=backend.time.clock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+        baseline_build=baseline,
+    )
+    return to_measurements(result)
+
+
+def _build(backend: Any, against: str = "fp16") -> BaselineBuild:
+    return BaselineBuild(lambda: backend, against, "scripted", None)
+
+
+def _severities(cand: list[Measurement], base: list[Measurement], against: str = "fp16") -> Any:
+    thresholds = load_thresholds(packaged_thresholds_path())
+    return {v.key: v for v in compare(cand, base, thresholds, against=against)}
+
+
+class Logged(ScriptedBackend):
+    """A scripted backend that writes each request to a shared log."""
+
+    def __init__(self, tag: str, log: list[str], **kwargs: Any) -> None:
+        super().__init__(kwargs.pop("clock_source"), **kwargs)
+        self.tag, self.log = tag, log
+
+    def generate_timed(self, prompt: Any, *, batch_size: int, new_tokens: int, clock: Any) -> Any:
+        self.log.append(f"{self.tag}{batch_size}")
+        return super().generate_timed(
+            prompt, batch_size=batch_size, new_tokens=new_tokens, clock=clock
+        )
+
+
+def test_paired_mode_alternates_after_the_memory_runs() -> None:
+    log: list[str] = []
+    clock = FakeTime()
+    cand = Logged("B", log, clock_source=clock, noise_cv=0.0, slowdown=2.0)
+    base = Logged("A", log, clock_source=clock, noise_cv=0.0)
+
+    def load() -> ScriptedBackend:
+        log.append("load")
+        return base
+
+    by_name = {m.name: m for m in _measure(cand, baseline=BaselineBuild(load, "fp16", "m", None))}
+    rounds = SMALL.warmup + SMALL.runs
+    # memory run of the candidate alone, then the baseline build, then A B A B per batch
+    pairs = [["A1", "B1"], ["B1", "A1"]] * rounds
+    assert log == ["B1", "load"] + [x for p in pairs[:rounds] for x in p] + [
+        x.replace("1", "2") for p in pairs[:rounds] for x in p
+    ]
+    e2e = by_name["latency.e2e_p50"]
+    paired = e2e.details[PAIRED_REFERENCE]
+    assert (paired["against"], paired["model"], paired["recipe"]) == ("fp16", "m", None)
+    # the reference is the baseline build's own runs: 20 ms + 1 ms, then 11 ms per step
+    assert paired["value"] == pytest.approx(0.021 + 7 * 0.011)
+    assert len(paired["samples"]) == SMALL.runs
+    assert e2e.value == pytest.approx(2 * paired["value"])
+    best = by_name["latency.best_tokens_per_s"].details[PAIRED_REFERENCE]
+    assert best["best_batch"] == 2
+    # memory is the candidate's alone and has nothing in-session to compare with
+    assert PAIRED_REFERENCE not in by_name["latency.peak_rss_bytes"].details
+    assert by_name["latency.param_bytes"].details["paired"] is True
+
+
+def test_paired_reference_matches_summarize_of_the_baseline_runs() -> None:
+    clock = FakeTime()
+    base = ScriptedBackend(clock, seed=5)
+    result = run_tier(
+        ScriptedBackend(clock, seed=6),
+        SMALL,
+        fingerprint=_fp(),
+        clock_factory=clock.clock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+        baseline_build=_build(base),
+    )
+    assert result.reference is not None
+    expected = summarize(result.reference.runs)
+    for m in to_measurements(result):
+        key = m.name.removeprefix("latency.")
+        if key in expected:
+            assert m.details[PAIRED_REFERENCE]["value"] == expected[key].value
+            assert m.details[PAIRED_REFERENCE]["samples"] == list(expected[key].samples)
+
+
+def test_in_session_baseline_cancels_drift_and_still_catches_a_slow_build() -> None:
+    stored = _measure(ScriptedBackend(FakeTime(), seed=1))  # recorded on a quiet machine
+    busy = DriftingTime(1.45)  # now the runner is shared: everything takes 45 % longer
+    same = ScriptedBackend(busy, seed=2)
+    # timed against the stored baseline alone, the same build is blocked ...
+    unpaired = _severities(_measure(same), stored)
+    assert unpaired["latency.e2e_p50"].severity is Severity.CRITICAL
+    # ... timed beside the baseline build in the same session, it passes
+    paired = _severities(_measure(same, baseline=_build(ScriptedBackend(busy, seed=3))), stored)
+    assert max(v.severity for v in paired.values()) is Severity.PASS, paired
+    assert paired["latency.e2e_p50"].details["reference"] == "in-session"
+    assert "(in-session baseline)" in paired["latency.e2e_p50"].reason
+    # a build twice as slow is critical on the drifting machine, 3 % is not
+    slow = ScriptedBackend(busy, seed=4, slowdown=2.0)
+    blocked = _severities(_measure(slow, baseline=_build(ScriptedBackend(busy, seed=5))), stored)
+    for name in TIMED:
+        assert blocked[name].severity is Severity.CRITICAL, name
+    bit = ScriptedBackend(busy, seed=6, slowdown=1.03)
+    mild = _severities(_measure(bit, baseline=_build(ScriptedBackend(busy, seed=7))), stored)
+    for name in TIMED:
+        assert mild[name].severity < Severity.CRITICAL, name
+
+
+def _timing(name: str, centre: float, seed: int, **details: Any) -> Measurement:
+    samples = centre * np.random.default_rng(seed).lognormal(0.0, 0.03, 12)
+    return Measurement(name, float(np.median(samples)), tuple(samples), details=details)
+
+
+def test_compare_uses_the_in_session_baseline_only_for_its_ref() -> None:
+    ref = _timing("latency.e2e_p50", 0.20, 1)
+    paired = {"against": "fp16", "value": ref.value, "samples": list(ref.samples or ())}
+    cand = _timing("latency.e2e_p50", 0.20, 2, **{PAIRED_REFERENCE: paired})
+    stored = [_timing("latency.e2e_p50", 0.10, 3)]  # timed when the machine was twice as fast
+    fp16 = _severities([cand], stored, "fp16")["latency.e2e_p50"]
+    assert fp16.severity is Severity.PASS and fp16.baseline_value == ref.value
+    assert fp16.test == "Mann-Whitney U"
+    prod = _severities([cand], stored, "prod")["latency.e2e_p50"]
+    assert prod.severity is Severity.CRITICAL and prod.details["reference"] == "baseline"
+    # no stored value at all: the in-session baseline still judges
+    alone = _severities([cand], [], "fp16")["latency.e2e_p50"]
+    assert alone.severity is Severity.PASS and alone.baseline_value == ref.value
+    slower = _timing("latency.e2e_p50", 0.30, 4, **{PAIRED_REFERENCE: paired})
+    assert _severities([slower], [], "fp16")["latency.e2e_p50"].severity is Severity.CRITICAL
+
+
+def test_malformed_in_session_baseline_is_a_data_error() -> None:
+    bad = _timing("latency.e2e_p50", 0.2, 1, **{PAIRED_REFERENCE: {"value": "fast"}})
+    with pytest.raises(DataError, match="in-session baseline"):
+        _severities([bad], [], "fp16")
+    nan = _timing(
+        "latency.e2e_p50", 0.2, 1, **{PAIRED_REFERENCE: {"value": 0.2, "samples": [float("nan")]}}
+    )
+    with pytest.raises(DataError, match="non-finite"):
+        _severities([nan], [], "fp16")
+
+
+def test_reference_build_reads_the_baseline_provenance() -> None:
+    assert reference_build({"model": "demo", "recipe": "none"}, "x") == ("demo", None)
+    assert reference_build({"source": "org/m", "recipe": "bnb-int8"}, "x") == ("org/m", "bnb-int8")
+    assert reference_build({}, "./here") == ("./here", None)
+
+
+def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = LatencyFlags(Path("hist"), allow_hardware_mismatch=True, paired=True)
+    args = build_args("run", "demo", ["latency"], directory=suites_dir(), latency=flags)
+    tail = ["--gate-history", "hist", "--gate-allow-hardware-mismatch", "--gate-paired-latency"]
+    assert args[-4:] == tail
+    import gate.runner
+    from gate.cli import main
+
+    seen: dict[str, Any] = {}
+
+    def fake_run_pytest(mode: str, model: str, **kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(gate.runner, "run_pytest", fake_run_pytest)
+    argv = ["run", "--candidate", "demo", "--tiers", "latency", "--history", "hist"]
+    assert main([*argv, "--allow-hardware-mismatch", "--paired-latency"]) == 0
+    assert seen["latency"] == flags
+    assert main(argv) == 0
+    assert seen["latency"] == LatencyFlags(Path("hist"), False, False)
+
+
+# --- the packaged suite under the plugin, with scripted backends on a busy machine ---------
+
+CONFTEST = textwrap.dedent(
+    """
+    import itertools
+
+    import pytest
+
+    from tests.fakes.timed_backend import ScriptedBackend
+    from tests.test_latency_paired import DriftingTime
+
+    BUSY = DriftingTime(1.45)
+    SLOWDOWN = {None: 1.0, "slow": 2.0}
+    SEEDS = itertools.count(10)
+
+    def pytest_gate_make_backend(config, model, recipe):
+        if model == "scripted":
+            return ScriptedBackend(BUSY, slowdown=SLOWDOWN[recipe], seed=next(SEEDS))
+        return None
+
+    @pytest.fixture(autouse=True)
+    def busy_clock(request, monkeypatch):
+        # the boundary: the suite's step clock reads the busy machine's fake time
+        monkeypatch.setattr(request.module, "make_clock", lambda device: BUSY.clock())
+    """
+)
+
+RUN_CONFIG = textwrap.dedent(
+    """
+    [tiers.latency]
+    new_tokens = 8
+    batch_sizes = [1, 2]
+    warmup = 1
+    runs = 10
+    memory_runs = 1
+    """
+)
+
+NO_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:anyio")
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeconftest(CONFTEST)
+    pytester.makefile(".toml", run=RUN_CONFIG)
+    suite = (suites_dir() / "test_latency.py").read_text()
+    pytester.makepyfile(test_latency=suite)
+    return pytester
+
+
+def _store_baseline(root: Path, fingerprint: Fingerprint) -> None:
+    """The scripted model's fp16 baseline, recorded on a quiet machine."""
+    quiet = FakeTime()
+    result = run_tier(
+        ScriptedBackend(quiet, seed=1),
+        SMALL,
+        fingerprint=fingerprint,
+        clock_factory=quiet.clock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+    )
+    store = BaselineStore(root / "store")
+    stored = store.add(
+        "scripted",
+        "fp16",
+        to_measurements(result),
+        provenance={"model": "scripted", "recipe": "none"},
+        environment={},
+    )
+    store.promote("scripted", "fp16", stored.number)
+
+
+def _gate(pytester: pytest.Pytester, *args: str, benchmark: bool = False) -> pytest.RunResult:
+    plugins = NO_PLUGINS if benchmark else (*NO_PLUGINS, "-p", "no:benchmark")
+    return pytester.runpytest(
+        *plugins,
+        "--gate-model",
+        "scripted",
+        "--gate-store",
+        "store",
+        "--gate-thresholds",
+        str(packaged_thresholds_path()),
+        "--gate-config",
+        "run.toml",
+        "--gate-json",
+        "out.json",
+        *args,
+    )
+
+
+def _metrics(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
+    data = json.loads((pytester.path / "out.json").read_text())
+    return {m["name"]: m for m in data["metrics"]}
+
+
+def test_hardware_mismatch_raised_in_the_tier_is_exit_4_in_one_line(
+    inner: pytest.Pytester,
+) -> None:
+    import dataclasses
+
+    _store_baseline(inner.path, dataclasses.replace(_fp(), cpu_model="Other CPU 9000"))
+    result = _gate(inner, "--gate-paired-latency")
+    assert result.ret == 4
+    output = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*error: latency baseline was measured on other hardware: cpu_model: 'Other CPU 9000'*"]
+    )
+    assert "Traceback" not in output and "raise BaselineError" not in output
+    allowed = _gate(inner, "--gate-paired-latency", "--gate-allow-hardware-mismatch")
+    assert allowed.ret == 0, allowed.stdout.str()
+    allowed.stdout.fnmatch_lines(["*hardware mismatch allowed*"])
+
+
+def test_busy_runner_passes_paired_blocks_unpaired_and_history_grows(
+    inner: pytest.Pytester,
+) -> None:
+    _store_baseline(inner.path, _fp())
+    unpaired = _gate(inner)  # the same build, timed on the busy machine against stored figures
+    assert unpaired.ret == 1
+    paired = _gate(inner, "--gate-paired-latency", "--gate-history", "hist")
+    assert paired.ret == 0, paired.stdout.str()
+    e2e = _metrics(inner)["latency.e2e_p50"]
+    assert e2e["severity"] == "pass"
+    histories = list((inner.path / "hist").glob("*.jsonl"))
+    assert len(histories) == 1 and len(histories[0].read_text().splitlines()) == 1
+    slow = _gate(inner, "--gate-paired-latency", "--gate-recipe", "slow", "--gate-history", "hist")
+    assert slow.ret == 1
+    e2e = _metrics(inner)["latency.e2e_p50"]
+    assert e2e["severity"] == "critical"
+    assert e2e["baseline_value"] == pytest.approx(e2e["value"] / 2, rel=0.1)
+    assert len(histories[0].read_text().splitlines()) == 2
+
+
+def test_paired_setting_in_the_run_config(inner: pytest.Pytester) -> None:
+    _store_baseline(inner.path, _fp())
+    inner.makefile(".toml", run=RUN_CONFIG + "paired = true\n")
+    result = _gate(inner, "--gate-recipe", "slow")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*CRITICAL latency.e2e_p50*(in-session baseline)*"])
+
+
+def test_benchmark_fixture_is_used_even_when_disabled(inner: pytest.Pytester) -> None:
+    _store_baseline(inner.path, _fp())
+    disabled = _gate(inner, "--gate-paired-latency", "--benchmark-disable", benchmark=True)
+    assert disabled.ret == 0, disabled.stdout.str()
+    assert "was not used" not in disabled.stdout.str()
+    enabled = _gate(inner, benchmark=True)
+    assert "was not used" not in enabled.stdout.str()
+    bench = _metrics(inner)["latency.e2e_p50"]["details"]["pytest_benchmark"]
+    assert bench["rounds"] == SMALL.runs
+
+
+# --- real timings of the tiny real model on this shared machine -----------------------------
+
+REAL = LatencySettings(
+    new_tokens=8, batch_sizes=(1,), warmup=2, runs=10, memory_runs=1, sweep=False
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_builds(tiny_model_dir: Path) -> Iterator[Callable[[str | None], Any]]:
+    import torch
+
+    from gate.backends.loading import load_backend
+    from gate.spec import ModelSpec
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 threads on 2 shared cores stall on every preemption
+    spec = ModelSpec(str(tiny_model_dir), device="cpu", dtype="float32")
+    yield lambda recipe: load_backend(spec, recipe)
+    torch.set_num_threads(threads)
+
+
+def _real(candidate: Any, baseline: Any) -> list[Measurement]:
+    result = run_tier(
+        candidate,
+        REAL,
+        fingerprint=collect("cpu", linear_classes=candidate.provenance()["linear_classes"]),
+        clock_factory=PerfCounterClock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+        baseline_build=BaselineBuild(lambda: baseline, "fp16", "tiny", None),
+    )
+    return [m for m in to_measurements(result) if m.name != "latency.peak_rss_bytes"]
+
+
+@pytest.mark.slow
+def test_real_same_build_ten_gates_in_a_row_never_regress(
+    tiny_builds: Callable[[str | None], Any],
+) -> None:
+    """Ten paired gate runs of one build against its own baseline (two loads of it)."""
+    candidate, baseline = tiny_builds(None), tiny_builds(None)
+    warned = 0
+    for _ in range(10):
+        verdicts = _severities(_real(candidate, baseline), [])
+        assert Severity.CRITICAL not in {v.severity for v in verdicts.values()}, verdicts
+        warned += any(v.severity is Severity.WARN for v in verdicts.values())
+    assert warned <= 2
+
+
+@pytest.mark.slow
+def test_real_delay_recipe_is_critical_in_paired_mode(
+    tiny_builds: Callable[[str | None], Any],
+) -> None:
+    """``delay:5ms`` before every forward (about 2x on this model) is blocked."""
+    verdicts = _severities(_real(tiny_builds("delay:5ms"), tiny_builds(None)), [])
+    e2e = verdicts["latency.e2e_p50"]
+    assert e2e.value / (e2e.baseline_value or 1.0) > 1.5, e2e.reason
+    # TTFT holds one delayed forward (the prefill), E2E eight: the decode figures carry it
+    for name in ("latency.e2e_p50", "latency.tpot_p50", "latency.tokens_per_s"):
+        assert verdicts[name].severity is Severity.CRITICAL, verdicts[name].reason
+
+
+# --- `gate run --config X.toml` end to end with [tiers.latency] paired = true -----------------
+
+
+@pytest.mark.slow
+def test_gate_run_with_a_paired_run_config(
+    tiny_model_dir: Path, tiny_builds: Callable[[str | None], Any], tmp_path: Path
+) -> None:
+    """``gate run --config X.toml`` with ``paired = true``: the baseline build is timed in-session."""
+    baseline = tiny_builds(None)
+    result = run_tier(
+        baseline,
+        REAL,
+        fingerprint=collect("cpu", linear_classes=baseline.provenance()["linear_classes"]),
+        clock_factory=PerfCounterClock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+    )
+    store = BaselineStore(tmp_path / "store")
+    provenance = {"model": str(tiny_model_dir), **baseline.provenance()}
+    stored = store.add(tiny_model_dir.name, "fp16", to_measurements(result), provenance, {})
+    store.promote(tiny_model_dir.name, "fp16", stored.number)
+    config = tmp_path / "latency.toml"
+    config.write_text(
+        "[tiers.latency]\nnew_tokens = 8\nbatch_sizes = [1]\nwarmup = 2\nruns = 10\n"
+        "memory_runs = 1\npaired = true\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "gate.cli", "run", "--candidate", str(tiny_model_dir)),
+            *("--recipe", "delay:5ms", "--tiers", "latency", "--config", str(config)),
+            *("--store", str(tmp_path / "store"), "--against", "fp16"),
+            *("--history", str(tmp_path / "hist"), "--json", str(tmp_path / "out.json")),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    metrics = {m["name"]: m for m in json.loads((tmp_path / "out.json").read_text())["metrics"]}
+    e2e = metrics["latency.e2e_p50"]
+    assert e2e["severity"] == "critical"
+    assert e2e["details"]["reference"] == "in-session"
+    assert e2e["details"][PAIRED_REFERENCE]["recipe"] is None
+    assert metrics["latency.param_bytes"]["severity"] == "pass"  # stored, same weights
+    assert len(list((tmp_path / "hist").glob("*.jsonl"))) == 1
