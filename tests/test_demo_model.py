@@ -85,12 +85,14 @@ def _heldout_ppl(model: Any, tok: Any, n_texts: int = 24, max_len: int = 256) ->
     return math.exp(nll / count)
 
 
+@pytest.mark.slow
 def test_heldout_perplexity_far_below_vocab(demo: tuple[Any, Any]) -> None:
     model, tok = demo
     ppl = _heldout_ppl(model, tok)
     assert ppl < MAX_HELDOUT_PPL, ppl
 
 
+@pytest.mark.slow
 def test_damaged_model_perplexity_is_worse(demo: tuple[Any, Any]) -> None:
     """The measurement can fail: noise as large as the weights (a crude stand-in for a broken
     quantizer) in every matrix, embeddings included, must at least double perplexity
@@ -120,6 +122,7 @@ def _greedy(model: Any, tok: Any, prompt: str, max_new: int = 16) -> str:
     return str(tok.decode(out[0, len(ids) :], skip_special_tokens=True))
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="the 600-step demo model answers 0/10 (it has not learned to copy operands yet); "

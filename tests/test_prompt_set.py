@@ -77,7 +77,8 @@ def test_committed_set_is_rebuilt_identically() -> None:
 
 
 def _heldout_ids(n: int, heldout: bool) -> list[str]:
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while len(out) < n:
         cid = f"syn{i}_0"
         if is_heldout(cid) == heldout:
