@@ -60,6 +60,8 @@ N_RESAMPLES = 2000
 N_RESAMPLES_REPEATED = 1000
 #: ``Measurement.details`` key of an in-session baseline of a REPEATED metric (paired runs).
 PAIRED_REFERENCE = "paired_reference"
+#: Verdict detail set when a crossed bound was not escalated (value: the bound crossed).
+NOT_SIGNIFICANT = "not_significant"
 
 
 @dataclass(frozen=True)
@@ -305,6 +307,7 @@ def _judge(
         if relative and rel is None:
             text += " (relative change undefined at reference 0)"
     severity = point
+    downgraded = False
     if evidence is not None:
         test_text = f"{evidence.test} p={evidence.p_worse:.2g}, {evidence.n_text}"
         if evidence.note:
@@ -318,6 +321,7 @@ def _judge(
             )
         else:
             severity = Severity.PASS
+            downgraded = True
             text += f" but not significant ({test_text} >= alpha {thresholds.alpha:g})"
     elif point is not Severity.PASS:
         text += f" (judged on the point value: {ev})"
@@ -327,7 +331,14 @@ def _judge(
         "min_samples": threshold.min_samples,
         "category_override": slice is not None and slice in threshold.categories,
     }
-    return replace(verdict, severity=severity, reason=text, threshold=threshold_info)
+    details = dict(verdict.details)
+    if downgraded:
+        # The point value crossed a bound but the evidence did not support it:
+        # reports show it as "pass (n.s.)" so a reader sees the near miss.
+        details[NOT_SIGNIFICANT] = point.label
+    return replace(
+        verdict, severity=severity, reason=text, threshold=threshold_info, details=details
+    )
 
 
 def compare(

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gate.compare import NOT_SIGNIFICANT
 from gate.report.results_json import final_words
 from gate.verdict import GateOutcome, Severity, Verdict
 
@@ -100,6 +101,13 @@ def order(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return sorted(verdicts, key=lambda v: (-int(v.severity), -degradation(v), v.key, v.against))
 
 
+def severity_text(verdict: Verdict) -> Text:
+    """``CRITICAL``/``WARN``/``PASS``; ``PASS (n.s.)`` when a bound was crossed without evidence."""
+    if verdict.severity == Severity.PASS and NOT_SIGNIFICANT in verdict.details:
+        return Text("PASS (n.s.)", style="yellow")
+    return Text(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity])
+
+
 def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) -> Table:
     """The table of one tier."""
     table = Table(title=f"tier: {tier}", title_justify="left", box=box.SIMPLE_HEAD)
@@ -122,7 +130,7 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
             fmt_bound(verdict.threshold),
             fmt_ci(verdict.ci),
             str(verdict.n),
-            Text(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity]),
+            severity_text(verdict),
         ]
         table.add_row(*row)
     return table
