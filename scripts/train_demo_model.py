@@ -275,6 +275,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, default=None, help="write final metrics JSON here")
     ap.add_argument("--ckpt", type=Path, default=None, help="save a checkpoint here as it goes")
     ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="continue training a saved model directory (its tokenizer is reused, not retrained)",
+    )
+    ap.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        help="stop after this many steps (the schedule still spans --steps); for staged runs",
+    )
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -301,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     tok_texts = [t.content[:4000] for c in train[: args.tokenizer_convs] for t in c.turns] + [
         d.user + "\n" + d.assistant for d in synth[:20000]
     ]
-    tokenizer = train_tokenizer(tok_texts)
+    if args.init_from is not None:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(args.init_from)
+    else:
+        tokenizer = train_tokenizer(tok_texts)
     print(f"tokenizer: vocab={len(tokenizer)} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     share_docs, synth_docs = build_documents(
@@ -325,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     held_docs, _ = build_documents(tokenizer, held, [], 10**9, args.doc_tokens)
     held_blocks = pack(held_docs, args.seq_len, random.Random(0))[:48]
 
-    model = make_model(tokenizer, args.seed)
+    if args.init_from is not None:
+        model = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
+    else:
+        model = make_model(tokenizer, args.seed)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters", flush=True)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -338,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     model.train()
     t_train = time.perf_counter()
-    for step in range(args.steps):
+    for step in range(args.steps if args.stop_after is None else min(args.steps, args.stop_after)):
         lr = lr_at(step, args.steps, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
