@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         code = int(ExitCode.USAGE_ERROR)
-    except Exception as exc:  # noqa: BLE001 - last line of defence, reported as internal error
+    except Exception as exc:
         click.echo(f"gate: internal error: {type(exc).__name__}: {exc}", err=True)
         click.echo("  (set GATE_DEBUG=1 for the traceback; please report it)", err=True)
         if _debug():
