@@ -25,8 +25,9 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--tiers",
     metavar="T1,T2,...",
-    help="Tiers to run (default: fidelity; the committed baseline also holds accuracy and "
-    "capability; latency only compares on the hardware its baseline was recorded on).",
+    help="Tiers to run (default: fidelity,accuracy,capability; add latency to time each build "
+    "against the unmodified model in the same session, interleaved A/B, so the comparison "
+    "holds on any machine).",
 )
 @click.option(
     "--json-dir",
