@@ -429,7 +429,17 @@ def _real(candidate: Any, baseline: Any) -> list[Measurement]:
 def test_real_same_build_ten_gates_in_a_row_never_regress(
     tiny_builds: Callable[[str | None], Any],
 ) -> None:
-    """Ten paired gate runs of one build against its own baseline (two loads of it)."""
+    """Ten paired gate runs of one build against its own baseline (two loads of it).
+
+    The promise is about a runner that is not saturated by other work: with more
+    runnable processes than cores, bursts inside a single A/B pair (not drift
+    between pairs, which pairing cancels) decide the medians.
+    """
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        pytest.skip(
+            f"machine saturated by other work (load {load:.1f}); timing promise not testable"
+        )
     candidate, baseline = tiny_builds(None), tiny_builds(None)
     warned = 0
     for _ in range(10):
