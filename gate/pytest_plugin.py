@@ -164,6 +164,24 @@ def _model_slug(model: str, explicit: str | None) -> str:
     return ModelSpec.parse(model).slug
 
 
+#: Settings that describe this run's machine or output, never inherited from a baseline.
+LOCAL_SETTINGS = frozenset({"history_dir", "allow_hardware_mismatch"})
+
+
+def _recorded_settings(baseline: Any) -> dict[str, dict[str, Any]]:
+    """The tier settings a baseline was recorded with (``provenance["tier_settings"]``)."""
+    if baseline is None:
+        return {}
+    recorded = baseline.provenance.get("tier_settings") or {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {
+        str(tier): {k: v for k, v in table.items() if k not in LOCAL_SETTINGS}
+        for tier, table in recorded.items()
+        if tier in TIERS and isinstance(table, dict)
+    }
+
+
 def _build_state(config: pytest.Config) -> GateState:
     from gate.baseline import BaselineStore
     from gate.config import load_thresholds
@@ -175,8 +193,22 @@ def _build_state(config: pytest.Config) -> GateState:
     mode = opt.gate_mode
     thresholds = load_thresholds(Path(opt.gate_thresholds) if opt.gate_thresholds else None)
     run_config = load_run_config(Path(opt.gate_config) if opt.gate_config else None)
+    store = BaselineStore(Path(opt.gate_store))
+    slug = _model_slug(model, opt.gate_model_slug)
+    baselines = {}
+    if mode == "run":
+        for ref in opt.gate_baseline or ["latest"]:
+            baselines[ref] = store.resolve(ref, slug)
+    # A candidate is measured like its baseline was: the baseline's recorded tier
+    # settings are the bottom layer, then thresholds.toml [tiers], the run config, flags.
+    inherited = _recorded_settings(next(iter(baselines.values()), None))
     settings = {
-        tier: {**thresholds.tier_settings(tier), **run_config.get(tier, {})} for tier in TIERS
+        tier: {
+            **inherited.get(tier, {}),
+            **thresholds.tier_settings(tier),
+            **run_config.get(tier, {}),
+        }
+        for tier in TIERS
     }
     # latency flags override [tiers.latency]
     if opt.gate_history:
@@ -185,12 +217,6 @@ def _build_state(config: pytest.Config) -> GateState:
         settings["latency"]["allow_hardware_mismatch"] = True
     if opt.gate_paired_latency:
         settings["latency"]["paired"] = True
-    store = BaselineStore(Path(opt.gate_store))
-    slug = _model_slug(model, opt.gate_model_slug)
-    baselines = {}
-    if mode == "run":
-        for ref in opt.gate_baseline or ["latest"]:
-            baselines[ref] = store.resolve(ref, slug)
     return GateState(
         run=GateRun(
             mode=mode,
@@ -291,8 +317,18 @@ def _finish(state: GateState, exitstatus: int) -> int:
         if not measured:
             state.lines.append("gate: nothing was measured; no baseline was stored")
             return int(ExitCode.NO_MEASUREMENTS)
+        recorded = {
+            tier: {k: v for k, v in table.items() if k not in LOCAL_SETTINGS}
+            for tier, table in run.tier_settings.items()
+            if table
+        }
         stored = state.store.add(
-            run.model_slug, state.label, measured, candidate, environment(), run.artifacts
+            run.model_slug,
+            state.label,
+            measured,
+            {**candidate, "tier_settings": recorded},
+            environment(),
+            run.artifacts,
         )
         state.lines.append(f"gate: stored baseline {stored.display} at {stored.path}")
         if state.ref:
