@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gate.data.loaders import load_hf_dataset
 from gate.errors import DataError
 
 SEPARATOR = "\n\n"
@@ -80,20 +81,7 @@ def _hf_docs(spec: str) -> Iterator[str]:
         raise DataError(f"bad corpus 'hf:{spec}'", "write hf:NAME[:CONFIG[:SPLIT[:FIELD]]]")
     parts += [""] * (4 - len(parts))
     name, config, split, field = parts[0], parts[1] or None, parts[2] or "test", parts[3] or "text"
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(
-            "the 'datasets' package is needed for a Hugging Face corpus",
-            "pip install 'gate[data]' or give a local text file",
-        ) from None
-    try:
-        ds = datasets.load_dataset(name, config, split=split)
-    except Exception as exc:
-        raise DataError(
-            f"cannot load dataset {name!r} ({config or 'default'}, {split}): {type(exc).__name__}",
-            "check the name and that it is cached when HF_DATASETS_OFFLINE=1",
-        ) from None
+    ds = load_hf_dataset(name, config, split=split)
     if field not in ds.column_names:
         raise DataError(f"dataset {name!r} has no column {field!r}", f"columns: {ds.column_names}")
     for rec in ds:

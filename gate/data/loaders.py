@@ -146,6 +146,43 @@ def load_jsonl_prompts(
     )
 
 
+def load_hf_dataset(
+    name: str,
+    config: str | None = None,
+    *,
+    split: str = "train",
+    revision: str | None = None,
+    data_files: str | list[str] | None = None,
+    streaming: bool = False,
+) -> Any:
+    """``datasets.load_dataset`` with the gate's errors: a missing package or a dataset
+    that cannot be loaded (unknown name, not cached while ``HF_DATASETS_OFFLINE=1``)
+    becomes one :class:`DataError` line. Every Hugging Face data path goes through here.
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(
+            "loading a Hugging Face dataset needs the datasets package",
+            hint="pip install 'gate[data]', or give a local file",
+        ) from None
+    try:
+        return datasets.load_dataset(
+            name,
+            config,
+            split=split,
+            revision=revision,
+            data_files=data_files,
+            streaming=streaming,
+        )
+    except Exception as exc:  # datasets raises many types; all mean "cannot load"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(
+            f"cannot load dataset {name!r} ({config or 'default'}, split {split!r}): {first}",
+            hint="check the name and split, and that it is cached when HF_DATASETS_OFFLINE=1",
+        ) from None
+
+
 def load_hf_prompts(
     name: str,
     *,
@@ -166,28 +203,14 @@ def load_hf_prompts(
     The dataset is streamed when ``limit`` is set, so only the needed rows are read.
     Offline runners resolve it from the local cache (``HF_DATASETS_OFFLINE=1``).
     """
-    try:
-        import datasets
-    except ImportError as exc:
-        raise DataError(
-            "loading a Hugging Face dataset needs the datasets package",
-            hint="pip install datasets",
-        ) from exc
-    try:
-        ds = datasets.load_dataset(
-            name,
-            config,
-            split=split,
-            revision=revision,
-            data_files=data_files,
-            streaming=limit is not None,
-        )
-    except Exception as exc:  # datasets raises many types; all mean "cannot load"
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(
-            f"cannot load dataset {name!r} split {split!r}: {first}",
-            hint="check the name, split and network or cache",
-        ) from exc
+    ds = load_hf_dataset(
+        name,
+        config,
+        split=split,
+        revision=revision,
+        data_files=data_files,
+        streaming=limit is not None,
+    )
     return records_to_prompts(
         ds,
         text_field=text_field,

@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gate.data.loaders import load_hf_dataset
 from gate.errors import DataError
 
 #: Sets shipped in ``gate/assets/mcq/`` (file stem -> what it tests).
@@ -255,20 +256,7 @@ def load_mcq_hf(
     limit: int | None = None,
 ) -> list[MCQuestion]:
     """Questions from a Hugging Face dataset (on a runner with ``datasets`` and the data cached)."""
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(
-            "the 'datasets' package is needed to read Hugging Face MCQ sets",
-            "pip install 'gate[data]' or use a local JSONL file",
-        ) from None
-    try:
-        ds = datasets.load_dataset(name, config, split=split)
-    except Exception as exc:
-        raise DataError(
-            f"cannot load dataset {name!r} ({config or 'default'}, {split}): {type(exc).__name__}",
-            "check the name and that it is cached when HF_DATASETS_OFFLINE=1",
-        ) from None
+    ds = load_hf_dataset(name, config, split=split)
     return parse_records(ds, fmt=fmt, subject=config or name, source=name, limit=limit)
 
 
