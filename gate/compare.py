@@ -15,8 +15,9 @@ its breakdown slices):
    (PAIRED_SCORE), Mann-Whitney U over repeated runs (REPEATED). Against an
    ideal, every item of the reference is the ideal value. POINT metrics, and
    metrics lacking per-sample values on a side, are judged on the value alone;
-   so are comparisons with fewer than ``min_samples`` samples, which the
-   reason says.
+   so are whole-metric comparisons with fewer than ``min_samples`` samples,
+   which the reason says. A slice (``category:x``) with fewer than
+   ``min_samples`` items is never escalated without significant evidence.
 
 ``Verdict.ci`` is the interval of ``delta`` in the units of the per-sample
 values (tiers store ``value = mean(samples)``); for REPEATED metrics it is the
@@ -314,12 +315,14 @@ def _judge(
             test_text += f", {evidence.note}"
         if point is Severity.PASS or evidence.p_worse < thresholds.alpha:
             text += f" ({test_text})"
-        elif evidence.n < threshold.min_samples:
+        elif evidence.n < threshold.min_samples and slice is None:
             text += (
                 f" ({test_text}; n < min_samples {threshold.min_samples}: "
                 "judged on the point value)"
             )
         else:
+            # Not significant. A small slice (n < min_samples) is never judged on its
+            # point value: one flipped answer in nine would block a build.
             severity = Severity.PASS
             downgraded = True
             text += f" but not significant ({test_text} >= alpha {thresholds.alpha:g})"

@@ -92,6 +92,9 @@ def build_args(
     """The pytest command line for one gate session over ``tiers`` in ``directory``."""
     args = [str(directory / f"test_{tier}.py") for tier in tiers]
     args += ["-m", " or ".join(tiers), "-p", "no:cacheprovider", "--strict-markers"]
+    # the suites import gate modules that are already loaded; pytest's note about not
+    # rewriting their asserts is noise in a gate report
+    args += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     args += ["--rootdir", str(directory), "-o", "addopts=", "-o", "testpaths="]
     args += ["-v"] if verbose else ["-q"]
     if not _plugin_autoloaded():
