@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, NothingMeasuredError
@@ -133,24 +134,14 @@ def run_pytest(
     mode: Mode,
     model: str,
     *,
-    recipe: str | None = None,
     tiers: Sequence[str] | None = None,
-    against: Sequence[str] = (),
-    store: Path | None = None,
-    thresholds: Path | None = None,
-    strict: bool = False,
-    json_out: Path | None = None,
-    config: Path | None = None,
-    label: str | None = None,
-    ref: str | None = None,
-    model_slug: str | None = None,
-    verbose: bool = False,
     directory: Path | None = None,
-    reports: ReportTargets | None = None,
-    latency: LatencyFlags | None = None,
-    calibration: Path | None = None,
+    **options: Any,
 ) -> ExitCode:
     """Run the gate's pytest session; returns its exit status.
+
+    ``options`` are :func:`build_args`'s keyword options (recipe, against, store,
+    thresholds, strict, reports, latency, ...), passed through unchanged.
 
     Tiers without a suite file are reported on stderr as unavailable; when
     none of the requested tiers is available, :class:`NothingMeasuredError`.
@@ -173,26 +164,7 @@ def run_pytest(
             f"none of the requested tiers ({', '.join(wanted)}) is available",
             f"available: {', '.join(present) or 'none'}",
         )
-    args = build_args(
-        mode,
-        model,
-        selected,
-        directory=root,
-        recipe=recipe,
-        against=against,
-        store=store,
-        thresholds=thresholds,
-        strict=strict,
-        json_out=json_out,
-        config=config,
-        label=label,
-        ref=ref,
-        model_slug=model_slug,
-        verbose=verbose,
-        reports=reports,
-        latency=latency,
-        calibration=calibration,
-    )
+    args = build_args(mode, model, selected, directory=root, **options)
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
         code = int(pytest.main(args))
     try:
