@@ -13,6 +13,16 @@ evidence supports it. Each test here answers one question, "is the candidate
 * :func:`repeated_runs_test` — unpaired repeated timings: Mann-Whitney U
   (Mann & Whitney 1947) for "candidate stochastically worse", plus a bootstrap
   CI of the relative change of the median.
+* :func:`paired_runs_test` — repeated timings taken in alternating pairs
+  (A B, B A, ...): Wilcoxon's signed-rank test (Wilcoxon 1945) on the per-pair
+  log ratios ``log(c_i / b_i)``, so a slow stretch of the machine that lasts
+  longer than one pair cancels out of every ratio.
+
+Both repeated-run tests take a ``margin``: the null hypothesis is then "the
+candidate is at most ``margin`` (relative) worse", not "no worse". The gate
+uses it to block a build (critical) only when the runs show it worse by more
+than the warn bound, which keeps a noisy runner from blocking a build whose
+median merely wobbled past the critical bound.
 * :func:`wilson_interval` — the Wilson (1927) score interval of a proportion.
 
 Every resampling is seeded, so the same inputs always give the same verdict.
@@ -255,11 +265,19 @@ def _median_ratio(c: NDArray[np.float64], b: NDArray[np.float64], axis: int = -1
     return np.median(c, axis=axis) / np.median(b, axis=axis) - 1.0
 
 
+def _worse_factor(margin: float, higher_is_better: bool) -> float:
+    """The factor a baseline value is scaled by to be ``margin`` (relative) worse."""
+    if margin < 0.0 or (higher_is_better and margin >= 1.0):
+        raise ValueError(f"relative margin {margin!r} must be >= 0 (and < 1 when higher is better)")
+    return 1.0 - margin if higher_is_better else 1.0 + margin
+
+
 def repeated_runs_test(
     cand: ArrayLike,
     base: ArrayLike,
     *,
     higher_is_better: bool,
+    margin: float = 0.0,
     confidence: float = 0.95,
     n_resamples: int = 1000,
     seed: int = 0,
@@ -269,8 +287,10 @@ def repeated_runs_test(
     ``p_worse`` is the exact-or-asymptotic Mann-Whitney U p-value (scipy picks)
     of the one-sided alternative "candidate values are stochastically larger"
     (lower is better, e.g. latency) or "smaller" (higher is better, e.g.
-    tokens/s). ``ci`` bootstraps both samples independently. Medians must be
-    positive for the relative change to mean anything.
+    tokens/s) than the baseline's scaled by ``1 ± margin``: with ``margin =
+    0.1`` a latency must be shown more than 10 % above the baseline's. ``ci``
+    bootstraps both samples independently (it does not depend on ``margin``).
+    Medians must be positive for the relative change to mean anything.
     """
     c = _as_1d(cand, "repeated_runs_test cand")
     b = _as_1d(base, "repeated_runs_test base")
@@ -279,16 +299,73 @@ def repeated_runs_test(
         raise ValueError("repeated_runs_test: baseline median is 0; a relative change is undefined")
     rel = float(_median_ratio(c, b))
     alternative = "less" if higher_is_better else "greater"
+    shifted = b * _worse_factor(margin, higher_is_better)
     if c.size < 2 or b.size < 2:
         p = 1.0
     else:
-        p = float(sps.mannwhitneyu(c, b, alternative=alternative).pvalue)
+        p = float(sps.mannwhitneyu(c, shifted, alternative=alternative).pvalue)
     if c.size < 2 or b.size < 2 or (np.ptp(c) == 0.0 and np.ptp(b) == 0.0):
         ci = (rel, rel)
     else:
         res = sps.bootstrap(
             (c, b),
             _median_ratio,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method="percentile",
+            vectorized=True,
+            rng=np.random.default_rng(seed),
+        )
+        ci = _ci(res)
+    return RepeatedResult(
+        rel_change_median=rel, ci=ci, p_worse=p, n_cand=int(c.size), n_base=int(b.size)
+    )
+
+
+def paired_runs_test(
+    cand: ArrayLike,
+    base: ArrayLike,
+    *,
+    higher_is_better: bool,
+    margin: float = 0.0,
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> RepeatedResult:
+    """Compare repeated runs taken in pairs: ``cand[i]`` beside ``base[i]``.
+
+    The statistic is the per-pair log ratio ``r_i = log(c_i / b_i)``. A machine
+    that runs ``s`` times slower for a while multiplies both members of the
+    pairs it hits by ``s``, which cancels in ``r_i``; unpaired tests see the
+    same stretch as noise on both sides. ``p_worse`` is Wilcoxon's signed-rank
+    p-value (exact for small ``n``, scipy picks) of the one-sided alternative
+    "``r_i - log(1 ± margin)`` is centred above 0" (lower is better) or below
+    0 (higher is better); pairs with a zero difference are dropped (Wilcoxon's
+    convention), and all-zero differences give ``p = 1``. ``rel_change_median``
+    is ``median(cand) / median(base) - 1`` as in :func:`repeated_runs_test`;
+    ``ci`` is the percentile bootstrap interval of ``exp(median(r)) - 1`` over
+    resampled pairs. Values must be positive (times, rates).
+    """
+    c = _as_1d(cand, "paired_runs_test cand")
+    b = _as_1d(base, "paired_runs_test base")
+    if c.shape != b.shape:
+        raise ValueError(f"paired_runs_test: {c.size} candidate vs {b.size} baseline runs")
+    if np.any(c <= 0.0) or np.any(b <= 0.0):
+        raise ValueError("paired_runs_test: runs must be positive for a log ratio")
+    rel = float(_median_ratio(c, b))
+    log_ratio = np.log(c) - np.log(b)
+    shifted = log_ratio - np.log(_worse_factor(margin, higher_is_better))
+    alternative = "less" if higher_is_better else "greater"
+    if c.size < 2 or not np.any(shifted != 0.0):
+        p = 1.0
+    else:
+        p = float(sps.wilcoxon(shifted, alternative=alternative).pvalue)
+    if c.size < 2 or np.ptp(log_ratio) == 0.0:
+        ci = (float(np.expm1(log_ratio[0])),) * 2
+    else:
+        res = sps.bootstrap(
+            (log_ratio,),
+            lambda r, axis=-1: np.expm1(np.median(r, axis=axis)),
             n_resamples=n_resamples,
             confidence_level=confidence,
             method="percentile",

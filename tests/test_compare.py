@@ -186,13 +186,66 @@ def test_latency_relative_bounds_and_direction(th: Thresholds) -> None:
     (v,) = compare([slow], [base], th)
     assert v.severity is Severity.CRITICAL
     assert v.relative_delta == pytest.approx(slow.value / base.value - 1)
-    assert v.test == "Mann-Whitney U" and "n=20/20" in v.reason
+    assert v.test == "Mann-Whitney U for +5.0%" and "n=20/20" in v.reason
     assert "past critical +10.0%" in v.reason
+    # critical needs the runs to show more than the warn bound: baseline runs made 5 % slower
+    assert base.samples is not None
     assert v.p_value == pytest.approx(
-        sps.mannwhitneyu(slow.samples, base.samples, alternative="greater").pvalue
+        sps.mannwhitneyu(
+            slow.samples, np.asarray(base.samples) * 1.05, alternative="greater"
+        ).pvalue
     )
     (ok,) = compare([fast], [base], th)
     assert ok.severity is Severity.PASS
+
+
+def test_latency_critical_needs_runs_past_the_warn_bound(th: Thresholds) -> None:
+    """Median past +10 % but the runs only show "slower", not "more than 5 % slower": warn."""
+    rng = np.random.default_rng(5)
+    base = _runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.15, 30))
+    noisy = _runs("latency.e2e_p50", 0.056 * rng.lognormal(0, 0.15, 30))
+    assert base.samples is not None and noisy.samples is not None
+    b = np.asarray(base.samples)
+    assert noisy.value / base.value - 1 > 0.10  # the point value is past critical
+    p_any = sps.mannwhitneyu(noisy.samples, b, alternative="greater").pvalue
+    p_past_warn = sps.mannwhitneyu(noisy.samples, b * 1.05, alternative="greater").pvalue
+    assert p_any < th.alpha <= p_past_warn
+    (v,) = compare([noisy], [base], th)
+    assert v.severity is Severity.WARN, v.reason
+    assert v.p_value == pytest.approx(p_any) and "shown only past warn" in v.reason
+    # the same shift with 1 % noise is shown past +10 %: critical
+    tight = _runs("latency.e2e_p50", 0.056 * rng.lognormal(0, 0.01, 30))
+    (w,) = compare([tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th)
+    assert w.severity is Severity.CRITICAL, w.reason
+
+
+def test_in_session_runs_are_compared_pair_by_pair(th: Thresholds) -> None:
+    """Alternated runs on a machine whose speed swings 3x: the per-pair ratios decide."""
+    rng = np.random.default_rng(12)
+    machine = np.exp(rng.uniform(0.0, np.log(3.0), 20))  # the runner's slowness per pair
+    base_runs = 0.05 * machine * rng.lognormal(0, 0.01, 20)
+    same = 0.05 * machine * rng.lognormal(0, 0.01, 20)
+    slow = 0.065 * machine * rng.lognormal(0, 0.01, 20)
+
+    def paired(cand: np.ndarray) -> Measurement:
+        ref = {
+            "against": "fp16",
+            "value": float(np.median(base_runs)),
+            "samples": [float(x) for x in base_runs],
+        }
+        m = _runs("latency.e2e_p50", cand)
+        return Measurement(m.name, m.value, m.samples, details={"paired_reference": ref})
+
+    stored = _runs("latency.e2e_p50", np.full(20, 0.01))  # another machine state entirely
+    (ok,) = compare([paired(same)], [stored], th, against="fp16")
+    assert ok.severity is Severity.PASS and ok.test == "Wilcoxon signed-rank (pairs)", ok.reason
+    (bad,) = compare([paired(slow)], [stored], th, against="fp16")
+    assert bad.severity is Severity.CRITICAL, bad.reason
+    assert bad.test == "Wilcoxon signed-rank (pairs) for +5.0%"
+    shifted = np.log(slow / base_runs) - np.log(1.05)
+    assert bad.p_value == pytest.approx(sps.wilcoxon(shifted, alternative="greater").pvalue)
+    # unpaired, the 3x swings drown the 30 % slowdown
+    assert sps.mannwhitneyu(slow, base_runs * 1.05, alternative="greater").pvalue > th.alpha
 
 
 def test_point_metric_judged_on_value(th: Thresholds) -> None:

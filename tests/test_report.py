@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gate.compare import NOT_SIGNIFICANT
 from gate.errors import DataError, ExitCode
 from gate.report.console import make_console, order, render, summary_line
 from gate.report.results_json import build_results, results_from_json, write_results
@@ -74,6 +75,40 @@ def test_worst_first_and_plain_text() -> None:
     )
     # tables by tier: a tier with a critical finding first
     assert text.index("tier: accuracy") < text.index("tier: fidelity")
+
+
+def test_passing_slices_are_folded_findings_and_near_misses_shown() -> None:
+    sliced = [
+        _verdict("accuracy.mcq_acc", Severity.PASS, -0.001),
+        _verdict("accuracy.mcq_acc", Severity.PASS, 0.01, slice="subject:history"),
+        _verdict("accuracy.mcq_acc", Severity.PASS, -0.004, slice="subject:physics"),
+        _verdict("accuracy.mcq_acc", Severity.CRITICAL, -0.08, slice="subject:law"),
+        _verdict(
+            "accuracy.mcq_acc",
+            Severity.PASS,
+            -0.03,
+            slice="subject:math",
+            details={NOT_SIGNIFICANT: "warn"},
+        ),
+        _verdict("fidelity.cga", Severity.PASS, 0.0, slice="category:chat"),
+    ]
+    lines = _text(sliced).splitlines()
+    text = "\n".join(lines)
+    # passing slices get no row of their own ...
+    assert "subject:history" not in text and "subject:physics" not in text
+    assert "category:chat" not in text
+    # ... but one folded row per metric counts them
+    folds = [li for li in lines if "folded" in li]
+    assert len(folds) == 2
+    assert folds[0].split()[:5] == ["accuracy.mcq_acc", "2", "passing", "slices", "folded"]
+    assert folds[1].split()[:5] == ["fidelity.cga", "1", "passing", "slice", "folded"]
+    # the failing slice, the near miss and the whole-metric row keep their rows
+    rows = {li.split()[1]: li for li in lines if li.strip().startswith("accuracy.mcq_acc ")}
+    assert "CRITICAL" in rows["subject:law"] and "-0.08 (-10.0%)" in rows["subject:law"]
+    assert "PASS (n.s.)" in rows["subject:math"]
+    assert "PASS" in rows["all"]
+    # the verdict line still counts every slice
+    assert lines[-1] == "gate: BLOCKED (exit 1) - 1 critical, 0 warnings, 5 passed"
 
 
 def test_headlines_and_exit_overrides() -> None:

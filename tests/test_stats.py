@@ -161,3 +161,47 @@ def test_repeated_runs_test_refuses_zero_baseline_median() -> None:
 def test_bad_samples_are_refused(bad: list[float]) -> None:
     with pytest.raises(ValueError):
         stats.bootstrap_ci(bad)
+
+
+def _signed_rank_p_by_enumeration(d: np.ndarray) -> float:
+    """Exact one-sided p of Wilcoxon's T+ ("greater"): all 2^n sign patterns, by hand."""
+    ranks = sps.rankdata(np.abs(d))
+    observed = ranks[d > 0].sum()
+    n = d.size
+    hits = 0
+    for mask in range(2**n):
+        t = sum(ranks[i] for i in range(n) if mask >> i & 1)
+        hits += t >= observed - 1e-9
+    return hits / 2**n
+
+
+def test_paired_runs_test_is_the_signed_rank_test_of_shifted_log_ratios() -> None:
+    rng = np.random.default_rng(7)
+    machine = np.exp(rng.uniform(0.0, 1.0, 10))  # drift shared by both members of a pair
+    base = machine * rng.lognormal(0.0, 0.03, 10)
+    cand = 1.2 * machine * rng.lognormal(0.0, 0.03, 10)
+    res = stats.paired_runs_test(cand, base, higher_is_better=False, margin=0.1)
+    shifted = np.log(cand / base) - math.log(1.1)
+    assert res.p_worse == pytest.approx(_signed_rank_p_by_enumeration(shifted))
+    assert res.p_worse < 0.01
+    assert res.rel_change_median == pytest.approx(np.median(cand) / np.median(base) - 1)
+    ratio = float(np.exp(np.median(np.log(cand / base))) - 1)
+    assert res.ci[0] <= ratio <= res.ci[1]
+    # 20 % slower is not shown to be more than 30 % slower
+    assert stats.paired_runs_test(cand, base, higher_is_better=False, margin=0.3).p_worse > 0.5
+    # throughput (higher is better): the same numbers are an improvement
+    assert stats.paired_runs_test(cand, base, higher_is_better=True).p_worse > 0.99
+    # tokens/s 20 % lower, tested against a 10 % bound: significant
+    thr = stats.paired_runs_test(1 / cand, 1 / base, higher_is_better=True, margin=0.1)
+    assert thr.p_worse == pytest.approx(res.p_worse)
+
+
+def test_paired_runs_test_identical_runs_and_bad_input() -> None:
+    same = stats.paired_runs_test([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], higher_is_better=False)
+    assert same.p_worse == 1.0 and same.ci == (0.0, 0.0)
+    with pytest.raises(ValueError, match="positive"):
+        stats.paired_runs_test([1.0, 0.0], [1.0, 1.0], higher_is_better=False)
+    with pytest.raises(ValueError, match="baseline runs"):
+        stats.paired_runs_test([1.0, 2.0], [1.0, 2.0, 3.0], higher_is_better=False)
+    with pytest.raises(ValueError, match="margin"):
+        stats.repeated_runs_test([1.0, 2.0], [1.0, 2.0], higher_is_better=True, margin=1.0)

@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from gate.baseline import BaselineStore
-from gate.commands.compare import color_option, store_option
+from gate.commands.options import color_option, store_option
 from gate.errors import ExitCode, UsageError
 from gate.measurements_file import load_measurements
 from gate.metrics.registry import get_metric

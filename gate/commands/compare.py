@@ -7,32 +7,23 @@ from pathlib import Path
 import click
 
 from gate.baseline import Baseline, BaselineStore, check_compatible
+from gate.commands.options import (
+    color_option,
+    json_option,
+    report_options,
+    store_option,
+    strict_option,
+    thresholds_option,
+)
 from gate.compare import compare_many
 from gate.config import load_thresholds
 from gate.errors import NothingMeasuredError, UsageError
 from gate.measurements_file import load_measurements
 from gate.provenance import environment
 from gate.report.console import make_console, render
-from gate.report.outputs import ReportTargets, report_options, write_reports
+from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results_json import build_results
 from gate.verdict import decide
-
-#: Default store directory, relative to the working directory.
-DEFAULT_STORE = Path("baselines")
-
-store_option = click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_STORE,
-    envvar="GATE_STORE",
-    show_default=True,
-    help="Baseline store directory (env GATE_STORE).",
-)
-color_option = click.option(
-    "--color/--no-color",
-    default=None,
-    help="Force colour on or off (default: colour only on a terminal).",
-)
 
 
 @click.command("compare")
@@ -49,18 +40,9 @@ color_option = click.option(
 )
 @click.option("--model", "model_slug", metavar="SLUG", help="Model slug in the store.")
 @store_option
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
-)
-@click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the results JSON here.",
-)
+@thresholds_option
+@strict_option
+@json_option
 @color_option
 @report_options
 def compare(

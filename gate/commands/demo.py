@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from gate.commands.options import dir_option
 from gate.errors import ExitCode
 
 
@@ -29,11 +30,7 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     "against the unmodified model in the same session, interleaved A/B, so the comparison "
     "holds on any machine).",
 )
-@click.option(
-    "--json-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write each candidate's results JSON and summary.json here.",
-)
+@dir_option("--json-dir", help="Write each candidate's results JSON and summary.json here.")
 @click.option(
     "--record-baseline",
     is_flag=True,

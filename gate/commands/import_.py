@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from gate.commands.options import json_option, strict_option, thresholds_option
 from gate.compare import compare
 from gate.config import load_thresholds
 from gate.errors import NothingMeasuredError
@@ -24,18 +25,9 @@ def import_() -> None:
 @import_.command("lm-eval")
 @click.argument("base_samples", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("cand_samples", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the results JSON here.",
-)
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
-)
-@click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+@json_option
+@thresholds_option
+@strict_option
 @click.option("--color/--no-color", default=None, help="Force colour on or off.")
 def lm_eval(
     base_samples: Path,

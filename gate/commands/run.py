@@ -7,9 +7,17 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from gate.commands.compare import store_option
+from gate.commands.options import (
+    dir_option,
+    file_option,
+    json_option,
+    report_options,
+    store_option,
+    strict_option,
+    thresholds_option,
+)
 from gate.errors import ExitCode, GateError, UsageError
-from gate.report.outputs import ReportTargets, report_options
+from gate.report.outputs import ReportTargets
 from gate.run_config import Candidate, RunConfig, RunDefaults, load_run_config
 
 
@@ -42,34 +50,21 @@ def _name_of(model: str) -> str:
     help="Baseline ref to compare with (repeatable; default: latest).",
 )
 @click.option("--tiers", help="Comma-separated tiers (default: every available tier).")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the results JSON here.",
-)
-@click.option(
+@json_option
+@file_option(
     "--config",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Run config (gate.toml): [run] defaults, [[candidates]], [tiers.<name>] settings.",
 )
-@click.option(
+@file_option(
     "--calibration",
-    type=click.Path(dir_okay=False, path_type=Path),
     help="Calibration texts (JSONL with 'text') for prune-wanda (default: packaged set).",
 )
-@click.option(
-    "--thresholds",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
-)
-@click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+@thresholds_option
+@strict_option
 @click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
 @click.option("--verbose", "-v", is_flag=True, help="List every tier test.")
-@click.option(
-    "--history",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Append the latency figures to the latency history in this directory.",
+@dir_option(
+    "--history", help="Append the latency figures to the latency history in this directory."
 )
 @click.option(
     "--allow-hardware-mismatch",

@@ -6,6 +6,13 @@ tables with its reason, and the last line is the verdict and exit code::
 
     gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed
 
+Whole-metric rows are always shown. A breakdown slice (``category:code``,
+``margin:low``, an MCQ subject) gets its own row only when it is a finding
+(WARN / CRITICAL) or a near miss (``PASS (n.s.)``: a bound crossed without
+evidence); the passing slices of each metric are folded into one row such as
+``12 passing slices folded``, as the HTML report folds what passes. The verdict
+line still counts every slice.
+
 Deltas are ``candidate - baseline`` with the relative change in parentheses;
 the bound column shows ``warn / critical`` on the degradation (``%`` when the
 bound is relative), as configured in ``thresholds.toml``.
@@ -101,11 +108,23 @@ def order(verdicts: Sequence[Verdict]) -> list[Verdict]:
     return sorted(verdicts, key=lambda v: (-int(v.severity), -degradation(v), v.key, v.against))
 
 
+def near_miss(verdict: Verdict) -> bool:
+    """A pass only for lack of evidence: the point estimate crossed a bound (``PASS (n.s.)``)."""
+    return verdict.severity == Severity.PASS and NOT_SIGNIFICANT in verdict.details
+
+
 def severity_text(verdict: Verdict) -> Text:
     """``CRITICAL``/``WARN``/``PASS``; ``PASS (n.s.)`` when a bound was crossed without evidence."""
-    if verdict.severity == Severity.PASS and NOT_SIGNIFICANT in verdict.details:
+    if near_miss(verdict):
         return Text("PASS (n.s.)", style="yellow")
     return Text(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity])
+
+
+def folded(verdict: Verdict) -> bool:
+    """Whether the console folds this row: a breakdown slice that passes outright."""
+    return (
+        verdict.slice is not None and verdict.severity == Severity.PASS and not near_miss(verdict)
+    )
 
 
 def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) -> Table:
@@ -118,7 +137,12 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
     for name in ("candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("severity", no_wrap=True)
+    hidden: dict[tuple[str, str], int] = {}
     for verdict in order(verdicts):
+        if folded(verdict):
+            group = (verdict.metric, verdict.against)
+            hidden[group] = hidden.get(group, 0) + 1
+            continue
         row: list[str | Text] = [verdict.metric, verdict.slice or "all"]
         if show_against:
             row.append(verdict.against)
@@ -133,6 +157,16 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
             severity_text(verdict),
         ]
         table.add_row(*row)
+    for (metric, against), count in sorted(hidden.items()):
+        fold: list[str | Text] = [
+            metric,
+            f"{count} passing slice{'s' if count != 1 else ''} folded",
+        ]
+        if show_against:
+            fold.append(against)
+        fold += ["", "", "", "", "", ""]
+        fold.append(Text("PASS", style=SEVERITY_STYLE[Severity.PASS]))
+        table.add_row(*fold, style="dim")
     return table
 
 

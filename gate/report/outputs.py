@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from gate.atomic import write_atomic
 from gate.errors import DataError
@@ -34,25 +34,6 @@ class ReportTargets:
     def any(self) -> bool:
         """Whether at least one file report was asked for."""
         return any(p is not None for p in (self.json, self.html, self.junit, self.markdown))
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def report_options(command: F) -> F:
-    """Click options ``--html``, ``--junit``, ``--markdown`` (for ``gate run`` / ``gate compare``)."""
-    import click
-
-    path = click.Path(dir_okay=False, path_type=Path)
-    for name, text in reversed(
-        (
-            ("html", "Also write the self-contained HTML report here."),
-            ("junit", "Also write a JUnit XML report here (one test case per metric)."),
-            ("markdown", "Also write the markdown report (PR comment) here."),
-        )
-    ):
-        command = click.option(f"--{name}", f"{name}_out", type=path, help=text)(command)
-    return command
 
 
 def results_from_document(doc: Mapping[str, Any]) -> Results:

@@ -1,0 +1,63 @@
+"""Click options shared by several commands, declared once.
+
+Every command that takes ``--thresholds``, ``--strict``, ``--json``, ``--store``,
+``--color`` or the report files (``--html``, ``--junit``, ``--markdown``) gets
+the option from here, so its name, parameter name, default and help text are
+the same in every ``gate <command> --help``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Default store directory, relative to the working directory.
+DEFAULT_STORE = Path("baselines")
+
+
+def file_option(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """An option naming a file (not a directory), passed to the command as a :class:`Path`."""
+    return click.option(*decls, type=click.Path(dir_okay=False, path_type=Path), **attrs)
+
+
+def dir_option(*decls: str, **attrs: Any) -> Callable[[F], F]:
+    """An option naming a directory (not a file), passed to the command as a :class:`Path`."""
+    return click.option(*decls, type=click.Path(file_okay=False, path_type=Path), **attrs)
+
+
+json_option = file_option("--json", "json_out", help="Also write the results JSON here.")
+thresholds_option = file_option(
+    "--thresholds",
+    help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
+)
+strict_option = click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+store_option = dir_option(
+    "--store",
+    default=DEFAULT_STORE,
+    envvar="GATE_STORE",
+    show_default=True,
+    help="Baseline store directory (env GATE_STORE).",
+)
+color_option = click.option(
+    "--color/--no-color",
+    default=None,
+    help="Force colour on or off (default: colour only on a terminal).",
+)
+
+
+def report_options(command: F) -> F:
+    """Options ``--html``, ``--junit``, ``--markdown`` (parameters ``<name>_out``)."""
+    for name, text in reversed(
+        (
+            ("html", "Also write the self-contained HTML report here."),
+            ("junit", "Also write a JUnit XML report here (one test case per metric)."),
+            ("markdown", "Also write the markdown report (PR comment) here."),
+        )
+    ):
+        command = file_option(f"--{name}", f"{name}_out", help=text)(command)
+    return command
