@@ -145,21 +145,19 @@ def run_candidate(
     store: Path,
 ) -> CandidateResult:
     """Gate one build of the demo model; errors become a result, not an exception."""
-    from gate.runner import run_pytest
+    from gate.runner import SessionOptions, run_pytest
 
     json_path = json_dir / f"{_slug(recipe)}.json"
+    options = SessionOptions(
+        recipe=None if recipe == CONTROL else recipe,
+        against=(BASELINE_REF,),
+        store=store,
+        json_out=json_path,
+        config=config,
+        model_slug=MODEL,
+    )
     try:
-        code = run_pytest(
-            "run",
-            MODEL,
-            recipe=None if recipe == CONTROL else recipe,
-            tiers=tiers,
-            against=(BASELINE_REF,),
-            store=store,
-            json_out=json_path,
-            config=config,
-            model_slug=MODEL,
-        )
+        code = run_pytest("run", MODEL, options, tiers=tiers)
     except GateError as exc:
         return CandidateResult(recipe, int(exc.exit_code), "error", error=exc.format_line())
     if not json_path.is_file():
@@ -262,16 +260,14 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
 
 def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_TIERS) -> ExitCode:
     """Record the demo model's baseline (ref ``fp16``) with the demo settings (maintainers)."""
-    from gate.runner import run_pytest
+    from gate.runner import SessionOptions, run_pytest
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
-        return run_pytest(
-            "record",
-            MODEL,
-            tiers=tiers,
+        options = SessionOptions(
             store=store if store is not None else store_dir(),
             label=BASELINE_REF,
             ref=BASELINE_REF,
             config=write_config(Path(tmp) / "demo.toml"),
             model_slug=MODEL,
         )
+        return run_pytest("record", MODEL, options, tiers=tiers)

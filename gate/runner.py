@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, NothingMeasuredError
@@ -69,26 +68,66 @@ def _plugin_autoloaded() -> bool:
     return any(ep.value == "gate.pytest_plugin" for ep in metadata.entry_points(group="pytest11"))
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """What one gate session is asked to do besides mode, model and tiers.
+
+    Each field becomes one ``--gate-*`` option of :mod:`gate.pytest_plugin`
+    (``None``/``False``/empty: the option is left out, so the plugin's own
+    default or the run config applies).
+    """
+
+    recipe: str | None = None
+    against: tuple[str, ...] = ()
+    store: Path | None = None
+    thresholds: Path | None = None
+    strict: bool = False
+    json_out: Path | None = None
+    config: Path | None = None
+    label: str | None = None
+    ref: str | None = None
+    model_slug: str | None = None
+    verbose: bool = False
+    reports: ReportTargets | None = None
+    latency: LatencyFlags | None = None
+    calibration: Path | None = None
+
+    def args(self) -> list[str]:
+        """The plugin options these settings stand for."""
+        optional: list[tuple[str, object | None]] = [
+            ("--gate-recipe", self.recipe),
+            ("--gate-store", self.store),
+            ("--gate-thresholds", self.thresholds),
+            ("--gate-json", self.json_out),
+            ("--gate-config", self.config),
+            ("--gate-label", self.label),
+            ("--gate-ref", self.ref),
+            ("--gate-model-slug", self.model_slug),
+            ("--gate-calibration", self.calibration),
+        ]
+        if self.reports is not None:
+            optional += [
+                ("--gate-html", self.reports.html),
+                ("--gate-junit", self.reports.junit),
+                ("--gate-markdown", self.reports.markdown),
+            ]
+        out = [item for flag, value in optional if value is not None for item in (flag, str(value))]
+        for ref in self.against:
+            out += ["--gate-baseline", ref]
+        if self.strict:
+            out.append("--gate-strict")
+        if self.latency is not None:
+            out += self.latency.args()
+        return out
+
+
 def build_args(
     mode: Mode,
     model: str,
     tiers: Sequence[str],
     *,
     directory: Path,
-    recipe: str | None = None,
-    against: Sequence[str] = (),
-    store: Path | None = None,
-    thresholds: Path | None = None,
-    strict: bool = False,
-    json_out: Path | None = None,
-    config: Path | None = None,
-    label: str | None = None,
-    ref: str | None = None,
-    model_slug: str | None = None,
-    verbose: bool = False,
-    reports: ReportTargets | None = None,
-    latency: LatencyFlags | None = None,
-    calibration: Path | None = None,
+    options: SessionOptions = SessionOptions(),
 ) -> list[str]:
     """The pytest command line for one gate session over ``tiers`` in ``directory``."""
     args = [str(directory / f"test_{tier}.py") for tier in tiers]
@@ -97,51 +136,22 @@ def build_args(
     # rewriting their asserts is noise in a gate report
     args += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     args += ["--rootdir", str(directory), "-o", "addopts=", "-o", "testpaths="]
-    args += ["-v"] if verbose else ["-q"]
+    args += ["-v"] if options.verbose else ["-q"]
     if not _plugin_autoloaded():
         args += ["-p", "gate.pytest_plugin"]
     args += ["--gate-model", model, "--gate-mode", mode]
-    optional: list[tuple[str, object | None]] = [
-        ("--gate-recipe", recipe),
-        ("--gate-store", store),
-        ("--gate-thresholds", thresholds),
-        ("--gate-json", json_out),
-        ("--gate-config", config),
-        ("--gate-label", label),
-        ("--gate-ref", ref),
-        ("--gate-model-slug", model_slug),
-        ("--gate-calibration", calibration),
-    ]
-    if reports is not None:
-        optional += [
-            ("--gate-html", reports.html),
-            ("--gate-junit", reports.junit),
-            ("--gate-markdown", reports.markdown),
-        ]
-    for flag, value in optional:
-        if value is not None:
-            args += [flag, str(value)]
-    for item in against:
-        args += ["--gate-baseline", item]
-    if strict:
-        args.append("--gate-strict")
-    if latency is not None:
-        args += latency.args()
-    return args
+    return args + options.args()
 
 
 def run_pytest(
     mode: Mode,
     model: str,
+    options: SessionOptions = SessionOptions(),
     *,
     tiers: Sequence[str] | None = None,
     directory: Path | None = None,
-    **options: Any,
 ) -> ExitCode:
-    """Run the gate's pytest session; returns its exit status.
-
-    ``options`` are :func:`build_args`'s keyword options (recipe, against, store,
-    thresholds, strict, reports, latency, ...), passed through unchanged.
+    """Run the gate's pytest session with ``options``; returns its exit status.
 
     Tiers without a suite file are reported on stderr as unavailable; when
     none of the requested tiers is available, :class:`NothingMeasuredError`.
@@ -164,7 +174,7 @@ def run_pytest(
             f"none of the requested tiers ({', '.join(wanted)}) is available",
             f"available: {', '.join(present) or 'none'}",
         )
-    args = build_args(mode, model, selected, directory=root, **options)
+    args = build_args(mode, model, selected, directory=root, options=options)
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
         code = int(pytest.main(args))
     try:

@@ -400,7 +400,7 @@ def _assert_rows_match(rows: np.ndarray, expected: np.ndarray, targets: list[int
 @_needs_demo
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["quanto-int4", "bnb-nf4"])
-def test_demo_topk_tail_kl_within_one_percent(
+def test_demo_topk_tail_kl_is_a_lower_bound_holding_most_of_it(
     demo_setup: tuple[HFBackend, ReferencePack], recipe: str
 ) -> None:
     """On the demo model the pack's KL is a lower bound that tightens with confidence.

@@ -37,7 +37,7 @@ from gate.fingerprint import Fingerprint, collect
 from gate.measurement import Measurement
 from gate.memory import MemoryTracker
 from gate.metrics.latency import summarize
-from gate.runner import LatencyFlags, build_args, suites_dir
+from gate.runner import LatencyFlags, SessionOptions, build_args, suites_dir
 from gate.tiers.latency import (
     BaselineBuild,
     LatencySettings,
@@ -221,7 +221,9 @@ def test_reference_build_reads_the_baseline_provenance() -> None:
 
 def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     flags = LatencyFlags(Path("hist"), allow_hardware_mismatch=True, paired=True)
-    args = build_args("run", "demo", ["latency"], directory=suites_dir(), latency=flags)
+    args = build_args(
+        "run", "demo", ["latency"], directory=suites_dir(), options=SessionOptions(latency=flags)
+    )
     tail = ["--gate-history", "hist", "--gate-allow-hardware-mismatch", "--gate-paired-latency"]
     assert args[-4:] == tail
     import gate.runner
@@ -229,8 +231,8 @@ def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None
 
     seen: dict[str, Any] = {}
 
-    def fake_run_pytest(mode: str, model: str, **kwargs: Any) -> int:
-        seen.update(kwargs)
+    def fake_run_pytest(mode: str, model: str, options: SessionOptions, **kwargs: Any) -> int:
+        seen["latency"] = options.latency
         return 0
 
     monkeypatch.setattr(gate.runner, "run_pytest", fake_run_pytest)

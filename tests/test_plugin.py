@@ -230,9 +230,11 @@ def test_inert_without_gate_model(pytester: pytest.Pytester) -> None:
 
 
 def test_record_store_path(tmp_path: Path) -> None:
-    from gate.runner import build_args
+    from gate.runner import SessionOptions, build_args
 
-    args = build_args("record", "demo", ["fidelity"], directory=tmp_path, store=tmp_path / "s")
+    options = SessionOptions(store=tmp_path / "s")
+    args = build_args("record", "demo", ["fidelity"], directory=tmp_path, options=options)
+    assert args[-2:] == ["--gate-store", str(tmp_path / "s")]
     assert args[:3] == [str(tmp_path / "test_fidelity.py"), "-m", "fidelity"]
     assert args[args.index("--gate-mode") : args.index("--gate-mode") + 2] == [
         "--gate-mode",
@@ -244,14 +246,18 @@ RUNNER_SCRIPT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gate.runner import run_pytest
+    from dataclasses import replace
+    from gate.runner import SessionOptions, run_pytest
 
     suites, store, thresholds = (Path(a) for a in sys.argv[1:4])
-    common = dict(directory=suites, store=store, thresholds=thresholds)
+    common = SessionOptions(store=store, thresholds=thresholds)
+    record = replace(common, label="fp16", ref="fp16")
+    critical = replace(common, recipe="critical", against=("fp16",))
     codes = [
-        run_pytest("record", "fake", label="fp16", ref="fp16", **common),
-        run_pytest("run", "fake", recipe="critical", against=["fp16"], **common),
-        run_pytest("run", "fake", recipe="warn", tiers=["accuracy", "latency"], **common),
+        run_pytest("record", "fake", record, directory=suites),
+        run_pytest("run", "fake", critical, directory=suites),
+        run_pytest("run", "fake", replace(common, recipe="warn"), directory=suites,
+                   tiers=["accuracy", "latency"]),
     ]
     print("CODES", *[int(c) for c in codes])
     """

@@ -222,7 +222,7 @@ def record(
     """
     from gate.commands.run import effective_store
     from gate.run_config import RunDefaults, load_run_config
-    from gate.runner import parse_tiers, run_pytest
+    from gate.runner import SessionOptions, parse_tiers, run_pytest
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()
@@ -232,11 +232,8 @@ def record(
             "no model to record",
             "give --model MODEL, or set baseline = ... under [run] of the --config file",
         )
-    code = run_pytest(
-        "record",
-        model,
+    options = SessionOptions(
         recipe=recipe,
-        tiers=parse_tiers(tiers) or defaults.tiers,
         store=effective_store(store, run_config),
         thresholds=defaults.thresholds,
         label=label,
@@ -245,4 +242,5 @@ def record(
         ref=ref,
         calibration=defaults.calibration,
     )
+    code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)
     return int(code)

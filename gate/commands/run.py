@@ -133,7 +133,7 @@ def run(
     """
     from gate.multirun import precheck, run_candidates
     from gate.report.console import make_console
-    from gate.runner import LatencyFlags, parse_tiers, run_pytest
+    from gate.runner import LatencyFlags, SessionOptions, parse_tiers, run_pytest
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()
@@ -145,26 +145,24 @@ def run(
     reports = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
 
     def session(item: Candidate, targets: ReportTargets) -> ExitCode:
+        options = SessionOptions(
+            recipe=item.recipe,
+            against=tuple(item.against),
+            store=store,
+            thresholds=thresholds,
+            strict=strict,
+            json_out=targets.json,
+            config=config,
+            model_slug=item.model_slug,
+            verbose=verbose,
+            reports=ReportTargets(
+                html=targets.html, junit=targets.junit, markdown=targets.markdown
+            ),
+            latency=latency,
+            calibration=item.calibration,
+        )
         try:
-            return run_pytest(
-                "run",
-                item.model,
-                recipe=item.recipe,
-                tiers=tier_override or item.tiers,
-                against=item.against,
-                store=store,
-                thresholds=thresholds,
-                strict=strict,
-                json_out=targets.json,
-                config=config,
-                model_slug=item.model_slug,
-                verbose=verbose,
-                reports=ReportTargets(
-                    html=targets.html, junit=targets.junit, markdown=targets.markdown
-                ),
-                latency=latency,
-                calibration=item.calibration,
-            )
+            return run_pytest("run", item.model, options, tiers=tier_override or item.tiers)
         except GateError as exc:  # one candidate's error must not stop the others
             click.echo(f"gate: error: {exc.format_line()}", err=True)
             return exc.exit_code
