@@ -98,6 +98,32 @@ def test_score_matches_unbatched_forward(
         assert (np.diff(s.topk_logprobs, axis=1) <= 0).all()
 
 
+def test_only_continuation_columns_reach_the_lm_head(
+    backend: HFBackend, prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left padding + ``logits_to_keep``: the LM head sees max T + 1 columns, not the prompt."""
+    requests = [
+        ScoreRequest(p, list(range(5, 5 + n)))
+        for p, n in zip(prompts, [1, 4, 2, 6, 3], strict=True)
+    ]
+    seen: list[tuple[int, ...]] = []
+    head = backend.model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
+    try:
+        kept = backend.score(requests, top_k=5, full=True, batch_size=8)
+        assert seen == [(len(requests), 6 + 1, backend.model.config.hidden_size)]
+        # a model whose forward lacks logits_to_keep: full logits, same rows
+        monkeypatch.setitem(backend.__dict__, "_keeps_logits", False)
+        seen.clear()
+        whole = backend.score(requests, top_k=5, full=True, batch_size=8)
+        width = max(len(r.context) + len(r.continuation) for r in requests)
+        assert seen == [(len(requests), width, backend.model.config.hidden_size)]
+    finally:
+        handle.remove()
+    for a, b in zip(kept, whole, strict=True):
+        np.testing.assert_allclose(a.full_logprobs.numpy(), b.full_logprobs.numpy(), atol=1e-6)
+
+
 def test_score_without_full_rows(backend: HFBackend, prompts: list[list[int]]) -> None:
     (s,) = backend.score([ScoreRequest(prompts[0], [5, 6, 7])], top_k=400)
     assert s.full_logprobs is None

@@ -6,12 +6,17 @@ Implements :class:`gate.backends.base.Backend` on a loaded causal LM:
   padding and an attention mask; transformers derives position ids from the
   mask (``cumsum(mask) - 1``), so a padded prompt sees the same positions as
   alone. Returns the new ids of each prompt up to and including the first EOS.
-* ``score`` — teacher forcing with RIGHT padding: request ``r`` with context
+* ``score`` — teacher forcing with LEFT padding: request ``r`` with context
   ``c`` (``|c| >= 1``) and continuation ``y`` (``|y| = T``) is run as
   ``c + y``; row ``i`` of its scores is
   ``log_softmax(logits[|c| - 1 + i])`` in float32, i.e.
-  ``log p(y_i | c, y_<i)``. Padding sits after every real token, so causal
-  attention never sees it and positions are ``0..|c|+T-1`` as unpadded.
+  ``log p(y_i | c, y_<i)``. The attention mask hides the padding and position
+  ids ``cumsum(mask) - 1`` give every token the position it has unpadded.
+  Left padding ends every row at the same column, so all continuations lie in
+  the last ``max T + 1`` columns and only those reach the LM head
+  (``logits_to_keep``): the context positions, often most of the sequence,
+  never become ``vocab``-wide logits (at a 128k vocabulary a 1,000-token
+  prompt would otherwise cost 256 MB of bf16 logits per row).
 * ``generate_timed`` — exactly ``new_tokens`` tokens for ``batch_size`` copies
   of one prompt (``min_new_tokens == max_new_tokens``, EOS cannot end it), with
   ``clock.mark()`` after every decoding step from a stopping criterion, which
@@ -201,6 +206,13 @@ class HFBackend:
                 results[i] = scores
         return [r for r in results if r is not None]
 
+    @cached_property
+    def _keeps_logits(self) -> bool:
+        """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do)."""
+        import inspect
+
+        return "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
     @staticmethod
     def _length(request: ScoreRequest) -> int:
         return len(request.context) + len(request.continuation)
@@ -213,18 +225,25 @@ class HFBackend:
         mask = torch.zeros((len(requests), width), dtype=torch.long)
         for b, r in enumerate(requests):
             row = list(r.context) + list(r.continuation)
-            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[b, : len(row)] = 1
+            ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[b, width - len(row) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # column width - 1 - j predicts the j-th token from the end; continuations need
+        # columns width - 1 - T .. width - 2, all inside the last max T + 1 columns
+        keep = max(len(r.continuation) for r in requests) + 1
+        extra = {"logits_to_keep": keep} if self._keeps_logits else {}
         logits = self.model(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device),
             use_cache=False,
+            **extra,
         ).logits
+        kept = logits.shape[1]  # keep, or width where the model has no logits_to_keep
         out = []
         for b, r in enumerate(requests):
-            start, steps = len(r.context) - 1, len(r.continuation)
+            steps = len(r.continuation)
+            start = kept - 1 - steps
             rows = logits[b, start : start + steps].float().log_softmax(dim=-1).cpu()
             k = min(top_k, rows.shape[-1])
             top = rows.topk(k, dim=-1) if steps else None
