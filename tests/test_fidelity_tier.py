@@ -325,6 +325,12 @@ def test_demo_refuses_an_unknown_recipe() -> None:
     not (demo_store() / "demo").is_dir(), reason="the demo baseline is not committed yet"
 )
 def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
+    """The unmodified build reproduces the committed pack exactly; two dropped layers block.
+
+    Exactly: CGA 1 and KL 0, not "about". A change to the scorer's numerics (padding
+    side, which columns reach the LM head, dtype) breaks this until the demo baseline
+    is re-recorded with ``gate demo --record-baseline``.
+    """
     out = tmp_path / "demo"
     result = _gate(
         "demo", "--recipes", "none,drop-layers:2", "--tiers", "fidelity", "--json-dir", str(out),
@@ -334,8 +340,10 @@ def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     verdicts = {c["recipe"]: c["verdict"] for c in summary["candidates"]}
     assert verdicts == {"none": "pass", "drop-layers:2": "block"}
-    cga = {c["recipe"]: c["metrics"]["fidelity.cga"] for c in summary["candidates"]}
-    assert cga["none"] == 1.0 and cga["drop-layers:2"] < 0.9
+    metrics = {c["recipe"]: c["metrics"] for c in summary["candidates"]}
+    assert metrics["none"]["fidelity.cga"] == 1.0
+    assert metrics["none"]["fidelity.kl_mean"] == 0.0 and metrics["none"]["fidelity.kl_p99"] == 0.0
+    assert metrics["drop-layers:2"]["fidelity.cga"] < 0.9
 
 
 # ------------------------------------------------------------- on the demo model
