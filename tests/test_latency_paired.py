@@ -3,7 +3,7 @@
 Drift is simulated where it must be deterministic: :class:`DriftingTime` is a
 fake clock on which every scripted duration takes ``factor`` times longer, like
 a shared runner whose neighbours come and go. The must-show checks then run on
-real timings of the tiny real model on this (noisy, shared) machine.
+real timings of the committed demo model on this (noisy, shared) machine.
 """
 
 from __future__ import annotations
