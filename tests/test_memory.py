@@ -18,7 +18,7 @@ def test_rss_peak_sees_a_transient_allocation() -> None:
     """A 64 MiB buffer allocated and freed inside the region shows in the peak RSS delta."""
     with MemoryTracker("cpu", interval_s=0.001) as tracker:
         buf = np.ones(64 * 2**20, dtype=np.uint8)
-        time.sleep(0.05)
+        time.sleep(0.5)  # 500 polls' worth: a busy runner still schedules the poller
         del buf
     report = tracker.report
     assert report.peak_allocated_bytes is None and report.process_vram_bytes is None
@@ -54,6 +54,15 @@ class FakeCudaMemory:
         return self.peak_reserved
 
 
+def _wait_for_polls(state: FakeGpuState, polls: int, timeout_s: float = 30.0) -> None:
+    """Block until the background poller has queried the fake NVML ``polls`` more times."""
+    target = state.memory_queries + polls
+    deadline = time.monotonic() + timeout_s
+    while state.memory_queries < target:
+        assert time.monotonic() < deadline, "the memory poller never ran"
+        time.sleep(0.001)
+
+
 def test_cuda_peaks_are_reset_first_and_vram_is_polled() -> None:
     state = FakeGpuState(used=5 * 2**30, processes={os.getpid(): 1 * 2**30, 999: 4 * 2**30})
     nvml = open_nvml(make_fake_nvml(state))
@@ -62,7 +71,7 @@ def test_cuda_peaks_are_reset_first_and_vram_is_polled() -> None:
         cuda.peak_allocated, cuda.peak_reserved = 3000, 4096
         state.processes[os.getpid()] = 3 * 2**30  # this process grows ...
         state.used = 7 * 2**30
-        time.sleep(0.05)  # ... the poller sees it ...
+        _wait_for_polls(state, 3)  # ... the poller sees it ...
         state.processes[os.getpid()] = 1 * 2**30  # ... and it shrinks before the end
         state.used = 5 * 2**30
     report = tracker.report

@@ -27,6 +27,7 @@ class FakeGpuState:
     init_fails: bool = False
     init_calls: int = 0
     shutdown_calls: int = 0
+    memory_queries: int = 0  # nvmlDeviceGetMemoryInfo calls: lets a test wait for a poll
 
 
 def make_fake_nvml(state: FakeGpuState | None = None) -> Any:
@@ -59,6 +60,7 @@ def make_fake_nvml(state: FakeGpuState | None = None) -> Any:
         return gpu.cuda_driver
 
     def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:
+        gpu.memory_queries += 1
         return SimpleNamespace(total=gpu.total, used=gpu.used, free=gpu.total - gpu.used)
 
     def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list[SimpleNamespace]:
