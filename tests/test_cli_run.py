@@ -190,3 +190,18 @@ def test_demo_model_end_to_end(tmp_path: Path, recipe: str, code: int) -> None:
     assert result.returncode == code, result.stdout[-3000:] + result.stderr[-2000:]
     verdict = json.loads((tmp_path / "r.json").read_text())["verdict"]
     assert verdict == ("block" if code else "pass")
+
+
+def test_demo_candidate_finds_its_packaged_baseline_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gate.commands.options import DEFAULT_STORE
+    from gate.commands.run import store_for
+    from gate.demo import store_dir
+
+    monkeypatch.chdir(tmp_path)  # no ./baselines here
+    assert store_for("demo", DEFAULT_STORE) == store_dir()
+    assert store_for("./my-model", DEFAULT_STORE) == DEFAULT_STORE
+    assert store_for("demo", tmp_path / "mine") == tmp_path / "mine"  # a chosen store is kept
+    (tmp_path / "baselines" / "demo").mkdir(parents=True)
+    assert store_for("demo", DEFAULT_STORE) == DEFAULT_STORE  # a local demo store wins

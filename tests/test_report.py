@@ -168,3 +168,22 @@ def test_results_from_json_rejects_bad_files(tmp_path: Path) -> None:
     path.write_text('{"kind": "baseline"}')
     with pytest.raises(DataError, match="not a gate results file"):
         results_from_json(path)
+
+
+def test_findings_list_keeps_every_whole_metric_and_counts_the_slices_it_cuts() -> None:
+    whole = [_verdict(f"accuracy.m{i}", Severity.WARN, -0.03) for i in range(3)]
+    slices = [
+        _verdict("fidelity.cga", Severity.CRITICAL, -0.06 - i / 100, slice=f"category:c{i:02d}")
+        for i in range(15)
+    ]
+    lines = _text(whole + slices).splitlines()
+    listed = lines[lines.index("findings:") + 1 :]
+    findings = [li for li in listed if li.startswith(("  WARN", "  CRITICAL"))]
+    assert len(findings) == 12
+    # the three whole-metric findings lead, then the worst slices (largest drop) first
+    assert sum("[" not in li.split(" vs ")[0] for li in findings) == 3
+    assert "fidelity.cga[category:c14]" in findings[3]
+    assert "fidelity.cga[category:c05]" not in "\n".join(findings)
+    assert "  ... 6 more slice findings in the tables above" in "\n".join(listed)
+    # every slice keeps its row in the tier table
+    assert sum(li.strip().startswith("fidelity.cga ") for li in lines) == 15

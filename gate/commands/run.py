@@ -8,6 +8,7 @@ import click
 from click.core import ParameterSource
 
 from gate.commands.options import (
+    DEFAULT_STORE,
     dir_option,
     file_option,
     json_option,
@@ -29,6 +30,21 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     if not explicit and config is not None and config.run.store is not None:
         return config.run.store
     return store
+
+
+def store_for(model: str, store: Path) -> Path:
+    """The store a candidate is judged against.
+
+    ``store`` itself, except for the demo model when ``store`` is the default
+    ``./baselines`` and holds no demo baselines: then the packaged store with the
+    demo's committed baseline, so ``gate run --candidate demo`` works from any
+    directory after ``pip install``.
+    """
+    if model != "demo" or store != DEFAULT_STORE or (store / "demo").is_dir():
+        return store
+    from gate.demo import store_dir
+
+    return store_dir()
 
 
 def _name_of(model: str) -> str:
@@ -148,7 +164,7 @@ def run(
         options = SessionOptions(
             recipe=item.recipe,
             against=tuple(item.against),
-            store=store,
+            store=store_for(item.model, store),
             thresholds=thresholds,
             strict=strict,
             json_out=targets.json,

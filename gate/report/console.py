@@ -1,8 +1,11 @@
 """The console severity report (rich): one table per tier, worst findings first.
 
 Readable without colour (CI logs): the severity column spells out ``PASS`` /
-``WARN`` / ``CRITICAL``, every non-passing finding is repeated below the
-tables with its reason, and the last line is the verdict and exit code::
+``WARN`` / ``CRITICAL``, the findings are repeated below the tables with their
+reasons (every whole-metric finding, then slice findings worst first up to
+:data:`MAX_LISTED_FINDINGS` lines; the rest are counted, and every reason is
+in the results JSON and the HTML report), and the last line is the verdict and
+exit code::
 
     gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed
 
@@ -43,6 +46,8 @@ HEADLINE_STYLE = {"APPROVED": "bold green", "APPROVED WITH WARNINGS": "bold yell
 DIMENSIONLESS = frozenset({"", "fraction", "ratio", "prob", "probability"})
 #: Width used when the output is not a terminal (CI logs), so tables do not wrap at 80.
 LOG_WIDTH = 160
+#: Findings repeated with their reasons below the tables (whole metrics are never cut).
+MAX_LISTED_FINDINGS = 12
 
 
 def make_console(file: IO[str] | None = None, *, color: bool | None = None) -> Console:
@@ -182,6 +187,19 @@ def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
     )
 
 
+def listed_findings(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], int]:
+    """The findings to repeat with reasons, and how many slice findings are left out.
+
+    Every whole-metric finding, then slice findings worst first while fewer
+    than :data:`MAX_LISTED_FINDINGS` lines are used.
+    """
+    findings = [v for v in order(verdicts) if v.severity != Severity.PASS]
+    whole = [v for v in findings if v.slice is None]
+    slices = [v for v in findings if v.slice is not None]
+    room = max(0, MAX_LISTED_FINDINGS - len(whole))
+    return whole + slices[:room], max(0, len(slices) - room)
+
+
 def render(
     outcome: GateOutcome,
     console: Console | None = None,
@@ -202,7 +220,7 @@ def render(
     tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
     for tier in tier_order:
         console.print(tier_table(tier, tiers[tier], show_against=show_against))
-    findings = [v for v in order(verdicts) if v.severity != Severity.PASS]
+    findings, left_out = listed_findings(verdicts)
     if findings:
         console.print(Text("findings:", style="bold"))
         for verdict in findings:
@@ -210,6 +228,12 @@ def render(
             line.append(verdict.severity.name, style=SEVERITY_STYLE[verdict.severity])
             line.append(f" {verdict.key} vs {verdict.against}: {verdict.reason}")
             console.print(line)
+        if left_out:
+            more = "finding" if left_out == 1 else "findings"
+            console.print(
+                f"  ... {left_out} more slice {more} in the tables above"
+                " (every reason is in the results JSON and the HTML report)"
+            )
     for note in notes:
         console.print(Text(f"note: {note}", style="yellow"))
     summary = summary_line(outcome, exit_code)
