@@ -27,7 +27,10 @@ its breakdown slices):
    ``min_samples`` items is never escalated without significant evidence.
 
 ``Verdict.ci`` is the interval of ``delta`` in the units of the per-sample
-values (tiers store ``value = mean(samples)``); for REPEATED metrics it is the
+values (tiers store ``value = mean(samples)``); for metrics whose samples are
+logs of the value (``MetricSpec.log_samples``: perplexity from per-window NLL)
+the interval ``[lo, hi]`` of the mean-log difference is mapped to the value's
+unit, ``[r (e^lo - 1), r (e^hi - 1)]``; for REPEATED metrics it is the
 bootstrap interval of the relative change of the median scaled by ``|r|``.
 
 In-session reference (paired A/B runs). A REPEATED candidate measurement may
@@ -240,10 +243,13 @@ def _evidence(
     boot = stats.paired_bootstrap(
         c, b, higher_is_better=spec.higher_is_better, n_resamples=n_resamples
     )
+    ci = boot.ci
+    if spec.log_samples:  # mean-log difference x -> value difference r (e^x - 1)
+        ci = (ref.value * math.expm1(ci[0]), ref.value * math.expm1(ci[1]))
     return _Evidence(
         test="paired bootstrap",
         p_worse=boot.p_worse,
-        ci=boot.ci,
+        ci=ci,
         n=boot.n,
         n_text=f"n={boot.n}",
         note=note,

@@ -343,3 +343,30 @@ def test_verdicts_on_a_real_tiny_model(tiny_model_dir: Path, th: Thresholds) -> 
     assert ok.severity is Severity.PASS and ok.value == 1.0
     assert bad.value < 0.85, bad.reason
     assert bad.severity is Severity.CRITICAL, bad.reason
+
+
+def test_perplexity_ci_is_in_perplexity_units(th: Thresholds) -> None:
+    """Samples are per-window mean NLL; the CI of delta is mapped to ppl: r (e^x - 1)."""
+    rng = np.random.default_rng(21)
+    nll = rng.uniform(2.0, 3.0, 64)
+    base_samples = nll + rng.normal(0.0, 0.05, 64)
+    cand_samples = nll + rng.normal(0.0, 0.05, 64) + np.log(1.08)
+    ids = _ids(64)
+    base = from_samples("accuracy.perplexity", list(base_samples), ids)
+    cand = from_samples("accuracy.perplexity", list(cand_samples), ids)
+    base = Measurement(base.name, float(np.exp(base_samples.mean())), base.samples, ids)
+    cand = Measurement(cand.name, float(np.exp(cand_samples.mean())), cand.samples, ids)
+    (v,) = compare([cand], [base], th)
+    assert v.ci is not None and v.delta is not None
+    assert v.ci[0] < v.delta < v.ci[1]  # same units as the +8 % perplexity delta
+    diff = cand_samples - base_samples
+    lo, hi = np.percentile(
+        [
+            rng2.choice(diff, diff.size).mean()
+            for rng2 in [np.random.default_rng(s) for s in range(2000)]
+        ],
+        [2.5, 97.5],
+    )
+    # an independent bootstrap of the NLL difference, mapped by hand, agrees to resampling error
+    assert v.ci[0] == pytest.approx(base.value * math.expm1(lo), rel=0.15)
+    assert v.ci[1] == pytest.approx(base.value * math.expm1(hi), rel=0.15)

@@ -41,6 +41,11 @@ class MetricSpec:
     #: flips) have a fixed ideal (1.0 or 0.0) and are compared against that value
     #: rather than against the baseline's own number.
     ideal: float | None = None
+    #: The per-sample values are natural logs of the value's unit (perplexity:
+    #: samples are per-window mean NLL, value ``exp(mean NLL)``). The verdict's CI
+    #: of ``delta`` is then mapped to the value's unit: a difference ``x`` of the
+    #: mean log is a ratio ``e^x``, so ``delta = r (e^x - 1)`` for reference ``r``.
+    log_samples: bool = False
 
     @property
     def tier(self) -> str:

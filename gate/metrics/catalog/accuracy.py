@@ -25,6 +25,7 @@ SPECS: tuple[MetricSpec, ...] = (
         higher_is_better=False,
         sample_kind=SampleKind.PAIRED_SCORE,
         description="sliding-window perplexity of a text corpus (samples: per-window mean NLL)",
+        log_samples=True,
     ),
     MetricSpec(
         name="accuracy.mcq_acc",
