@@ -15,12 +15,13 @@ its breakdown slices):
    (PAIRED_SCORE), Mann-Whitney U over repeated runs (REPEATED), or Wilcoxon's
    signed-rank test on per-pair log ratios when the repeated runs were taken
    in pairs with an in-session baseline. Against an ideal, every item of the
-   reference is the ideal value. For REPEATED metrics CRITICAL needs more:
-   the runs must show the candidate worse by more than the *warn* bound (the
-   baseline runs scaled by ``1 + warn``), so a median that wobbles past +10 %
-   on a noisy runner while the runs only show "a little slower" is a WARN;
-   WARN needs them to show it worse at all. With 20 runs of 8 % spread a true
-   +20 % is still CRITICAL in over 99 % of trials (tests/test_noise_promise.py). POINT metrics, and
+   reference is the ideal value. For REPEATED metrics with relative bounds
+   CRITICAL needs more: the runs must show the candidate worse by more than
+   the *warn* bound (the baseline runs scaled by ``1 + warn``), so a median
+   that wobbles past +10 % on a noisy runner while the runs only show "a
+   little slower" is a WARN; WARN needs them to show it worse at all. With 20
+   runs of 8 % spread a true +20 % is still CRITICAL in over 99 % of trials
+   (tests/test_noise_promise.py). POINT metrics, and
    metrics lacking per-sample values on a side, are judged on the value alone;
    so are whole-metric comparisons with fewer than ``min_samples`` samples,
    which the reason says. A slice (``category:x``) with fewer than
