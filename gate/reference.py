@@ -4,7 +4,7 @@ With a pack, a candidate run never loads the baseline model (DESIGN.md,
 "Reference packs"): one teacher-forced pass of the candidate over
 ``prompt + reference output`` is the whole fidelity cost.
 
-File format (version 1)
+File format (version 2)
 -----------------------
 One `safetensors <https://github.com/huggingface/safetensors>`_ file. Its
 tensors are flat, with offsets delimiting prompt ``j`` (``N`` prompts,
@@ -14,15 +14,20 @@ tensors are flat, with offsets delimiting prompt ``j`` (``N`` prompts,
 tensor         dtype / shape           content
 ============== ======================= ===================================================
 prompt_offsets int64   ``[N + 1]``     prompt ``j`` is ``prompt_ids[o[j]:o[j+1]]``
-prompt_ids     int32   ``[sum P]``     chat-templated prompt token ids
+prompt_ids     ID      ``[sum P]``     chat-templated prompt token ids
 output_offsets int64   ``[N + 1]``     output ``j`` is ``output_ids[o[j]:o[j+1]]``
-output_ids     int32   ``[L]``         the baseline's greedy output ``y`` (new tokens only)
-topk_ids       int32   ``[L, k]``      baseline top-k token ids at each output position,
+output_ids     ID      ``[L]``         the baseline's greedy output ``y`` (new tokens only)
+topk_ids       ID      ``[L, k]``      baseline top-k token ids at each output position,
                                        most likely first, ties towards lower ids
 topk_logprobs  float32 ``[L, k]``      their natural-log probabilities (float16 allowed)
 tail_logmass   float32 ``[L]``         ``log(1 - sum of the top-k probabilities)``, summed
                                        over the excluded tokens of the full row
 ============== ======================= ===================================================
+
+``ID`` is ``uint16`` when every token id is below 65,536 (vocabularies up to 64k:
+a quarter of a k = 32 pack's bytes per token are ids, and this halves them), else
+``int32`` (version 1 packs always used ``int32``; both versions are read, and
+token ids are ``int32`` in memory either way).
 
 Invariant: ``output_ids == topk_ids[:, 0]``. The recorder keeps, per prompt,
 the longest prefix of the generated output that the baseline's own batched
@@ -32,8 +37,9 @@ compared with itself has CGA exactly 1 and KL exactly 0.
 
 The safetensors metadata holds one key, ``gate_reference_pack``, a JSON header::
 
-    {"format": "gate-reference-pack", "version": 1, "k": 32, "max_new_tokens": 128,
-     "logprob_dtype": "float32", "tokenizer_sha256": "...", "prompt_set_sha256": "...",
+    {"format": "gate-reference-pack", "version": 2, "k": 32, "max_new_tokens": 128,
+     "logprob_dtype": "float32", "id_dtype": "uint16",
+     "tokenizer_sha256": "...", "prompt_set_sha256": "...",
      "model": {provenance of the baseline}, "payload_sha256": "...",
      "prompts": [{"id": "...", "category": "code", "length": "short",
                   "n_prompt": 41, "n_output": 128, "truncated": false}, ...]}
@@ -62,12 +68,15 @@ from gate.atomic import write_atomic
 from gate.errors import BaselineError, DataError
 
 PACK_FORMAT = "gate-reference-pack"
-PACK_VERSION = 1
+PACK_VERSION = 2
 METADATA_KEY = "gate_reference_pack"
 LOGPROB_DTYPES: Mapping[str, type[np.floating[Any]]] = {
     "float32": np.float32,
     "float16": np.float16,
 }
+#: Token-id tensors: stored as :data:`ID_DTYPES`, held as ``int32`` once loaded.
+_ID_TENSORS = ("prompt_ids", "output_ids", "topk_ids")
+ID_DTYPES: Mapping[str, type[np.integer[Any]]] = {"uint16": np.uint16, "int32": np.int32}
 _TENSORS = (
     "prompt_offsets",
     "prompt_ids",
@@ -182,6 +191,13 @@ def payload_sha256(tensors: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def id_dtype_for(entries: Sequence[PackEntry]) -> str:
+    """``"uint16"`` when every token id of ``entries`` fits in it, else ``"int32"``."""
+    arrays = [a for e in entries for a in (e.prompt_ids, e.output_ids, e.topk_ids) if a.size]
+    fits = all(int(a.min()) >= 0 and int(a.max()) <= np.iinfo(np.uint16).max for a in arrays)
+    return "uint16" if fits else "int32"
+
+
 def build_tensors(
     entries: Sequence[PackEntry], *, k: int, logprob_dtype: str = "float32"
 ) -> dict[str, np.ndarray]:
@@ -210,12 +226,13 @@ def build_tensors(
                 f"pack entry {e.meta.id!r} has inconsistent shapes",
                 f"expected [{t}, {k}] top-k arrays and [{t}] tail masses",
             )
+    ids = ID_DTYPES[id_dtype_for(entries)]
     return {
         "prompt_offsets": offsets([int(e.prompt_ids.shape[0]) for e in entries]),
-        "prompt_ids": cat([e.prompt_ids for e in entries], np.int32, ()),
+        "prompt_ids": cat([e.prompt_ids for e in entries], ids, ()),
         "output_offsets": offsets([int(e.output_ids.shape[0]) for e in entries]),
-        "output_ids": cat([e.output_ids for e in entries], np.int32, ()),
-        "topk_ids": cat([e.topk_ids for e in entries], np.int32, (k,)),
+        "output_ids": cat([e.output_ids for e in entries], ids, ()),
+        "topk_ids": cat([e.topk_ids for e in entries], ids, (k,)),
         "topk_logprobs": cat(
             [e.topk_logprobs for e in entries], LOGPROB_DTYPES[logprob_dtype], (k,)
         ),
@@ -249,6 +266,7 @@ def write_pack(
         "k": k,
         "max_new_tokens": max_new_tokens,
         "logprob_dtype": logprob_dtype,
+        "id_dtype": str(tensors["topk_ids"].dtype),
         "tokenizer_sha256": tokenizer_sha256,
         "prompt_set_sha256": prompt_set_sha256,
         "model": dict(model or {}),
@@ -313,6 +331,10 @@ def load_pack(path: Path) -> ReferencePack:
         raise _refuse(path, f"missing tensors {', '.join(missing)}")
     if payload_sha256(tensors) != header.get("payload_sha256"):
         raise _refuse(path, "payload hash mismatch: the file was modified or damaged")
+    for name in _ID_TENSORS:
+        if str(tensors[name].dtype) not in ID_DTYPES:
+            raise _refuse(path, f"{name} has dtype {tensors[name].dtype}, not a token-id dtype")
+        tensors[name] = tensors[name].astype(np.int32)
     try:
         k = int(header["k"])
         prompts = tuple(PackPrompt(**p) for p in header["prompts"])

@@ -13,6 +13,7 @@ from gate.errors import BaselineError, DataError, ExitCode
 from gate.reference import (
     PackEntry,
     PackPrompt,
+    build_tensors,
     check_compatible,
     check_prompt_ids,
     load_pack,
@@ -67,8 +68,85 @@ def test_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(lps, original.topk_logprobs)
     np.testing.assert_array_equal(tail, original.tail_logmass)
     assert pack.output_ids(1).size == 0
-    assert pack.tensors["topk_ids"].dtype == np.int32
+    assert pack.tensors["topk_ids"].dtype == np.int32  # in memory, whatever is on disk
     assert pack.tensors["tail_logmass"].dtype == np.float32
+
+
+def _stored_dtypes(path: Path) -> dict[str, str]:
+    from safetensors.numpy import load_file
+
+    return {name: str(t.dtype) for name, t in load_file(str(path)).items()}
+
+
+def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
+    small = _write(tmp_path / "small.safetensors")
+    stored = _stored_dtypes(small)
+    assert {stored[n] for n in ("prompt_ids", "output_ids", "topk_ids")} == {"uint16"}
+    # a 128k vocabulary: ids above 65,535 keep 32 bits, and come back unchanged
+    big = [_entry("a", 5, 7, 1), _entry("b", 3, 2, 2)]
+    big = [
+        PackEntry(e.meta, e.prompt_ids + 100_000, e.output_ids + 100_000,
+                  e.topk_ids + 100_000, e.topk_logprobs, e.tail_logmass)
+        for e in big
+    ]  # fmt: skip
+    path = write_pack(
+        tmp_path / "big.safetensors", big, k=K, max_new_tokens=8,
+        tokenizer_sha256=None, prompt_set_sha256=None,
+    )  # fmt: skip
+    assert _stored_dtypes(path)["topk_ids"] == "int32"
+    pack = load_pack(path)
+    np.testing.assert_array_equal(pack.topk(0)[0], big[0].topk_ids)
+    np.testing.assert_array_equal(pack.prompt_ids(1), big[1].prompt_ids)
+    # 16-bit ids make the file smaller by 2 bytes per stored id
+    ids = sum(e.prompt_ids.size + e.output_ids.size + e.topk_ids.size for e in big)
+    shifted_back = [
+        PackEntry(e.meta, e.prompt_ids - 100_000, e.output_ids - 100_000,
+                  e.topk_ids - 100_000, e.topk_logprobs, e.tail_logmass)
+        for e in big
+    ]  # fmt: skip
+    compact = write_pack(
+        tmp_path / "compact.safetensors", shifted_back, k=K, max_new_tokens=8,
+        tokenizer_sha256=None, prompt_set_sha256=None,
+    )  # fmt: skip
+    saved = path.stat().st_size - compact.stat().st_size
+    assert abs(saved - 2 * ids) < 64  # the JSON header differs by a few characters
+
+
+def test_version_1_packs_with_32_bit_ids_are_still_read(tmp_path: Path) -> None:
+    from safetensors.numpy import save
+
+    entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
+    tensors = build_tensors(entries, k=K)
+    for name in ("prompt_ids", "output_ids", "topk_ids"):
+        tensors[name] = tensors[name].astype(np.int32)
+    header = {
+        "format": "gate-reference-pack", "version": 1, "k": K, "max_new_tokens": 8,
+        "logprob_dtype": "float32", "tokenizer_sha256": None, "prompt_set_sha256": None,
+        "model": {}, "payload_sha256": payload_sha256(tensors),
+        "prompts": [vars(e.meta) for e in entries],
+    }  # fmt: skip
+    path = tmp_path / "v1.safetensors"
+    path.write_bytes(save(tensors, metadata={"gate_reference_pack": json.dumps(header)}))
+    pack = load_pack(path)
+    np.testing.assert_array_equal(pack.topk(2)[0], entries[2].topk_ids)
+
+
+def test_a_float_id_tensor_is_refused(tmp_path: Path) -> None:
+    from safetensors.numpy import save
+
+    entries = [_entry("a", 5, 7, 1)]
+    tensors = build_tensors(entries, k=K)
+    tensors["topk_ids"] = tensors["topk_ids"].astype(np.float32)
+    header = {
+        "format": "gate-reference-pack", "version": 2, "k": K, "max_new_tokens": 8,
+        "logprob_dtype": "float32", "tokenizer_sha256": None, "prompt_set_sha256": None,
+        "model": {}, "payload_sha256": payload_sha256(tensors),
+        "prompts": [vars(e.meta) for e in entries],
+    }  # fmt: skip
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(save(tensors, metadata={"gate_reference_pack": json.dumps(header)}))
+    with pytest.raises(BaselineError, match="not a token-id dtype"):
+        load_pack(path)
 
 
 def test_float16_storage(tmp_path: Path) -> None:
@@ -205,6 +283,6 @@ def test_payload_hash_covers_dtype_and_shape() -> None:
 def test_bytes_per_token(tmp_path: Path) -> None:
     path = _write(tmp_path / "ref.safetensors")
     per_token = pack_bytes_per_token(path, 11)
-    # per output token: K ids (4 B) + K log-probs (4 B) + tail (4 B) + id (4 B), plus header/prompts
-    assert per_token >= K * 8 + 8
+    # per output token: K ids (2 B) + K log-probs (4 B) + tail (4 B) + id (2 B), plus header/prompts
+    assert per_token >= K * 6 + 6
     assert per_token == path.stat().st_size / 11
