@@ -261,6 +261,10 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     return float(ci.low), float(ci.high)
 
 
+def _median_ratio_of_logs(log_ratio: NDArray[np.float64], axis: int = -1) -> Any:
+    return np.expm1(np.median(log_ratio, axis=axis))
+
+
 def _median_ratio(c: NDArray[np.float64], b: NDArray[np.float64], axis: int = -1) -> Any:
     return np.median(c, axis=axis) / np.median(b, axis=axis) - 1.0
 
@@ -360,19 +364,13 @@ def paired_runs_test(
         p = 1.0
     else:
         p = float(sps.wilcoxon(shifted, alternative=alternative).pvalue)
-    if c.size < 2 or np.ptp(log_ratio) == 0.0:
-        ci = (float(np.expm1(log_ratio[0])),) * 2
-    else:
-        res = sps.bootstrap(
-            (log_ratio,),
-            lambda r, axis=-1: np.expm1(np.median(r, axis=axis)),
-            n_resamples=n_resamples,
-            confidence_level=confidence,
-            method="percentile",
-            vectorized=True,
-            rng=np.random.default_rng(seed),
-        )
-        ci = _ci(res)
+    ci = bootstrap_ci(
+        log_ratio,
+        stat=_median_ratio_of_logs,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
     return RepeatedResult(
         rel_change_median=rel, ci=ci, p_worse=p, n_cand=int(c.size), n_base=int(b.size)
     )

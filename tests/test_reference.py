@@ -78,73 +78,66 @@ def _stored_dtypes(path: Path) -> dict[str, str]:
     return {name: str(t.dtype) for name, t in load_file(str(path)).items()}
 
 
+def _shifted(entries: list[PackEntry], by: int) -> list[PackEntry]:
+    """The same entries with every token id moved by ``by`` (a larger vocabulary)."""
+    return [
+        PackEntry(e.meta, e.prompt_ids + by, e.output_ids + by, e.topk_ids + by,
+                  e.topk_logprobs, e.tail_logmass)
+        for e in entries
+    ]  # fmt: skip
+
+
+def _write_entries(path: Path, entries: list[PackEntry]) -> Path:
+    return write_pack(
+        path, entries, k=K, max_new_tokens=8, tokenizer_sha256=None, prompt_set_sha256=None
+    )
+
+
 def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
-    small = _write(tmp_path / "small.safetensors")
-    stored = _stored_dtypes(small)
+    small = [_entry("a", 5, 7, 1), _entry("b", 3, 2, 2)]
+    compact = _write_entries(tmp_path / "small.safetensors", small)
+    stored = _stored_dtypes(compact)
     assert {stored[n] for n in ("prompt_ids", "output_ids", "topk_ids")} == {"uint16"}
     # a 128k vocabulary: ids above 65,535 keep 32 bits, and come back unchanged
-    big = [_entry("a", 5, 7, 1), _entry("b", 3, 2, 2)]
-    big = [
-        PackEntry(e.meta, e.prompt_ids + 100_000, e.output_ids + 100_000,
-                  e.topk_ids + 100_000, e.topk_logprobs, e.tail_logmass)
-        for e in big
-    ]  # fmt: skip
-    path = write_pack(
-        tmp_path / "big.safetensors", big, k=K, max_new_tokens=8,
-        tokenizer_sha256=None, prompt_set_sha256=None,
-    )  # fmt: skip
+    big = _shifted(small, 100_000)
+    path = _write_entries(tmp_path / "big.safetensors", big)
     assert _stored_dtypes(path)["topk_ids"] == "int32"
     pack = load_pack(path)
     np.testing.assert_array_equal(pack.topk(0)[0], big[0].topk_ids)
     np.testing.assert_array_equal(pack.prompt_ids(1), big[1].prompt_ids)
     # 16-bit ids make the file smaller by 2 bytes per stored id
     ids = sum(e.prompt_ids.size + e.output_ids.size + e.topk_ids.size for e in big)
-    shifted_back = [
-        PackEntry(e.meta, e.prompt_ids - 100_000, e.output_ids - 100_000,
-                  e.topk_ids - 100_000, e.topk_logprobs, e.tail_logmass)
-        for e in big
-    ]  # fmt: skip
-    compact = write_pack(
-        tmp_path / "compact.safetensors", shifted_back, k=K, max_new_tokens=8,
-        tokenizer_sha256=None, prompt_set_sha256=None,
-    )  # fmt: skip
     saved = path.stat().st_size - compact.stat().st_size
     assert abs(saved - 2 * ids) < 64  # the JSON header differs by a few characters
 
 
-def test_version_1_packs_with_32_bit_ids_are_still_read(tmp_path: Path) -> None:
+def _save_by_hand(
+    path: Path, entries: list[PackEntry], version: int, id_dtype: type[np.generic]
+) -> Path:
+    """A pack written without write_pack: its token-id tensors cast to ``id_dtype``."""
     from safetensors.numpy import save
 
-    entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
     tensors = build_tensors(entries, k=K)
     for name in ("prompt_ids", "output_ids", "topk_ids"):
-        tensors[name] = tensors[name].astype(np.int32)
+        tensors[name] = tensors[name].astype(id_dtype)
     header = {
-        "format": "gate-reference-pack", "version": 1, "k": K, "max_new_tokens": 8,
+        "format": "gate-reference-pack", "version": version, "k": K, "max_new_tokens": 8,
         "logprob_dtype": "float32", "tokenizer_sha256": None, "prompt_set_sha256": None,
         "model": {}, "payload_sha256": payload_sha256(tensors),
         "prompts": [vars(e.meta) for e in entries],
     }  # fmt: skip
-    path = tmp_path / "v1.safetensors"
     path.write_bytes(save(tensors, metadata={"gate_reference_pack": json.dumps(header)}))
-    pack = load_pack(path)
+    return path
+
+
+def test_version_1_packs_with_32_bit_ids_are_still_read(tmp_path: Path) -> None:
+    entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
+    pack = load_pack(_save_by_hand(tmp_path / "v1.safetensors", entries, 1, np.int32))
     np.testing.assert_array_equal(pack.topk(2)[0], entries[2].topk_ids)
 
 
 def test_a_float_id_tensor_is_refused(tmp_path: Path) -> None:
-    from safetensors.numpy import save
-
-    entries = [_entry("a", 5, 7, 1)]
-    tensors = build_tensors(entries, k=K)
-    tensors["topk_ids"] = tensors["topk_ids"].astype(np.float32)
-    header = {
-        "format": "gate-reference-pack", "version": 2, "k": K, "max_new_tokens": 8,
-        "logprob_dtype": "float32", "tokenizer_sha256": None, "prompt_set_sha256": None,
-        "model": {}, "payload_sha256": payload_sha256(tensors),
-        "prompts": [vars(e.meta) for e in entries],
-    }  # fmt: skip
-    path = tmp_path / "bad.safetensors"
-    path.write_bytes(save(tensors, metadata={"gate_reference_pack": json.dumps(header)}))
+    path = _save_by_hand(tmp_path / "bad.safetensors", [_entry("a", 5, 7, 1)], 2, np.float32)
     with pytest.raises(BaselineError, match="not a token-id dtype"):
         load_pack(path)
 
