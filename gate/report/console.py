@@ -100,6 +100,24 @@ def fmt_ci(ci: tuple[float, float] | None) -> str:
     return f"[{ci[0]:+.3g}, {ci[1]:+.3g}]"
 
 
+def with_unit(value: float | None, unit: str) -> str:
+    """A formatted number with its unit, unless dimensionless (or absent)."""
+    text = fmt_number(value)
+    return f"{text} {unit}" if unit not in DIMENSIONLESS and value is not None else text
+
+
+def number_cells(verdict: Verdict) -> list[str]:
+    """The numeric columns every report shows: candidate, baseline, delta, bound, CI, n."""
+    return [
+        with_unit(verdict.value, verdict.unit),
+        with_unit(verdict.baseline_value, verdict.unit),
+        fmt_delta(verdict),
+        fmt_bound(verdict.threshold),
+        fmt_ci(verdict.ci),
+        str(verdict.n),
+    ]
+
+
 def degradation(verdict: Verdict) -> float:
     """How much worse the candidate is (relative when possible); for ordering rows."""
     change = verdict.relative_delta if verdict.relative_delta is not None else verdict.delta
@@ -151,16 +169,7 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
         row: list[str | Text] = [verdict.metric, verdict.slice or "all"]
         if show_against:
             row.append(verdict.against)
-        unit = f" {verdict.unit}" if verdict.unit not in DIMENSIONLESS else ""
-        row += [
-            fmt_number(verdict.value) + unit,
-            fmt_number(verdict.baseline_value) + unit,
-            fmt_delta(verdict),
-            fmt_bound(verdict.threshold),
-            fmt_ci(verdict.ci),
-            str(verdict.n),
-            severity_text(verdict),
-        ]
+        row += [*number_cells(verdict), severity_text(verdict)]
         table.add_row(*row)
     for (metric, against), count in sorted(hidden.items()):
         fold: list[str | Text] = [

@@ -25,13 +25,12 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gate.report.console import fmt_bound, fmt_ci, fmt_delta, order
+from gate.report.console import number_cells, order
 from gate.report.markdown import (
     baseline_text,
     candidate_text,
     counts,
     headline,
-    with_unit,
 )
 from gate.report.plots import Plot, all_plots
 from gate.report.results_json import Results
@@ -163,15 +162,7 @@ def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool) -> str:
         ]
         if show_against:
             cells.append(f"<td>{esc(v.against)}</td>")
-        nums = [
-            with_unit(v.value, v.unit),
-            with_unit(v.baseline_value, v.unit),
-            fmt_delta(v),
-            fmt_bound(v.threshold),
-            fmt_ci(v.ci),
-            str(v.n),
-        ]
-        cells += [f'<td class="num">{esc(x)}</td>' for x in nums]
+        cells += [f'<td class="num">{esc(x)}</td>' for x in number_cells(v)]
         test = v.test or "-"
         if v.p_value is not None:
             test += f" (p={v.p_value:.2g})"

@@ -21,14 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gate.report.console import (
-    DIMENSIONLESS,
-    fmt_bound,
-    fmt_ci,
-    fmt_delta,
-    fmt_number,
-    order,
-)
+from gate.report.console import number_cells, order
 from gate.report.results_json import Results
 from gate.verdict import Severity, Verdict
 
@@ -98,12 +91,6 @@ def compared_text(results: Results) -> str:
     return f"`{candidate_text(results.candidate)}` vs " + ", ".join(f"`{r}`" for r in refs)
 
 
-def with_unit(value: float | None, unit: str) -> str:
-    """A formatted number with its unit, unless dimensionless."""
-    text = fmt_number(value)
-    return f"{text} {unit}" if unit not in DIMENSIONLESS and value is not None else text
-
-
 def _table(verdicts: Sequence[Verdict], *, show_against: bool, severity_first: bool) -> list[str]:
     head = ["metric", "slice"] + (["vs"] if show_against else [])
     head += ["candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"]
@@ -111,14 +98,7 @@ def _table(verdicts: Sequence[Verdict], *, show_against: bool, severity_first: b
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in verdicts:
         row = [f"`{v.metric}`", v.slice or "all"] + ([v.against] if show_against else [])
-        row += [
-            with_unit(v.value, v.unit),
-            with_unit(v.baseline_value, v.unit),
-            fmt_delta(v),
-            fmt_bound(v.threshold),
-            fmt_ci(v.ci),
-            str(v.n),
-        ]
+        row += number_cells(v)
         sev = f"**{SEVERITY_MARK[v.severity]}**" if v.severity else SEVERITY_MARK[v.severity]
         row = [sev, *row] if severity_first else [*row, sev]
         lines.append("| " + " | ".join(cell(c) if not c.startswith("`") else c for c in row) + " |")

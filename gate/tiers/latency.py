@@ -252,50 +252,6 @@ def _rounds(
     return timed
 
 
-def timed_runs(
-    backend: Backend,
-    prompt_ids: Sequence[int],
-    *,
-    batch_size: int,
-    settings: LatencySettings,
-    clock_factory: ClockFactory,
-    runner: Runner = plain_runner,
-) -> list[RunLatency]:
-    """``settings.warmup`` + ``settings.runs`` requests through ``runner``; the timed ones."""
-    return _rounds(
-        [(backend, prompt_ids)],
-        batch_size=batch_size,
-        settings=settings,
-        clock_factory=clock_factory,
-        runner=runner,
-    )[0]
-
-
-def paired_timed_runs(
-    baseline: Side,
-    candidate: Side,
-    *,
-    batch_size: int,
-    settings: LatencySettings,
-    clock_factory: ClockFactory,
-    runner: Runner = plain_runner,
-) -> tuple[list[RunLatency], list[RunLatency]]:
-    """Baseline and candidate interleaved: ``(baseline runs, candidate runs)``.
-
-    One runner round is one pair (``A B``, then ``B A``, ...), so run ``i`` of
-    each side was taken within one request's time of the other and shares the
-    machine's state of the moment.
-    """
-    base, cand = _rounds(
-        [baseline, candidate],
-        batch_size=batch_size,
-        settings=settings,
-        clock_factory=clock_factory,
-        runner=runner,
-    )
-    return base, cand
-
-
 def _sweep(
     sides: Sequence[Side],
     *,
@@ -331,20 +287,6 @@ def _sweep(
             for table, runs in zip(tables, measured, strict=True):
                 table[batch] = tuple(r.tokens_per_s for r in runs)
     return [SweepResult(tokens_per_s=table, oom_batch=oom) for table in tables]
-
-
-def sweep(
-    backend: Backend,
-    prompt_ids: Sequence[int],
-    *,
-    settings: LatencySettings,
-    clock_factory: ClockFactory,
-    reference: Sequence[RunLatency],
-) -> SweepResult:
-    """Tokens/s at each batch size after the reference one, stopping at the first OOM."""
-    return _sweep(
-        [(backend, prompt_ids)], settings=settings, clock_factory=clock_factory, first=[reference]
-    )[0]
 
 
 def memory_runs(
@@ -401,59 +343,42 @@ def run_tier(
     """
     prompt_ids = backend.encode_prompt(settings.prompt)
     batch = settings.batch_sizes[0]
-    if baseline_build is None:
-        runs = _at_reference_batch(
-            batch,
-            lambda: timed_runs(
-                backend,
-                prompt_ids,
-                batch_size=batch,
-                settings=settings,
-                clock_factory=clock_factory,
-                runner=runner,
-            ),
-        )
-        result_sweep = sweep(
-            backend, prompt_ids, settings=settings, clock_factory=clock_factory, reference=runs
-        )
-        reports = memory_runs(
+
+    def measure_memory() -> list[MemoryReport]:
+        return memory_runs(
             backend,
             prompt_ids,
             settings=settings,
             clock_factory=clock_factory,
             tracker_factory=tracker_factory,
         )
-        reference = None
-    else:
-        reports = memory_runs(
-            backend,
-            prompt_ids,
-            settings=settings,
-            clock_factory=clock_factory,
-            tracker_factory=tracker_factory,
-        )
+
+    # the sides timed together, the candidate last: (candidate) or (baseline, candidate)
+    sides: list[Side] = [(backend, prompt_ids)]
+    reports: list[MemoryReport] | None = None
+    if baseline_build is not None:
+        reports = measure_memory()  # while only the candidate takes memory
         base_backend = baseline_build.load()
-        base_side: Side = (base_backend, base_backend.encode_prompt(settings.prompt))
-        base_runs, runs = _at_reference_batch(
-            batch,
-            lambda: paired_timed_runs(
-                base_side,
-                (backend, prompt_ids),
-                batch_size=batch,
-                settings=settings,
-                clock_factory=clock_factory,
-                runner=runner,
-            ),
-        )
-        base_sweep, result_sweep = _sweep(
-            [base_side, (backend, prompt_ids)],
+        sides.insert(0, (base_backend, base_backend.encode_prompt(settings.prompt)))
+    timed = _at_reference_batch(
+        batch,
+        lambda: _rounds(
+            sides,
+            batch_size=batch,
             settings=settings,
             clock_factory=clock_factory,
-            first=[base_runs, runs],
-        )
+            runner=runner,
+        ),
+    )
+    sweeps = _sweep(sides, settings=settings, clock_factory=clock_factory, first=timed)
+    if reports is None:
+        reports = measure_memory()
+    runs, result_sweep = timed[-1], sweeps[-1]
+    reference = None
+    if baseline_build is not None:
         reference = PairedReference(
-            runs=tuple(base_runs),
-            sweep=base_sweep,
+            runs=tuple(timed[0]),
+            sweep=sweeps[0],
             against=baseline_build.against,
             model=baseline_build.model,
             recipe=baseline_build.recipe,
