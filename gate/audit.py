@@ -104,22 +104,6 @@ def change_points(
     return [*left, here, *right]
 
 
-def degradation(before: float, after: float, *, higher_is_better: bool, bound: Bound) -> float:
-    """``d > 0`` is worse; divided by ``|before|`` for relative bounds."""
-    d = (before - after) if higher_is_better else (after - before)
-    if bound.mode == "relative":
-        return d / abs(before) if before != 0 else float("inf") if d > 0 else 0.0
-    return d
-
-
-def _severity(d: float, bound: Bound) -> Severity:
-    if d > bound.critical:
-        return Severity.CRITICAL
-    if d > bound.warn:
-        return Severity.WARN
-    return Severity.PASS
-
-
 @dataclass(frozen=True)
 class MetricDrift:
     """The audit of one metric."""
@@ -159,13 +143,12 @@ def audit_metric(
             recent, trailing, higher_is_better=metric.higher_is_better, seed=seed
         )
         window_p, window_change = res.p_worse, res.rel_change_median
-        d = degradation(
+        d = bound.degradation(
             float(np.median(trailing)),
             float(np.median(recent)),
             higher_is_better=metric.higher_is_better,
-            bound=bound,
         )
-        sev = _severity(d, bound) if res.p_worse < alpha else Severity.PASS
+        sev = bound.severity(d) if res.p_worse < alpha else Severity.PASS
         if sev > Severity.PASS:
             worst = max(worst, sev)
             reasons.append(f"last {window} runs {res.rel_change_median:+.1%} (p={res.p_worse:.3f})")
@@ -177,8 +160,8 @@ def audit_metric(
         # so a regression that was later fixed no longer fails the audit
         first = float(np.median(values[: found[0].index]))
         current = float(np.median(values[found[-1].index :]))
-        d = degradation(first, current, higher_is_better=metric.higher_is_better, bound=bound)
-        sev = _severity(d, bound)
+        d = bound.degradation(first, current, higher_is_better=metric.higher_is_better)
+        sev = bound.severity(d)
         if sev > Severity.PASS:
             worst = max(worst, sev)
             shifts = ", ".join(

@@ -263,23 +263,6 @@ def _reference_kind(ref: _Reference, in_session: _Reference | None) -> str:
     return "ideal" if ref.measurement is None else "baseline"
 
 
-def _degradation(delta: float, ref: float, spec: MetricSpec, bound: Bound) -> float:
-    worse = -delta if spec.higher_is_better else delta
-    if bound.mode == "absolute":
-        return worse
-    if ref == 0.0:
-        return math.inf if worse > 0 else 0.0
-    return worse / abs(ref)
-
-
-def _point_severity(d: float, bound: Bound) -> Severity:
-    if d > bound.critical:
-        return Severity.CRITICAL
-    if d > bound.warn:
-        return Severity.WARN
-    return Severity.PASS
-
-
 def _against_bounds(
     cand: Measurement,
     ref: _Reference,
@@ -368,7 +351,9 @@ def _judge(
         return replace(verdict, reason=f"{head}: {_signed(delta, False)}, not gated")
     bound = threshold.bound_for(slice)
     relative = bound.mode == "relative"
-    point = _point_severity(_degradation(delta, ref.value, spec, bound), bound)
+    point = bound.severity(
+        bound.degradation(ref.value, cand.value, higher_is_better=spec.higher_is_better)
+    )
     sign = -1.0 if spec.higher_is_better else 1.0
     shown = _signed(rel, True) if relative and rel is not None else _signed(delta, False)
     if point is Severity.PASS:

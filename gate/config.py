@@ -38,6 +38,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from gate.errors import ConfigError
 from gate.metrics.registry import TIERS, all_metrics, suggest
 from gate.metrics.spec import MetricSpec
+from gate.verdict import Severity
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,6 +71,28 @@ class Bound:
     def to_dict(self) -> dict[str, Any]:
         """JSON form for reports."""
         return {"warn": self.warn, "critical": self.critical, "mode": self.mode}
+
+    def degradation(self, reference: float, value: float, *, higher_is_better: bool) -> float:
+        """``d``: the change from ``reference`` to ``value`` in the worse direction.
+
+        ``value - reference`` (negated when higher is better), divided by
+        ``|reference|`` in relative mode; a worsening from a reference of 0 is
+        ``inf`` there, anything else from 0 is 0.
+        """
+        d = (reference - value) if higher_is_better else (value - reference)
+        if self.mode == "absolute":
+            return d
+        if reference == 0.0:
+            return math.inf if d > 0 else 0.0
+        return d / abs(reference)
+
+    def severity(self, d: float) -> Severity:
+        """The highest bound ``d`` is past: CRITICAL, WARN or PASS."""
+        if d > self.critical:
+            return Severity.CRITICAL
+        if d > self.warn:
+            return Severity.WARN
+        return Severity.PASS
 
 
 @dataclass(frozen=True)
