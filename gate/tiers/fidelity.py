@@ -373,49 +373,19 @@ def measurements(
         "tail_mass_mean": tail_mass_mean,
     }
 
-    def per_prompt(fn: Callable[[fm.PositionScores], float]) -> list[float]:
-        return [fn(r.positions) for r in results]
-
     dp_all = _pooled(results, everything, "delta_p")
+    dp_details = {**common, **{f"pooled_{k_}": v for k_, v in fm.delta_p_summary(dp_all).items()}}
+    # metric -> (its value on one prompt's positions, details)
+    per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
+        ("fidelity.cga", lambda p: float(p.cga.mean()), common),
+        ("fidelity.cga_at_5", lambda p: float(p.cga_at_k.mean()), common),
+        ("fidelity.kl_mean", lambda p: float(p.kl.mean()), kl_details),
+        ("fidelity.delta_p_mean", lambda p: float(p.delta_p.mean()), dp_details),
+        ("fidelity.delta_p_rms", lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
+    ]
     out = [
-        from_samples(
-            "fidelity.cga",
-            per_prompt(lambda p: float(p.cga.mean())),
-            ids,
-            groups=groups,
-            details=common,
-        ),
-        from_samples(
-            "fidelity.cga_at_5",
-            per_prompt(lambda p: float(p.cga_at_k.mean())),
-            ids,
-            groups=groups,
-            details=common,
-        ),
-        from_samples(
-            "fidelity.kl_mean",
-            per_prompt(lambda p: float(p.kl.mean())),
-            ids,
-            groups=groups,
-            details=kl_details,
-        ),
-        from_samples(
-            "fidelity.delta_p_mean",
-            per_prompt(lambda p: float(p.delta_p.mean())),
-            ids,
-            groups=groups,
-            details={
-                **common,
-                **{f"pooled_{k_}": v for k_, v in fm.delta_p_summary(dp_all).items()},
-            },
-        ),
-        from_samples(
-            "fidelity.delta_p_rms",
-            per_prompt(lambda p: float(np.sqrt(np.mean(p.delta_p**2)))),
-            ids,
-            groups=groups,
-            details=common,
-        ),
+        from_samples(name, [fn(r.positions) for r in results], ids, groups=groups, details=details)
+        for name, fn, details in per_prompt
     ]
     summary = fm.kl_summary(kl_all)
     slice_summaries = {
