@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gate.measurement import Measurement, from_samples
-from gate.measurements_file import save_measurements
+from gate.store.measurements_file import save_measurements
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS = 400

@@ -1,7 +1,7 @@
 """The measurement record: what a tier produces and what a baseline stores.
 
 Data flows one way: tiers produce :class:`Measurement` objects, the baseline
-stores them, :mod:`gate.compare` turns (candidate, baseline, thresholds) into
+stores them, :mod:`gate.gating.compare` turns (candidate, baseline, thresholds) into
 verdicts. A measurement keeps its per-sample values so that the comparison can
 say how sure it is:
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gate import __version__
-from gate.nvml import open_nvml
+from gate.hw.nvml import open_nvml
 
 #: Distributions whose versions are recorded (name in the environment dict -> distribution).
 PACKAGES: tuple[tuple[str, str], ...] = (
@@ -97,7 +97,7 @@ def cpu_model() -> str:
 
 
 def gpus(nvml_module: Any | None = None) -> list[dict[str, Any]]:
-    """Name, memory and driver of each NVIDIA GPU via :mod:`gate.nvml`; empty when none.
+    """Name, memory and driver of each NVIDIA GPU via :mod:`gate.hw.nvml`; empty when none.
 
     ``nvml_module`` replaces ``pynvml`` (tests pass a fake).
     """

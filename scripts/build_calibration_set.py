@@ -1,4 +1,4 @@
-"""Build the packaged calibration set for ``prune-wanda`` (``gate.calibration``).
+"""Build the packaged calibration set for ``prune-wanda`` (``gate.data.calibration``).
 
 Conversations of the ShareGPT training split only (the fidelity prompts are the
 held-out split), first user turn plus reply, deterministic order.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gate.calibration import (
+from gate.data.calibration import (
     DEFAULT_MAX_CHARS,
     DEFAULT_SIZE,
     build_calibration_set,

@@ -3,8 +3,8 @@
 Per-item data is synthetic but goes through the gate's own aggregation code
 (:func:`gate.metrics.fidelity.score_positions` and the fidelity tier's
 ``measurements``, :func:`gate.metrics.accuracy.pair_measurements`, the latency
-tier's ``to_measurements``), then :func:`gate.compare.compare_many` with the
-shipped thresholds, :func:`gate.verdict.decide` and
+tier's ``to_measurements``), then :func:`gate.gating.compare.compare_many` with the
+shipped thresholds, :func:`gate.gating.verdict.decide` and
 :func:`gate.report.results_json.build_results` — exactly what a run does.
 
 * the *blocked* candidate loses CGA (worst in ``category:code``), has a heavy
@@ -20,19 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from gate.compare import compare_many
-from gate.config import load_thresholds, packaged_thresholds_path
-from gate.fingerprint import Fingerprint
+from gate.gating.compare import compare_many
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import GateOutcome, decide
+from gate.hw.fingerprint import Fingerprint
 from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
 from gate.metrics.accuracy import QuestionPair, pair_measurements
 from gate.metrics.latency import RunLatency
-from gate.reference import PackPrompt
 from gate.report.results_json import build_results
+from gate.store.reference import PackPrompt
 from gate.tiers.fidelity import PromptScores
 from gate.tiers.fidelity import measurements as fidelity_measurements
 from gate.tiers.latency import LatencyResult, LatencySettings, SweepResult, to_measurements
-from gate.verdict import GateOutcome, decide
 
 VOCAB = 48
 CATEGORIES = ("chat", "code", "math")

@@ -13,10 +13,10 @@ import pytest
 import scipy.stats as sps
 import torch
 
-from gate.backends.base import ScoreRequest, TokenScores
 from gate.data.mcq import MCQuestion
 from gate.errors import BaselineError, DataError
 from gate.metrics import accuracy as am
+from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.tiers import accuracy as tier
 
 TEXT = (
@@ -310,7 +310,7 @@ def test_baseline_against_itself_has_no_flips(scorer: TorchScorer) -> None:
 
 def test_damaged_model_flips_and_mcnemar_matches_scipy(trained_dir: Path) -> None:
     from gate.data.mcq import load_builtin
-    from gate.stats import mcnemar
+    from gate.gating.stats import mcnemar
 
     base_scorer = TorchScorer(trained_dir)
     bad = TorchScorer(trained_dir)

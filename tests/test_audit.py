@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate import history
-from gate.audit import audit, change_point
 from gate.cli import main
 from gate.errors import ExitCode
-from gate.fingerprint import Fingerprint
+from gate.gating.drift import audit, change_point
+from gate.hw.fingerprint import Fingerprint
 from gate.measurement import Measurement
 from gate.metrics.registry import all_metrics
+from gate.store import history
 
 FP = Fingerprint(
     device="cuda",

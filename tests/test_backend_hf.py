@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from gate.backends.base import Backend, ScoreRequest
-from gate.backends.hf import HFBackend
-from gate.backends.loading import load_backend
-from gate.spec import ModelSpec
-from gate.timing import PerfCounterClock
+from gate.hw.timing import PerfCounterClock
+from gate.models.backends.base import Backend, ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import load_backend
+from gate.models.spec import ModelSpec
 
 PROMPTS = [
     "What is 7 times 8?",

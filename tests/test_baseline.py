@@ -13,11 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from gate.atomic import create_exclusive, write_atomic
-from gate.baseline import Baseline, BaselineStore, check_compatible, load_baseline_file, slugify
 from gate.errors import BaselineError, DataError, ExitCode
 from gate.measurement import Measurement, from_samples
 from gate.provenance import sha256_file
+from gate.store.atomic import create_exclusive, write_atomic
+from gate.store.baseline import (
+    Baseline,
+    BaselineStore,
+    check_compatible,
+    load_baseline_file,
+    slugify,
+)
 
 
 def _measurements(shift: float = 0.0) -> list[Measurement]:
@@ -224,7 +230,7 @@ _KILL_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    import gate.atomic as atomic
+    import gate.store.atomic as atomic
 
     def pause(*args, **kwargs):  # between the fsynced temp file and its publication
         print("READY", flush=True)

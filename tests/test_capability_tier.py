@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from gate.compare import compare
-from gate.config import parse_thresholds
 from gate.data.probes import build_probes
 from gate.errors import ConfigError, DataError
+from gate.gating.compare import compare
+from gate.gating.stats import wilson_interval
+from gate.gating.thresholds import parse_thresholds
+from gate.gating.verdict import Severity
 from gate.measurement import Measurement
 from gate.metrics.capability import ProbeOutcome, pass_rate, pass_rate_measurement
 from gate.metrics.registry import get_metric
 from gate.metrics.spec import SampleKind
-from gate.stats import wilson_interval
 from gate.tiers.capability import CapabilitySettings, measure, settings_from
-from gate.verdict import Severity
 
 DEMO = Path(__file__).resolve().parents[1] / "gate" / "assets" / "demo_model"
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
@@ -178,8 +178,8 @@ def test_settings_validation() -> None:
 
 
 def _hf_backend(path: Path) -> Any:
-    from gate.backends.loading import load_backend
-    from gate.spec import ModelSpec
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
 
     return load_backend(ModelSpec.parse(str(path)))
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.baseline import BaselineStore
 from gate.errors import BaselineError, ExitCode
-from gate.spec import demo_model_dir
+from gate.models.spec import demo_model_dir
+from gate.store.baseline import BaselineStore
 
 pytestmark = pytest.mark.slow
 
@@ -197,7 +197,7 @@ def test_demo_candidate_finds_its_packaged_baseline_from_any_directory(
 ) -> None:
     from gate.commands.options import DEFAULT_STORE
     from gate.commands.run import store_for
-    from gate.demo import store_dir
+    from gate.session.demo import store_dir
 
     monkeypatch.chdir(tmp_path)  # no ./baselines here
     assert store_for("demo", DEFAULT_STORE) == store_dir()

@@ -1,4 +1,4 @@
-"""gate.compare: severities, evidence, reasons, slices, references — with the shipped thresholds."""
+"""gate.gating.compare: severities, evidence, reasons, slices, references — with the shipped thresholds."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gate.compare import compare, compare_many
-from gate.config import Thresholds, load_thresholds, packaged_thresholds_path, parse_thresholds
 from gate.errors import DataError
+from gate.gating.compare import compare, compare_many
+from gate.gating.thresholds import (
+    Thresholds,
+    load_thresholds,
+    packaged_thresholds_path,
+    parse_thresholds,
+)
+from gate.gating.verdict import Severity, decide
 from gate.measurement import Measurement, from_samples
 from gate.metrics.spec import MetricSpec, SampleKind
-from gate.verdict import Severity, decide
 
 
 @pytest.fixture(scope="module")

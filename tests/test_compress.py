@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from gate.backends.base import ScoreRequest
-from gate.backends.hf import HFBackend
-from gate.backends.loading import load_backend
-from gate.compress import recipe_names
 from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.spec import ModelSpec, demo_model_dir
-from gate.timing import PerfCounterClock
+from gate.hw.timing import PerfCounterClock
+from gate.models.backends.base import ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import load_backend
+from gate.models.compress import recipe_names
+from gate.models.spec import ModelSpec, demo_model_dir
 
 TEXTS = [
     "What is 7 times 8? The answer is 56.",

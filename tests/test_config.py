@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 import pytest
 
-from gate.config import (
+from gate.errors import ConfigError, ExitCode
+from gate.gating.thresholds import (
     Bound,
     build_dataclass,
     load_thresholds,
@@ -18,7 +19,6 @@ from gate.config import (
     packaged_thresholds_path,
     parse_thresholds,
 )
-from gate.errors import ConfigError, ExitCode
 from gate.metrics.registry import all_metrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 import torch
 
-from gate.backends.base import ScoreRequest
-from gate.backends.hf import HFBackend
-from gate.backends.loading import load_backend
-from gate.compare import compare
-from gate.config import load_thresholds
-from gate.demo import store_dir as demo_store
 from gate.errors import BaselineError, ConfigError, DataError
+from gate.gating.compare import compare
+from gate.gating.thresholds import load_thresholds
+from gate.gating.verdict import Severity
 from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
-from gate.reference import ReferencePack, load_pack
-from gate.spec import ModelSpec, demo_model_dir
+from gate.models.backends.base import ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import load_backend
+from gate.models.spec import ModelSpec, demo_model_dir
+from gate.session.demo import store_dir as demo_store
+from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity as tier
-from gate.verdict import Severity
 
 torch.set_num_threads(1)
 
@@ -290,8 +290,8 @@ def test_suite_records_then_gates_through_the_cli(tiny_model_dir: Path, tmp_path
 
 
 def test_demo_judgement() -> None:
-    from gate.demo import CandidateResult, judge
     from gate.errors import ExitCode
+    from gate.session.demo import CandidateResult, judge
 
     ok = CandidateResult("none", 0, "pass")
     blocked = CandidateResult("quanto-int2", 1, "block")
@@ -303,8 +303,8 @@ def test_demo_judgement() -> None:
 
 
 def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
-    from gate.demo import DEMO_SETTINGS, write_config
-    from gate.session import load_run_config
+    from gate.session.demo import DEMO_SETTINGS, write_config
+    from gate.session.run import load_run_config
 
     loaded = load_run_config(write_config(tmp_path / "demo.toml"))
     assert loaded == {k: dict(v) for k, v in DEMO_SETTINGS.items()}
@@ -314,7 +314,7 @@ def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
 
 
 def test_demo_refuses_an_unknown_recipe() -> None:
-    from gate.demo import run_demo
+    from gate.session.demo import run_demo
 
     with pytest.raises(ConfigError, match="bnb-nf5"):
         run_demo(["none", "bnb-nf5"], ["fidelity"])

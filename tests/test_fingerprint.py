@@ -8,8 +8,8 @@ import os
 import pytest
 
 from gate.errors import BaselineError, ExitCode
-from gate.fingerprint import Fingerprint, check_fingerprint, collect
-from gate.nvml import open_nvml
+from gate.hw.fingerprint import Fingerprint, check_fingerprint, collect
+from gate.hw.nvml import open_nvml
 from tests.fakes.fake_nvml import FakeGpuState, make_fake_nvml
 
 

@@ -22,22 +22,17 @@ import pytest
 
 # pytester's in-process runs drop modules first imported inside them; C extensions
 # (numpy, psutil, torch) cannot be imported twice, so the suite's imports come first.
-import gate.compare
-import gate.history
-import gate.nvml
-import gate.report.console
-import gate.report.results_json
-import gate.suites.test_latency
-import gate.timing  # noqa: F401
-from gate.baseline import BaselineStore
-from gate.compare import PAIRED_REFERENCE, compare
-from gate.config import load_thresholds, packaged_thresholds_path
 from gate.errors import DataError
-from gate.fingerprint import Fingerprint, collect
+from gate.gating.compare import PAIRED_REFERENCE, compare
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import Severity
+from gate.hw.fingerprint import Fingerprint, collect
+from gate.hw.memory import MemoryTracker
+from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement
-from gate.memory import MemoryTracker
 from gate.metrics.latency import summarize
-from gate.runner import LatencyFlags, SessionOptions, build_args, suites_dir
+from gate.session.runner import LatencyFlags, SessionOptions, build_args, suites_dir
+from gate.store.baseline import BaselineStore
 from gate.tiers.latency import (
     BaselineBuild,
     LatencySettings,
@@ -45,8 +40,6 @@ from gate.tiers.latency import (
     run_tier,
     to_measurements,
 )
-from gate.timing import PerfCounterClock
-from gate.verdict import Severity
 from tests.fakes.timed_backend import FakeTime, ScriptedBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +219,7 @@ def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None
     )
     tail = ["--gate-history", "hist", "--gate-allow-hardware-mismatch", "--gate-paired-latency"]
     assert args[-4:] == tail
-    import gate.runner
+    import gate.session.runner
     from gate.cli import main
 
     seen: dict[str, Any] = {}
@@ -235,7 +228,7 @@ def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None
         seen["latency"] = options.latency
         return 0
 
-    monkeypatch.setattr(gate.runner, "run_pytest", fake_run_pytest)
+    monkeypatch.setattr(gate.session.runner, "run_pytest", fake_run_pytest)
     argv = ["run", "--candidate", "demo", "--tiers", "latency", "--history", "hist"]
     assert main([*argv, "--allow-hardware-mismatch", "--paired-latency"]) == 0
     assert seen["latency"] == flags
@@ -405,8 +398,8 @@ REAL = LatencySettings(
 def tiny_builds(tiny_model_dir: Path) -> Iterator[Callable[[str | None], Any]]:
     import torch
 
-    from gate.backends.loading import load_backend
-    from gate.spec import ModelSpec
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 2 threads on 2 shared cores stall on every preemption
@@ -420,8 +413,8 @@ def demo_builds() -> Iterator[Callable[[str | None], Any]]:
     """Builds of the committed demo model (the model the must-show promises name)."""
     import torch
 
-    from gate.backends.loading import load_backend
-    from gate.spec import ModelSpec, demo_model_dir
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec, demo_model_dir
 
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")

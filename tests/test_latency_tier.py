@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.backends.base import TimedGeneration
-from gate.compare import compare
-from gate.config import load_thresholds, packaged_thresholds_path
 from gate.errors import ConfigError, DataError
-from gate.fingerprint import collect
+from gate.gating.compare import compare
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import Severity
+from gate.hw.fingerprint import collect
+from gate.hw.memory import MemoryTracker
 from gate.measurement import Measurement
-from gate.memory import MemoryTracker
 from gate.metrics.latency import check_consistency, run_latency, summarize
+from gate.models.backends.base import TimedGeneration
 from gate.tiers.latency import (
     LatencySettings,
     fingerprint_of,
@@ -27,7 +28,6 @@ from gate.tiers.latency import (
     settings_from,
     to_measurements,
 )
-from gate.verdict import Severity
 from tests.fakes.timed_backend import FakeTime, ScriptedBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,8 +134,8 @@ def test_same_build_slowed_2x_and_3_percent_with_controlled_timing() -> None:
 
 INNER = """
 import json, os
-from gate.fingerprint import collect
-from gate.memory import MemoryTracker
+from gate.hw.fingerprint import collect
+from gate.hw.memory import MemoryTracker
 from gate.tiers.latency import LatencySettings, run_tier
 from tests.fakes.timed_backend import RealTime, ScriptedBackend
 

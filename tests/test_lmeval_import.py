@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gate.cli import main
+from gate.data.lmeval_import import import_runs, read_samples, task_name
 from gate.errors import DataError
-from gate.lmeval_import import import_runs, read_samples, task_name
 
 REPO = Path(__file__).resolve().parent.parent
 

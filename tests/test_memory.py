@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gate.memory import MemoryTracker, param_bytes, tensor_bytes
-from gate.nvml import open_nvml
+from gate.hw.memory import MemoryTracker, param_bytes, tensor_bytes
+from gate.hw.nvml import open_nvml
 from tests.fakes.fake_nvml import FakeGpuState, make_fake_nvml
 
 

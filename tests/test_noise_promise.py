@@ -27,10 +27,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gate.compare import compare
-from gate.config import Thresholds, load_thresholds, packaged_thresholds_path
+from gate.gating.compare import compare
+from gate.gating.thresholds import Thresholds, load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import Severity
 from gate.measurement import Measurement
-from gate.verdict import Severity
 
 TRIALS = 200
 Pair = tuple[Measurement, Measurement]

@@ -18,14 +18,8 @@ import pytest
 # pytester's in-process runs drop modules first imported inside them; C extensions
 # (numpy, scipy) cannot be imported twice, so everything the plugin loads lazily is
 # imported here first.
-import gate.backends.base
-import gate.compare
-import gate.report.console
-import gate.report.results_json
-import gate.session
-import gate.spec  # noqa: F401
-from gate.baseline import BaselineStore
 from gate.measurement import from_samples
+from gate.store.baseline import BaselineStore
 
 CONFTEST = textwrap.dedent(
     """
@@ -230,7 +224,7 @@ def test_inert_without_gate_model(pytester: pytest.Pytester) -> None:
 
 
 def test_record_store_path(tmp_path: Path) -> None:
-    from gate.runner import SessionOptions, build_args
+    from gate.session.runner import SessionOptions, build_args
 
     options = SessionOptions(store=tmp_path / "s")
     args = build_args("record", "demo", ["fidelity"], directory=tmp_path, options=options)
@@ -247,7 +241,7 @@ RUNNER_SCRIPT = textwrap.dedent(
     import sys
     from pathlib import Path
     from dataclasses import replace
-    from gate.runner import SessionOptions, run_pytest
+    from gate.session.runner import SessionOptions, run_pytest
 
     suites, store, thresholds = (Path(a) for a in sys.argv[1:4])
     common = SessionOptions(store=store, thresholds=thresholds)
@@ -266,7 +260,7 @@ RUNNER_SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_runner_selects_tiers_and_returns_exit_codes(tmp_path: Path) -> None:
-    """gate/runner.py over a suites directory (a subprocess: a fresh pytest per call)."""
+    """gate/session/runner.py over a suites directory (a subprocess: a fresh pytest per call)."""
     import subprocess
     import sys
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gate.errors import BaselineError, DataError, ExitCode
-from gate.reference import (
+from gate.store.reference import (
     PackEntry,
     PackPrompt,
     build_tensors,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gate.compare import NOT_SIGNIFICANT
 from gate.errors import DataError, ExitCode
+from gate.gating.compare import NOT_SIGNIFICANT
+from gate.gating.verdict import Severity, Verdict, decide
 from gate.report.console import make_console, order, render, summary_line
 from gate.report.results_json import build_results, results_from_json, write_results
-from gate.verdict import Severity, Verdict, decide
 
 
 def _verdict(metric: str, severity: Severity, delta: float, **kw: object) -> Verdict:

@@ -11,6 +11,7 @@ import pytest
 import gate.report.html
 import gate.report.junit
 import gate.report.plots  # noqa: F401
+from gate.gating.verdict import Severity
 from gate.report.console import order
 from gate.report.github import (
     MAX_ANNOTATIONS,
@@ -20,7 +21,6 @@ from gate.report.github import (
     escape_property,
 )
 from gate.report.outputs import ReportTargets, write_reports
-from gate.verdict import Severity
 from tests import report_cases
 from tests.test_plugin import _gate, _record, gate_dir  # noqa: F401  (gate_dir: fixture)
 

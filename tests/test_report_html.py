@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.audit import audit
-from gate.history import HistoryRecord
+from gate.gating.drift import audit
 from gate.metrics.registry import all_metrics
 from gate.report.html import render_html
 from gate.report.outputs import ReportTargets, results_from_document, write_reports
 from gate.report.plots import all_plots
+from gate.store.history import HistoryRecord
 from tests import report_cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def blocked() -> report_cases.Case:
 
 
 def _drift() -> list:
-    """A latency history whose e2e median jumps 30 % at run 9, audited by gate.audit."""
+    """A latency history whose e2e median jumps 30 % at run 9, audited by gate.gating.drift."""
     rng = np.random.default_rng(3)
     start = datetime.datetime(2025, 1, 6, 4, 17, tzinfo=datetime.timezone.utc)
     records = [

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from gate.gating.verdict import Severity
 from gate.report.junit import render_junit
 from gate.report.outputs import results_from_document
 from gate.report.results_json import Results
-from gate.verdict import Severity
 from tests import report_cases
 
 XSD = Path(__file__).parent / "junit" / "junit.xsd"

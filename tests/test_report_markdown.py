@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gate.gating.verdict import Severity
 from gate.report.console import order
 from gate.report.markdown import MAX_FINDINGS, cell, render_markdown
 from gate.report.outputs import ReportTargets, results_from_document, write_reports
-from gate.verdict import Severity
 from tests import report_cases
 
 

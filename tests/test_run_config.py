@@ -10,25 +10,25 @@ from pathlib import Path
 import pytest
 
 from gate import progress
-from gate.calibration import (
+from gate.cli import main
+from gate.data.calibration import (
     build_calibration_set,
     calibration_for,
     default_calibration_path,
     load_calibration,
 )
-from gate.cli import main
 from gate.data.prompt_set import load_prompt_set
 from gate.data.sharegpt import Conversation, Turn, base_id, is_heldout
 from gate.errors import ConfigError, DataError, ExitCode
-from gate.multirun import (
+from gate.report.outputs import ReportTargets
+from gate.session.multirun import (
     candidate_targets,
     outcome_of,
     summary_markdown,
     worst_exit,
     worst_findings,
 )
-from gate.report.outputs import ReportTargets
-from gate.run_config import Candidate, load_run_config
+from gate.session.run_config import Candidate, load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ import pytest
 
 from gate.data.probes import build_probes
 from gate.data.probes.code import CodeTests, extract_code
+from gate.data.probes.sandbox import SandboxLimits, network_namespace_available, run_python
 from gate.errors import DataError
-from gate.sandbox import SandboxLimits, network_namespace_available, run_python
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_bytes=256 * 1024**2)
 

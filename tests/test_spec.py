@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.compress import format_recipe, parse_recipe, recipe_names
 from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.spec import ModelSpec, Recipe, demo_model_dir
+from gate.models.compress import format_recipe, parse_recipe, recipe_names
+from gate.models.spec import ModelSpec, Recipe, demo_model_dir
 
 
 def test_parse_local_dir_and_options(tmp_path: Path) -> None:

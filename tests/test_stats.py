@@ -1,4 +1,4 @@
-"""gate.stats against independent computations (explicit loops, textbook formulas)."""
+"""gate.gating.stats against independent computations (explicit loops, textbook formulas)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from gate import stats
+from gate.gating import stats
 
 
 def _discordant(cand: list[int], base: list[int]) -> tuple[int, int]:

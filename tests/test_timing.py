@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gate.errors import UsageError
-from gate.timing import CudaEventClock, PerfCounterClock, make_clock
+from gate.hw.timing import CudaEventClock, PerfCounterClock, make_clock
 from tests.fakes.fake_cuda import FakeStream
 from tests.fakes.timed_backend import FakeTime
 

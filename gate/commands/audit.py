@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from gate import audit as drift
-from gate import history
-from gate.config import Thresholds, load_thresholds
 from gate.errors import DataError, ExitCode, NothingMeasuredError, UsageError
+from gate.gating import drift
+from gate.gating.thresholds import Thresholds, load_thresholds
+from gate.gating.verdict import Severity
 from gate.metrics.registry import all_metrics
-from gate.verdict import Severity
+from gate.store import history
 
 
 @click.group("audit")

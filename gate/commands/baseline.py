@@ -8,13 +8,13 @@ import click
 from rich import box
 from rich.table import Table
 
-from gate.baseline import BaselineStore
 from gate.commands.options import color_option, store_option
 from gate.errors import ExitCode, UsageError
-from gate.measurements_file import load_measurements
 from gate.metrics.registry import get_metric
 from gate.provenance import environment
 from gate.report.console import fmt_number, make_console
+from gate.store.baseline import BaselineStore
+from gate.store.measurements_file import load_measurements
 
 
 @click.group("baseline")
@@ -221,8 +221,8 @@ def record(
       gate baseline record --model ./llama-8b --tiers fidelity,accuracy
     """
     from gate.commands.run import effective_store
-    from gate.run_config import RunDefaults, load_run_config
-    from gate.runner import SessionOptions, parse_tiers, run_pytest
+    from gate.session.run_config import RunDefaults, load_run_config
+    from gate.session.runner import SessionOptions, parse_tiers, run_pytest
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from gate.baseline import Baseline, BaselineStore, check_compatible
 from gate.commands.options import (
     color_option,
     json_option,
@@ -15,15 +14,16 @@ from gate.commands.options import (
     strict_option,
     thresholds_option,
 )
-from gate.compare import compare_many
-from gate.config import load_thresholds
 from gate.errors import NothingMeasuredError, UsageError
-from gate.measurements_file import load_measurements
+from gate.gating.compare import compare_many
+from gate.gating.thresholds import load_thresholds
+from gate.gating.verdict import decide
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results_json import build_results
-from gate.verdict import decide
+from gate.store.baseline import Baseline, BaselineStore, check_compatible
+from gate.store.measurements_file import load_measurements
 
 
 @click.command("compare")

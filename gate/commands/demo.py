@@ -61,9 +61,9 @@ def demo(
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gate import demo as panel
     from gate.report.console import make_console
-    from gate.runner import parse_tiers
+    from gate.session import demo as panel
+    from gate.session.runner import parse_tiers
 
     if record_baseline:
         return int(panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS))

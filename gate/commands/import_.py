@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 
 from gate.commands.options import json_option, strict_option, thresholds_option
-from gate.compare import compare
-from gate.config import load_thresholds
+from gate.data.lmeval_import import import_runs, task_name
 from gate.errors import NothingMeasuredError
-from gate.lmeval_import import import_runs, task_name
+from gate.gating.compare import compare
+from gate.gating.thresholds import load_thresholds
+from gate.gating.verdict import decide
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.results_json import build_results, write_results
-from gate.verdict import decide
 
 
 @click.group("import")

@@ -19,7 +19,7 @@ from gate.commands.options import (
 )
 from gate.errors import ExitCode, GateError, UsageError
 from gate.report.outputs import ReportTargets
-from gate.run_config import Candidate, RunConfig, RunDefaults, load_run_config
+from gate.session.run_config import Candidate, RunConfig, RunDefaults, load_run_config
 
 
 def effective_store(store: Path, config: RunConfig | None) -> Path:
@@ -42,13 +42,13 @@ def store_for(model: str, store: Path) -> Path:
     """
     if model != "demo" or store != DEFAULT_STORE or (store / "demo").is_dir():
         return store
-    from gate.demo import store_dir
+    from gate.session.demo import store_dir
 
     return store_dir()
 
 
 def _name_of(model: str) -> str:
-    from gate.spec import ModelSpec
+    from gate.models.spec import ModelSpec
 
     return ModelSpec.parse(model).slug
 
@@ -147,9 +147,9 @@ def run(
       gate run --candidate demo --recipe prune-wanda:0.5 --calibration my-prompts.jsonl
       gate run --candidate demo --recipe quanto-int4 --tiers latency --paired-latency
     """
-    from gate.multirun import precheck, run_candidates
     from gate.report.console import make_console
-    from gate.runner import LatencyFlags, SessionOptions, parse_tiers, run_pytest
+    from gate.session.multirun import precheck, run_candidates
+    from gate.session.runner import LatencyFlags, SessionOptions, parse_tiers, run_pytest
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()

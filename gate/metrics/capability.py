@@ -4,12 +4,12 @@ For a family with probes ``j = 1..n`` and outcomes ``x_j in {0, 1}`` (the exact
 checker of :mod:`gate.data.probes` passed or not), the metric is the pass rate
 ``p = (1/n) sum_j x_j`` (DESIGN.md, "Capability probes"). The per-probe
 outcomes are kept as ``PAIRED_BINARY`` samples with ``sample_ids`` = probe ids,
-so :mod:`gate.compare` pairs a candidate with its baseline probe by probe
+so :mod:`gate.gating.compare` pairs a candidate with its baseline probe by probe
 (McNemar on the flips), and each breakdown slice (``op:*``,
 ``constraint:<kind>`` ...) is the same pass rate over its probes.
 
 ``details`` carries the count of passes, the 95 % Wilson score interval of
-``p`` (Wilson, 1927; computed by :func:`gate.stats.wilson_interval`), the
+``p`` (Wilson, 1927; computed by :func:`gate.gating.stats.wilson_interval`), the
 probe seed, and a few failing examples (prompt, reply, checker reason) for
 the report.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.errors import DataError
+from gate.gating.stats import wilson_interval
 from gate.measurement import Measurement, from_samples
-from gate.stats import wilson_interval
 
 __all__ = ["ProbeOutcome", "pass_rate", "pass_rate_measurement"]
 

@@ -32,9 +32,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gate.compare import NOT_SIGNIFICANT
+from gate.gating.compare import NOT_SIGNIFICANT
+from gate.gating.verdict import GateOutcome, Severity, Verdict
 from gate.report.results_json import final_words
-from gate.verdict import GateOutcome, Severity, Verdict
 
 SEVERITY_STYLE = {
     Severity.PASS: "green",

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
 from gate.report.markdown import render_markdown
 from gate.report.results_json import Results
-from gate.verdict import Severity, Verdict
 
 #: At most this many ``::error`` and this many ``::warning`` lines per run.
 MAX_ANNOTATIONS = 10

@@ -25,6 +25,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from gate.gating.verdict import Severity, Verdict
 from gate.report.console import number_cells, order
 from gate.report.markdown import (
     baseline_text,
@@ -34,7 +35,6 @@ from gate.report.markdown import (
 )
 from gate.report.plots import Plot, all_plots
 from gate.report.results_json import Results
-from gate.verdict import Severity, Verdict
 
 #: The page may load nothing: images are data URIs, styles inline. A browser refuses
 #: (and logs) anything else, so a stray external URL cannot leak the report's contents.

@@ -30,10 +30,10 @@ import datetime
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
 from gate.report.markdown import candidate_text, headline
 from gate.report.results_json import Results
-from gate.verdict import Severity, Verdict
 
 
 def case_name(verdict: Verdict, *, several_refs: bool) -> str:

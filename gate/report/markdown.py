@@ -8,7 +8,7 @@ Read at a glance on a pull request:
    candidate and baseline values, ``delta = candidate - baseline`` (relative
    change in parentheses), the ``warn / critical`` bound on the degradation and
    the confidence interval of the delta (DESIGN.md "Severity and statistics");
-3. the reason of each finding, in the words of :mod:`gate.compare`;
+3. the reason of each finding, in the words of :mod:`gate.gating.compare`;
 4. every metric, tier by tier, folded in a ``<details>`` block;
 5. notes and the link to the run's artifacts (full HTML report, JSON, JUnit).
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gate.gating.verdict import Severity, Verdict
 from gate.report.console import number_cells, order
 from gate.report.results_json import Results
-from gate.verdict import Severity, Verdict
 
 #: A mark before the headline, so the verdict reads at a glance in a PR thread.
 HEADLINE_MARK = {"APPROVED": "✅", "APPROVED WITH WARNINGS": "⚠️"}

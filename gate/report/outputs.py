@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gate.atomic import write_atomic
 from gate.errors import DataError
 from gate.report.results_json import Results, verdict_from_dict, write_results
+from gate.store.atomic import write_atomic
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def write_reports(
     Also, when ``environ`` (default ``os.environ``) has ``GITHUB_ACTIONS=true``,
     prints the ``::error``/``::warning`` annotations to ``stream`` (default
     stdout) and appends the markdown summary to ``$GITHUB_STEP_SUMMARY``
-    (:mod:`gate.report.github`). ``drift`` (audit :class:`~gate.audit.MetricDrift`
+    (:mod:`gate.report.github`). ``drift`` (audit :class:`~gate.gating.drift.MetricDrift`
     series) is plotted in the HTML report when given.
     """
     env = os.environ if environ is None else environ

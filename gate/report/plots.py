@@ -17,7 +17,7 @@ report shows what is present and skips the rest cleanly:
 * :func:`throughput_by_batch` — tokens/s (median over runs) per batch size of
   the sweep;
 * :func:`drift_series` — the weekly audit's time series per latency metric,
-  change points marked (:mod:`gate.audit`).
+  change points marked (:mod:`gate.gating.drift`).
 
 Figures are built on :class:`matplotlib.figure.Figure` with the Agg canvas
 directly — no pyplot state, no display, no network.
@@ -36,7 +36,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gate.verdict import Severity, Verdict
+from gate.gating.verdict import Severity, Verdict
 
 SEVERITY_COLOUR = {
     Severity.PASS: "#2e7d32",
@@ -295,7 +295,7 @@ def throughput_by_batch(verdicts: Sequence[Verdict]) -> Plot | None:
 
 
 def drift_series(drifts: Sequence[Any]) -> Plot | None:
-    """The audit's series (:class:`gate.audit.MetricDrift`), one panel per metric."""
+    """The audit's series (:class:`gate.gating.drift.MetricDrift`), one panel per metric."""
     series = [d for d in drifts if len(getattr(d, "values", ())) > 0]
     if not series:
         return None

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.atomic import write_atomic
 from gate.errors import DataError, ExitCode
-from gate.measurements_file import dump_json, read_json
-from gate.verdict import GateOutcome, Severity, Verdict
+from gate.gating.verdict import GateOutcome, Severity, Verdict
+from gate.store.atomic import write_atomic
+from gate.store.measurements_file import dump_json, read_json
 
 SCHEMA_VERSION = 1
 KIND = "results"

@@ -1,6 +1,6 @@
 """The accuracy tier: sliding-window perplexity and multiple choice, with flips.
 
-Workload only: it turns a :class:`~gate.backends.base.Backend` plus
+Workload only: it turns a :class:`~gate.models.backends.base.Backend` plus
 :class:`AccuracySettings` into model scores, and hands the numbers to the pure
 functions of :mod:`gate.metrics.accuracy` (definitions in DESIGN.md "Metrics").
 
@@ -31,12 +31,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gate.backends.base import ScoreRequest, TokenScores
 from gate.data.corpus import load_corpus
 from gate.data.mcq import MCQuestion, load_mcq_set
 from gate.errors import BaselineError, DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
+from gate.models.backends.base import ScoreRequest, TokenScores
 
 TIER = "accuracy"
 #: Name of the per-question results file stored beside a baseline.
@@ -47,7 +47,7 @@ _FULL_CHUNK = 32
 
 
 class Scorer(Protocol):
-    """The part of :class:`~gate.backends.base.Backend` this tier uses (any Backend is one)."""
+    """The part of :class:`~gate.models.backends.base.Backend` this tier uses (any Backend is one)."""
 
     name: str
 
@@ -65,7 +65,7 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True)
 class AccuracySettings:
-    """``[tiers.accuracy]`` settings (built with :func:`gate.config.build_dataclass`)."""
+    """``[tiers.accuracy]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
 
     #: Measure perplexity at all.
     perplexity: bool = True
@@ -99,7 +99,7 @@ class AccuracySettings:
 
 def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
     """Validated settings from a ``[tiers.accuracy]`` table (``ConfigError`` on bad keys)."""
-    from gate.config import build_dataclass
+    from gate.gating.thresholds import build_dataclass
 
     return build_dataclass(AccuracySettings, dict(mapping or {}), where="[tiers.accuracy]")
 

@@ -3,7 +3,7 @@
 Workload only: :func:`measure` draws the probes of every enabled family
 (:func:`gate.data.probes.build_probes`, seed from the settings), asks the
 backend for batched greedy replies (through the chat template), runs each
-probe's checker on the decoded reply (code answers in :mod:`gate.sandbox`)
+probe's checker on the decoded reply (code answers in :mod:`gate.data.probes.sandbox`)
 and hands the outcomes to :func:`gate.metrics.capability.pass_rate_measurement`
 — one ``capability.<family>`` measurement per family, with per-slice breakdowns
 and a few failing examples in ``details``.
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from gate.data.probes import DEFAULT_SEED, CheckResult, Probe, build_probes, families_from
 from gate.data.probes import code as code_probes
+from gate.data.probes.sandbox import SandboxLimits
 from gate.measurement import Measurement
 from gate.metrics.capability import ProbeOutcome, pass_rate_measurement
-from gate.sandbox import SandboxLimits
 
 __all__ = [
     "TIER",
@@ -38,7 +38,7 @@ TIER = "capability"
 
 
 class GeneratingBackend(Protocol):
-    """The part of :class:`gate.backends.base.Backend` this tier uses (greedy generation)."""
+    """The part of :class:`gate.models.backends.base.Backend` this tier uses (greedy generation)."""
 
     def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
         """Token ids of a user prompt through the chat template."""
@@ -57,7 +57,7 @@ class GeneratingBackend(Protocol):
 
 @dataclass(frozen=True)
 class CapabilitySettings:
-    """``[tiers.capability]`` settings (built with :func:`gate.config.build_dataclass`)."""
+    """``[tiers.capability]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
 
     #: Probe seed; the demo model's training seeds are below 10 000 (see gate.data.probes).
     seed: int = DEFAULT_SEED
@@ -117,7 +117,7 @@ class CapabilitySettings:
 
 def settings_from(mapping: Mapping[str, Any]) -> CapabilitySettings:
     """Validated settings from a ``[tiers.capability]`` table (ConfigError on bad keys)."""
-    from gate.config import build_dataclass
+    from gate.gating.thresholds import build_dataclass
 
     return build_dataclass(CapabilitySettings, mapping, where=f"tiers.{TIER}")
 

@@ -2,7 +2,7 @@
 
 ``record`` runs the *baseline*: greedy outputs on the fidelity prompts, then one
 batched teacher-forced pass over ``prompt + output`` for the top-k log-probs
-and tail masses, written as a reference pack (:mod:`gate.reference`).
+and tail masses, written as a reference pack (:mod:`gate.store.reference`).
 
 ``measure`` runs the *candidate*: the same batched teacher-forced pass over the
 pack's ``prompt + reference output`` (never the baseline model, unless a live
@@ -25,11 +25,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gate.backends.base import Backend, ScoreRequest, TokenScores
 from gate.errors import DataError, ModelLoadError
 from gate.measurement import Measurement, from_samples
 from gate.metrics import fidelity as fm
-from gate.reference import (
+from gate.models.backends.base import Backend, ScoreRequest, TokenScores
+from gate.store.reference import (
     LOGPROB_DTYPES,
     PackEntry,
     PackPrompt,
@@ -56,7 +56,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class FidelitySettings:
-    """``[tiers.fidelity]`` settings (built with :func:`gate.config.build_dataclass`)."""
+    """``[tiers.fidelity]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
 
     #: Greedy tokens generated per prompt when recording the pack.
     max_new_tokens: int = 128
@@ -85,7 +85,7 @@ class FidelitySettings:
 
 def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
     """Validated settings from a ``[tiers.fidelity]`` table (``ConfigError`` on bad keys)."""
-    from gate.config import build_dataclass
+    from gate.gating.thresholds import build_dataclass
 
     return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
 

@@ -6,7 +6,7 @@ Workload (DESIGN.md "Latency and memory"): a fixed prompt, exactly
 those give the TTFT/ITL/TPOT/E2E percentiles of :mod:`gate.metrics.latency`.
 A sweep over the other batch sizes measures throughput and stops cleanly at
 the first out-of-memory error; the best batch's tokens/s is a metric of its
-own. Memory peaks come from :class:`gate.memory.MemoryTracker` around extra
+own. Memory peaks come from :class:`gate.hw.memory.MemoryTracker` around extra
 runs at the reference batch, so the timed loop carries no tracker overhead.
 
 The timed loop is handed to a ``runner(fn, rounds, warmup_rounds)`` so the
@@ -25,7 +25,7 @@ session, ``A B B A A B ...`` (A = baseline, B = candidate, one pair per round,
 the order reversed each round so neither side is always second; the sweep
 likewise per batch). Drift then lands on both sides alike and cancels in
 the comparison: each timed metric carries the in-session baseline's value and
-per-run samples in ``details["paired_reference"]`` and :mod:`gate.compare`
+per-run samples in ``details["paired_reference"]`` and :mod:`gate.gating.compare`
 uses those instead of the stored ones (same repeated-run test, same bounds).
 
 When: shared or noisy CI runners (cloud VMs, runners shared with other jobs,
@@ -44,14 +44,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from gate.backends.base import Backend, StepClock
-from gate.compare import PAIRED_REFERENCE
-from gate.config import build_dataclass
 from gate.errors import ConfigError, ModelLoadError
-from gate.fingerprint import Fingerprint
+from gate.gating.compare import PAIRED_REFERENCE
+from gate.gating.thresholds import build_dataclass
+from gate.hw.fingerprint import Fingerprint
+from gate.hw.memory import MemoryReport, MemoryTracker
 from gate.measurement import Measurement
-from gate.memory import MemoryReport, MemoryTracker
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
+from gate.models.backends.base import Backend, StepClock
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
 Runner = Callable[[Callable[[], object], int, int], object]
@@ -403,7 +403,7 @@ def _peak(values: Iterator[int | None]) -> tuple[int, list[int]] | None:
 
 
 def _paired(reference: PairedReference, value: float, samples: Sequence[float]) -> dict[str, Any]:
-    """The ``details[PAIRED_REFERENCE]`` entry of one timed metric (see :mod:`gate.compare`)."""
+    """The ``details[PAIRED_REFERENCE]`` entry of one timed metric (see :mod:`gate.gating.compare`)."""
     return {
         "against": reference.against,
         "model": reference.model,

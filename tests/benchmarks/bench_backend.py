@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from gate.backends.base import ScoreRequest
-from gate.backends.hf import HFBackend
-from gate.backends.loading import load_backend
-from gate.spec import ModelSpec
-from gate.timing import PerfCounterClock
+from gate.hw.timing import PerfCounterClock
+from gate.models.backends.base import ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import load_backend
+from gate.models.spec import ModelSpec
 
 TEXTS = [
     "What is 7 times 8?",

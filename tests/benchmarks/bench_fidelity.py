@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 import torch
 
-from gate.backends.base import ScoreRequest
-from gate.backends.hf import HFBackend
-from gate.backends.loading import load_backend
-from gate.reference import ReferencePack, load_pack, pack_bytes_per_token
-from gate.spec import ModelSpec, demo_model_dir
+from gate.models.backends.base import ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import load_backend
+from gate.models.spec import ModelSpec, demo_model_dir
+from gate.store.reference import ReferencePack, load_pack, pack_bytes_per_token
 from gate.tiers import fidelity as tier
 
 torch.set_num_threads(1)
@@ -185,7 +185,7 @@ def _projected_bytes_per_token(setup: Setup, per_token: float, vocab: int) -> fl
     """Pack bytes per output token at another vocabulary size.
 
     Only the token ids depend on it: they take 2 bytes up to 65,536 entries and 4
-    beyond (``gate.reference``), so a 128k vocabulary adds 2 bytes per stored id.
+    beyond (``gate.store.reference``), so a 128k vocabulary adds 2 bytes per stored id.
     """
     t = setup.pack.tensors
     ids = t["prompt_ids"].size + t["output_ids"].size + t["topk_ids"].size

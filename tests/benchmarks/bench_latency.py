@@ -2,11 +2,11 @@
 
 Run: ``python -m pytest tests/benchmarks/bench_latency.py -p no:cacheprovider``.
 
-* ``clock_mark``: cost of one :class:`gate.timing.PerfCounterClock` mark, the
+* ``clock_mark``: cost of one :class:`gate.hw.timing.PerfCounterClock` mark, the
   overhead the gate adds to every decoding step;
 * ``summarize``: the percentile summary of 100 runs x 256 tokens;
 * ``change_point``: one CUSUM permutation test (999 shuffles) on a 52-week history;
-* ``memory_tracker``: entering and leaving a :class:`gate.memory.MemoryTracker`.
+* ``memory_tracker``: entering and leaving a :class:`gate.hw.memory.MemoryTracker`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from gate.audit import change_point
-from gate.backends.base import TimedGeneration
-from gate.memory import MemoryTracker
+from gate.gating.drift import change_point
+from gate.hw.memory import MemoryTracker
+from gate.hw.timing import PerfCounterClock
 from gate.metrics.latency import run_latency, summarize
-from gate.timing import PerfCounterClock
+from gate.models.backends.base import TimedGeneration
 
 
 def test_clock_mark(benchmark: Any) -> None:

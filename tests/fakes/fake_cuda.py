@@ -23,7 +23,7 @@ class FakeStream:
         self.device_ms += duration_ms
 
     def event(self) -> FakeCudaEvent:
-        """Factory with the signature :class:`gate.timing.CudaEventClock` expects."""
+        """Factory with the signature :class:`gate.hw.timing.CudaEventClock` expects."""
         return FakeCudaEvent(self)
 
 

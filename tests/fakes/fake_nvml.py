@@ -1,6 +1,6 @@
 """A fake ``pynvml`` module: pynvml's function names over a scripted GPU.
 
-Build one with :func:`make_fake_nvml`; pass it wherever :func:`gate.nvml.open_nvml`
+Build one with :func:`make_fake_nvml`; pass it wherever :func:`gate.hw.nvml.open_nvml`
 takes ``module``. ``state.used`` and ``state.processes`` can be changed while a
 poller runs to script a memory curve.
 """
@@ -31,7 +31,7 @@ class FakeGpuState:
 
 
 def make_fake_nvml(state: FakeGpuState | None = None) -> Any:
-    """A module-like namespace with the pynvml functions :mod:`gate.nvml` calls."""
+    """A module-like namespace with the pynvml functions :mod:`gate.hw.nvml` calls."""
     gpu = state if state is not None else FakeGpuState()
 
     def nvmlInit() -> None:

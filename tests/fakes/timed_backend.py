@@ -3,7 +3,7 @@
 :class:`FakeTime` is a manual clock; :class:`ScriptedBackend.generate_timed`
 advances it by a scripted prefill and per-step duration (times ``slowdown``,
 with seeded multiplicative noise) and marks the real
-:class:`gate.timing.PerfCounterClock` built on ``FakeTime.now``. Only the
+:class:`gate.hw.timing.PerfCounterClock` built on ``FakeTime.now``. Only the
 source of time is fake: the clock, the metrics, the tier and the comparison
 above it are the real code.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from gate.backends.base import StepClock, TimedGeneration
-from gate.timing import PerfCounterClock
+from gate.hw.timing import PerfCounterClock
+from gate.models.backends.base import StepClock, TimedGeneration
 
 
 class FakeTime:

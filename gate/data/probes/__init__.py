@@ -11,7 +11,7 @@ families, one gated metric each (``capability.<family>``):
 * ``structured_output`` — a JSON object with a given key and value type
   (:mod:`.structured`);
 * ``code`` — a small Python function run against hidden tests in
-  :mod:`gate.sandbox` (:mod:`.code`).
+  :mod:`gate.data.probes.sandbox` (:mod:`.code`).
 
 Generation is pure and deterministic given ``seed``: every family draws from
 ``random.Random(f"{seed}:{family}")``. The demo model is trained on random

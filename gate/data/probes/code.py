@@ -1,4 +1,4 @@
-"""Small Python code tasks run against hidden tests in :mod:`gate.sandbox`.
+"""Small Python code tasks run against hidden tests in :mod:`gate.data.probes.sandbox`.
 
 Prompt: ``Write a Python function `{signature}` that {description}.`` The hidden
 tests are input/expected-output pairs computed at generation time by a
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.data.probes import CheckResult, Probe, unique_draws
-from gate.sandbox import SandboxLimits, run_python
+from gate.data.probes.sandbox import SandboxLimits, run_python
 
 __all__ = ["HARNESS", "CodeTests", "extract_code", "generate"]
 

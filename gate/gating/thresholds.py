@@ -1,0 +1,429 @@
+"""``thresholds.toml`` -> frozen, validated dataclasses (DESIGN.md "Severity and statistics").
+
+Layout (every key is documented in the shipped ``thresholds.toml``)::
+
+    [gate]
+    alpha = 0.01          # level of the one-sided "candidate is worse" tests
+    min_samples = 20      # fewer paired/repeated samples: judged on the point value alone
+
+    [metrics."fidelity.cga"]
+    mode = "absolute"     # or "relative" (a fraction of |reference value|)
+    warn = 0.02           # degradations are >= 0; the direction comes from the metric registry
+    critical = 0.05       # defaults to 2 x warn when only one bound is given
+    min_samples = 30      # optional per-metric override
+    categories = { "category:math" = { warn = 0.01, critical = 0.02 } }
+
+    [tiers.latency]       # free-form tier settings, validated by each tier with build_dataclass
+    runs = 20
+
+Validation happens here, at the edge: unknown keys and metric names fail with
+a "did you mean", bounds must be finite and non-negative, ``warn <= critical``.
+Every failure is a :class:`~gate.errors.ConfigError` (exit 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import math
+import re
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from gate.errors import ConfigError
+from gate.gating.verdict import Severity
+from gate.metrics.registry import TIERS, all_metrics, suggest
+from gate.metrics.spec import MetricSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+T = TypeVar("T")
+
+Mode = Literal["relative", "absolute"]
+
+#: Default level of the one-sided tests and default minimum sample count.
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_SAMPLES = 20
+#: Name of the user's file, looked up in the working directory.
+THRESHOLDS_FILE = "thresholds.toml"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Warn and critical bounds on the *degradation* ``d`` (``d > 0`` means worse).
+
+    ``mode="absolute"``: ``d`` in the metric's unit; ``mode="relative"``: ``d``
+    divided by ``|reference value|``. A bound is crossed when ``d > bound``.
+    """
+
+    warn: float
+    critical: float
+    mode: Mode = "absolute"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return {"warn": self.warn, "critical": self.critical, "mode": self.mode}
+
+    def degradation(self, reference: float, value: float, *, higher_is_better: bool) -> float:
+        """``d``: the change from ``reference`` to ``value`` in the worse direction.
+
+        ``value - reference`` (negated when higher is better), divided by
+        ``|reference|`` in relative mode; a worsening from a reference of 0 is
+        ``inf`` there, anything else from 0 is 0.
+        """
+        d = (reference - value) if higher_is_better else (value - reference)
+        if self.mode == "absolute":
+            return d
+        if reference == 0.0:
+            return math.inf if d > 0 else 0.0
+        return d / abs(reference)
+
+    def severity(self, d: float) -> Severity:
+        """The highest bound ``d`` is past: CRITICAL, WARN or PASS."""
+        if d > self.critical:
+            return Severity.CRITICAL
+        if d > self.warn:
+            return Severity.WARN
+        return Severity.PASS
+
+
+@dataclass(frozen=True)
+class MetricThreshold:
+    """The bounds of one metric, with per-slice overrides (``"category:math"``)."""
+
+    metric: str
+    bound: Bound
+    min_samples: int
+    categories: Mapping[str, Bound] = field(default_factory=dict)
+
+    def bound_for(self, slice: str | None) -> Bound:
+        """The bound of ``slice`` when it has an override, else the metric's own bound."""
+        if slice is not None and slice in self.categories:
+            return self.categories[slice]
+        return self.bound
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Everything ``thresholds.toml`` says, validated."""
+
+    alpha: float
+    min_samples: int
+    metrics: Mapping[str, MetricThreshold]
+    source: str
+    #: Raw ``[tiers.<name>]`` tables; each tier validates its own with :func:`build_dataclass`.
+    tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_metric(self, name: str) -> MetricThreshold | None:
+        """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
+        return self.metrics.get(name)
+
+    def tier_settings(self, tier: str) -> Mapping[str, Any]:
+        """The ``[tiers.<tier>]`` table (empty when absent)."""
+        return self.tiers.get(tier, {})
+
+
+# --------------------------------------------------------------------------- TOML
+
+
+_LINE = re.compile(r"at line (\d+)")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; unreadable or malformed files raise :class:`ConfigError`."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read {path}: {exc.strerror or exc}", "check the path and permissions"
+        ) from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text", "save the file as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        lineno = getattr(exc, "lineno", None)
+        if lineno is None:
+            m = _LINE.search(str(exc))
+            lineno = int(m.group(1)) if m else None
+        where = f"{path}:{lineno}" if lineno is not None else str(path)
+        detail = str(exc).split(" (at ")[0]
+        raise ConfigError(
+            f"{where}: invalid TOML: {detail}", "fix the syntax on that line"
+        ) from None
+
+
+# ------------------------------------------------------------ generic dataclasses
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (and convert TOML forms)."""
+    origin = get_origin(tp)
+    args = get_args(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            raise ConfigError(
+                f"{where}: {value!r} is not one of {choices}", f"use one of {choices}"
+            )
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"{where}: expected true or false, got {value!r}", "use true or false"
+            )
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(
+                f"{where}: expected an integer, got {value!r}", "write a whole number"
+            )
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}", "write a number")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {value} is not a finite number", "write a finite number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{where}: expected a string, got {value!r}", 'quote the value: "..."'
+            )
+        return value
+    if tp is Path:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a path string, got {value!r}", "quote the path")
+        return Path(value)
+    if origin is tuple or origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}", "write [a, b, ...]")
+        item_tp = args[0] if args else Any
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}", "write { key = value }")
+        val_tp = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}", "write { key = value }")
+        return build_dataclass(tp, value, where=where)
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(
+        f"{where}: expected {_type_name(tp)}, got {value!r}", "see thresholds.toml for the format"
+    )
+
+
+def check_keys(
+    mapping: Mapping[str, Any], allowed: tuple[str, ...] | list[str], where: str
+) -> None:
+    """Refuse keys outside ``allowed`` with a "did you mean"."""
+    for key in mapping:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}", suggest(key, list(allowed)))
+
+
+def build_dataclass(cls: type[T], mapping: Mapping[str, Any], *, where: str) -> T:
+    """Build the frozen settings dataclass ``cls`` from a TOML table.
+
+    Unknown keys raise :class:`ConfigError` with a "did you mean"; values are
+    checked against the field annotations (``bool``, ``int``, ``float`` (ints
+    accepted, NaN/inf refused), ``str``, ``Path``, ``Literal``, optionals,
+    ``tuple[X, ...]``, ``Mapping[str, X]`` and nested dataclasses); missing
+    required fields are named. A ``ValueError`` from ``__post_init__`` becomes
+    a :class:`ConfigError` too.
+    """
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where}: expected a table, got {mapping!r}", "write [section] keys")
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
+    check_keys(mapping, names, where)
+    kwargs: dict[str, Any] = {}
+    for f in fields:
+        if f.name in mapping:
+            kwargs[f.name] = _coerce(mapping[f.name], hints[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}: missing key {f.name!r}", f"add {f.name} = ... to {where}")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: {exc}", "see the documented defaults") from None
+
+
+# --------------------------------------------------------------------- thresholds
+
+_TOP_KEYS = ("gate", "metrics", "tiers")
+_GATE_KEYS = ("alpha", "min_samples")
+_BOUND_KEYS = ("warn", "critical", "mode")
+_METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: expected a number, got {value!r}", "write a number, e.g. 0.05")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: bound is {value}", "bounds must be finite numbers >= 0")
+    if value < 0:
+        raise ConfigError(
+            f"{where}: negative bound {value}",
+            "bounds are degradations (>= 0); the direction comes from the metric",
+        )
+    return float(value)
+
+
+def _bound(table: Mapping[str, Any], where: str, *, default_mode: Mode) -> Bound:
+    """``warn``/``critical``/``mode`` -> :class:`Bound`; one bound alone: critical = 2 x warn."""
+    mode = table.get("mode", default_mode)
+    if mode not in ("relative", "absolute"):
+        raise ConfigError(f"{where}.mode: {mode!r} is not a mode", 'use "absolute" or "relative"')
+    warn = _number(table["warn"], f"{where}.warn") if "warn" in table else None
+    critical = _number(table["critical"], f"{where}.critical") if "critical" in table else None
+    if warn is None and critical is None:
+        raise ConfigError(f"{where}: no bound given", "set warn (critical defaults to 2 x warn)")
+    if critical is None:
+        assert warn is not None
+        critical = 2.0 * warn
+    if warn is None:
+        warn = critical / 2.0
+    if warn > critical:
+        raise ConfigError(
+            f"{where}: warn {warn} is past critical {critical}", "warn must be <= critical"
+        )
+    return Bound(warn=warn, critical=critical, mode=mode)
+
+
+def _int_at_least_one(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}", "e.g. 20")
+    return value
+
+
+def _metric_threshold(name: str, table: Any, spec: MetricSpec, default_min: int) -> MetricThreshold:
+    where = f"metrics.{name!r}"
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: expected a table, got {table!r}", "write warn = ...")
+    check_keys(table, _METRIC_KEYS, where)
+    if "higher_is_better" in table and table["higher_is_better"] is not spec.higher_is_better:
+        raise ConfigError(
+            f"{where}.higher_is_better: {name} is "
+            f"{'higher' if spec.higher_is_better else 'lower'}-is-better",
+            "the direction is fixed by the metric; drop or correct the key",
+        )
+    bound = _bound(table, where, default_mode="absolute")
+    min_samples = _int_at_least_one(table.get("min_samples", default_min), f"{where}.min_samples")
+    raw_cats = table.get("categories", {})
+    if not isinstance(raw_cats, Mapping):
+        raise ConfigError(f"{where}.categories: expected a table", 'e.g. "category:math" = {...}')
+    categories: dict[str, Bound] = {}
+    for slice_name, cat in raw_cats.items():
+        cwhere = f"{where}.categories.{slice_name!r}"
+        if ":" not in slice_name:
+            raise ConfigError(
+                f"{cwhere}: slice names are 'kind:value'", 'e.g. "category:math", "length:long"'
+            )
+        if not isinstance(cat, Mapping):
+            raise ConfigError(f"{cwhere}: expected a table", "write { warn = ..., critical = ... }")
+        check_keys(cat, _BOUND_KEYS, cwhere)
+        categories[slice_name] = _bound(cat, cwhere, default_mode=bound.mode)
+    return MetricThreshold(metric=name, bound=bound, min_samples=min_samples, categories=categories)
+
+
+def parse_thresholds(
+    data: Mapping[str, Any],
+    *,
+    source: str,
+    specs: Mapping[str, MetricSpec] | None = None,
+) -> Thresholds:
+    """Validate a parsed ``thresholds.toml`` mapping against the metric registry.
+
+    ``specs`` defaults to :func:`gate.metrics.registry.all_metrics`.
+    """
+    known = all_metrics() if specs is None else specs
+    check_keys(data, _TOP_KEYS, source)
+    gate_table = data.get("gate", {})
+    if not isinstance(gate_table, Mapping):
+        raise ConfigError(f"{source}: [gate] must be a table", "write [gate] then alpha = ...")
+    check_keys(gate_table, _GATE_KEYS, "gate")
+    alpha_raw = gate_table.get("alpha", DEFAULT_ALPHA)
+    if isinstance(alpha_raw, bool) or not isinstance(alpha_raw, (int, float)):
+        raise ConfigError(f"gate.alpha: expected a number, got {alpha_raw!r}", "e.g. 0.01")
+    alpha = float(alpha_raw)
+    if not 0.0 < alpha < 0.5:
+        raise ConfigError(f"gate.alpha: {alpha} is outside (0, 0.5)", "the default is 0.01")
+    min_samples = _int_at_least_one(
+        gate_table.get("min_samples", DEFAULT_MIN_SAMPLES), "gate.min_samples"
+    )
+    metrics_table = data.get("metrics", {})
+    if not isinstance(metrics_table, Mapping):
+        raise ConfigError(f"{source}: [metrics] must be a table", '[metrics."tier.name"]')
+    metrics: dict[str, MetricThreshold] = {}
+    for name, table in metrics_table.items():
+        if name not in known:
+            raise ConfigError(f"{source}: unknown metric {name!r}", suggest(name, list(known)))
+        metrics[name] = _metric_threshold(name, table, known[name], min_samples)
+    tiers_table = data.get("tiers", {})
+    if not isinstance(tiers_table, Mapping):
+        raise ConfigError(f"{source}: [tiers] must be a table", "[tiers.latency] ...")
+    tiers: dict[str, Mapping[str, Any]] = {}
+    for tier, settings in tiers_table.items():
+        if tier not in TIERS:
+            raise ConfigError(f"{source}: unknown tier {tier!r}", suggest(tier, list(TIERS)))
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"tiers.{tier}: expected a table", f"[tiers.{tier}] then keys")
+        tiers[tier] = dict(settings)
+    return Thresholds(
+        alpha=alpha, min_samples=min_samples, metrics=metrics, source=source, tiers=tiers
+    )
+
+
+def packaged_thresholds_path() -> Path:
+    """The default ``thresholds.toml`` shipped inside the package."""
+    return Path(str(importlib.resources.files("gate") / "assets" / THRESHOLDS_FILE))
+
+
+def load_thresholds(
+    path: Path | None = None, *, specs: Mapping[str, MetricSpec] | None = None
+) -> Thresholds:
+    """Load and validate thresholds.
+
+    ``path=None``: ``./thresholds.toml`` when present, else the packaged default.
+    """
+    if path is None:
+        local = Path.cwd() / THRESHOLDS_FILE
+        path = local if local.is_file() else packaged_thresholds_path()
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"thresholds file {path} not found", "pass an existing --thresholds file")
+    return parse_thresholds(load_toml(path), source=str(path), specs=specs)

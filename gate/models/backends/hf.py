@@ -1,0 +1,349 @@
+"""The in-process transformers backend (:class:`HFBackend`).
+
+Implements :class:`gate.models.backends.base.Backend` on a loaded causal LM:
+
+* ``generate`` — batched greedy decoding (``do_sample=False``) with LEFT
+  padding and an attention mask; transformers derives position ids from the
+  mask (``cumsum(mask) - 1``), so a padded prompt sees the same positions as
+  alone. Returns the new ids of each prompt up to and including the first EOS.
+* ``score`` — teacher forcing with LEFT padding: request ``r`` with context
+  ``c`` (``|c| >= 1``) and continuation ``y`` (``|y| = T``) is run as
+  ``c + y``; row ``i`` of its scores is
+  ``log_softmax(logits[|c| - 1 + i])`` in float32, i.e.
+  ``log p(y_i | c, y_<i)``. The attention mask hides the padding and position
+  ids ``cumsum(mask) - 1`` give every token the position it has unpadded.
+  Left padding ends every row at the same column, so all continuations lie in
+  the last ``max T + 1`` columns and only those reach the LM head
+  (``logits_to_keep``): the context positions, often most of the sequence,
+  never become ``vocab``-wide logits (at a 128k vocabulary a 1,000-token
+  prompt would otherwise cost 256 MB of bf16 logits per row).
+* ``generate_timed`` — exactly ``new_tokens`` tokens for ``batch_size`` copies
+  of one prompt (``min_new_tokens == max_new_tokens``, EOS cannot end it), with
+  ``clock.mark()`` after every decoding step from a stopping criterion, which
+  transformers calls once per step after the step's tokens exist.
+
+NaN logits are passed through (the fidelity tier reports them); nothing here
+raises on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gate.errors import DataError
+from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
+from gate.models.compress import format_recipe
+from gate.models.compress.delay import HANDLE_ATTR
+from gate.models.provenance import (
+    combined_digest,
+    hash_files,
+    linear_class_counts,
+    parameter_bytes,
+    tokenizer_files,
+    weight_files,
+)
+from gate.models.spec import ModelSpec, Recipe
+
+
+def _batches(order: list[int], size: int) -> list[list[int]]:
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+class HFBackend:
+    """A transformers causal LM and its tokenizer behind the gate's backend protocol."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        spec: ModelSpec,
+        recipe: Recipe,
+        files_dir: Path | None = None,
+        quant_method: str | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.recipe = recipe
+        self.files_dir = files_dir
+        self.quant_method = quant_method
+        recipe_text = format_recipe(recipe)
+        self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"
+        self.device = model.get_input_embeddings().weight.device
+        self.pad_id = int(tokenizer.pad_token_id)
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self.eos_ids: list[int] = (
+            [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+        )
+        self._warm_up()
+        #: Storage bytes of parameters and buffers, measured once after the warm-up.
+        self.parameter_bytes = parameter_bytes(model)
+
+    @torch.no_grad()
+    def _warm_up(self) -> None:
+        """One single-token forward pass.
+
+        Some kernels settle their storage on first use (bitsandbytes on the CPU
+        repacks 4-bit weights and stores absmax in bfloat16), so bytes are
+        measured after it, in the layout that actually runs.
+        """
+        token = torch.tensor([[self.pad_id]], device=self.device)
+        self.model(input_ids=token, use_cache=False)
+
+    # -- tokens ---------------------------------------------------------------
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """Ids of a user turn through the chat template (with the assistant prefix) if any."""
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+    def encode_text(self, text: str) -> list[int]:
+        """Plain ids, no template, no special tokens."""
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ids with special tokens skipped."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    # -- greedy generation ----------------------------------------------------
+
+    def _left_padded(self, rows: list[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, row in enumerate(rows):
+            if len(row):
+                ids[b, width - len(row) :] = torch.tensor(list(row), dtype=torch.long)
+                mask[b, width - len(row) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _generation_config(self, max_new_tokens: int, min_new_tokens: int = 0) -> Any:
+        from transformers import GenerationConfig
+
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            # neutral values, so a checkpoint's generation_config cannot bend greedy decoding
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            temperature=1.0,
+            top_p=1.0,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_ids or None,
+        )
+
+    def _cut_at_eos(self, row: list[int]) -> list[int]:
+        for i, token in enumerate(row):
+            if token in self.eos_ids:
+                return row[: i + 1]
+        return row
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        batch_size: int = 8,
+    ) -> list[list[int]]:
+        """Greedy continuations of each prompt: new ids only, up to and including EOS."""
+        if any(len(p) == 0 for p in prompts):
+            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        if max_new_tokens < 1:
+            return [[] for _ in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[list[int]] = [[] for _ in prompts]
+        config = self._generation_config(max_new_tokens)
+        for batch in _batches(order, max(1, batch_size)):
+            ids, mask = self._left_padded([prompts[i] for i in batch])
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            new = out[:, ids.shape[1] :].cpu().tolist()
+            for i, row in zip(batch, new, strict=True):
+                results[i] = self._cut_at_eos([int(t) for t in row])
+        return results
+
+    # -- teacher-forced scoring -----------------------------------------------
+
+    @torch.no_grad()
+    def score(
+        self,
+        requests: Sequence[ScoreRequest],
+        *,
+        top_k: int = 32,
+        full: bool = False,
+        batch_size: int = 8,
+    ) -> list[TokenScores]:
+        """Log-probs of each continuation given its context, with the top-k per position."""
+        for r in requests:
+            if len(r.context) == 0:
+                raise DataError("a score request has an empty context", "give >= 1 context token")
+        order = sorted(range(len(requests)), key=lambda i: -self._length(requests[i]))
+        results: list[TokenScores | None] = [None] * len(requests)
+        for batch in _batches(order, max(1, batch_size)):
+            for i, scores in zip(
+                batch, self._score_batch([requests[i] for i in batch], top_k, full), strict=True
+            ):
+                results[i] = scores
+        return [r for r in results if r is not None]
+
+    @cached_property
+    def _keeps_logits(self) -> bool:
+        """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs do)."""
+        import inspect
+
+        return "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
+    @staticmethod
+    def _length(request: ScoreRequest) -> int:
+        return len(request.context) + len(request.continuation)
+
+    def _score_batch(
+        self, requests: list[ScoreRequest], top_k: int, full: bool
+    ) -> list[TokenScores]:
+        width = max(self._length(r) for r in requests)
+        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for b, r in enumerate(requests):
+            row = list(r.context) + list(r.continuation)
+            ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[b, width - len(row) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # column width - 1 - j predicts the j-th token from the end; continuations need
+        # columns width - 1 - T .. width - 2, all inside the last max T + 1 columns
+        keep = max(len(r.continuation) for r in requests) + 1
+        extra = {"logits_to_keep": keep} if self._keeps_logits else {}
+        logits = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=False,
+            **extra,
+        ).logits
+        kept = logits.shape[1]  # keep, or width where the model has no logits_to_keep
+        out = []
+        for b, r in enumerate(requests):
+            steps = len(r.continuation)
+            start = kept - 1 - steps
+            rows = logits[b, start : start + steps].float().log_softmax(dim=-1).cpu()
+            k = min(top_k, rows.shape[-1])
+            top = rows.topk(k, dim=-1) if steps else None
+            target = torch.tensor(list(r.continuation), dtype=torch.long)
+            out.append(
+                TokenScores(
+                    target_logprobs=rows.gather(1, target.unsqueeze(1)).squeeze(1).numpy()
+                    if steps
+                    else np.zeros(0, dtype=np.float32),
+                    topk_ids=top.indices.numpy() if top is not None else np.zeros((0, k), np.int64),
+                    topk_logprobs=top.values.numpy()
+                    if top is not None
+                    else np.zeros((0, k), np.float32),
+                    full_logprobs=rows if full else None,
+                )
+            )
+        return out
+
+    # -- timed generation -----------------------------------------------------
+
+    @torch.no_grad()
+    def generate_timed(
+        self,
+        prompt: Sequence[int],
+        *,
+        batch_size: int,
+        new_tokens: int,
+        clock: StepClock,
+    ) -> TimedGeneration:
+        """Exactly ``new_tokens`` greedy tokens for ``batch_size`` copies of ``prompt``, one mark per step."""
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
+            raise DataError(
+                "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
+            )
+
+        class _MarkEachStep(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+                clock.mark()
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+        ids = torch.tensor([list(prompt)] * batch_size, dtype=torch.long, device=self.device)
+        mask = torch.ones_like(ids)
+        config = self._generation_config(new_tokens, min_new_tokens=new_tokens)
+        clock.start()
+        out = self.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([_MarkEachStep()]),
+        )
+        steps = tuple(clock.elapsed())
+        generated = int(out.shape[1] - ids.shape[1])
+        return TimedGeneration(
+            batch_size=batch_size,
+            prompt_tokens=len(prompt),
+            new_tokens=generated,
+            step_times=steps,
+            end_to_end=steps[-1] if steps else 0.0,
+            details={"device": str(self.device), "recipe": format_recipe(self.recipe)},
+        )
+
+    # -- identity -------------------------------------------------------------
+
+    @cached_property
+    def _file_hashes(self) -> tuple[dict[str, str], dict[str, str]]:
+        if self.files_dir is None:
+            return {}, {}
+        return hash_files(weight_files(self.files_dir)), hash_files(tokenizer_files(self.files_dir))
+
+    def provenance(self) -> dict[str, Any]:
+        """Source, revision, file hashes, recipe, dtype, device, bytes and linear classes."""
+        config = self.model.config
+        weights, tokenizer = self._file_hashes
+        counts = linear_class_counts(self.model)
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
+        vocab = int(getattr(config, "vocab_size", 0) or len(self.tokenizer))
+        return {
+            "name": self.name,
+            "source": self.spec.source,
+            "slug": self.spec.slug,
+            "path": str(self.files_dir) if self.files_dir is not None else None,
+            "revision": self.spec.revision,
+            "recipe": format_recipe(self.recipe),
+            "model_type": str(getattr(config, "model_type", "unknown")),
+            "vocab_size": vocab,
+            "model_family": f"{getattr(config, 'model_type', 'unknown')}-v{vocab}",
+            "num_layers": getattr(config, "num_hidden_layers", None),
+            "dtype_requested": self.spec.dtype,
+            "dtypes": dtypes,
+            "device": str(self.device),
+            "device_map": getattr(self.model, "hf_device_map", None),
+            "quantization": self.quant_method,
+            "weights_sha256": combined_digest(weights) if weights else None,
+            "weight_files": weights,
+            "tokenizer_sha256": combined_digest(tokenizer) if tokenizer else None,
+            "tokenizer_files": tokenizer,
+            "parameter_bytes": self.parameter_bytes,
+            "linear_classes": sorted(counts),
+            "linear_class_counts": counts,
+            "forward_delay": hasattr(self.model, HANDLE_ATTR),
+        }

@@ -1,0 +1,261 @@
+"""Load a :class:`~gate.models.spec.ModelSpec` with a compression recipe into an :class:`HFBackend`.
+
+Safety defaults: only safetensors weights are read unless the spec allows
+pickle, and remote code runs only when the spec asks for it. Files are read
+from disk only (``local_files_only``) for local directories and whenever
+``HF_HUB_OFFLINE`` is set. Every failure becomes a one-line
+:class:`~gate.errors.ModelLoadError` (exit 3) or, for a bad recipe,
+:class:`~gate.errors.ConfigError` (exit 4).
+
+Pre-quantized checkpoints (GPTQ, AWQ, compressed-tensors, FP8 ...) carry a
+``quantization_config`` in ``config.json``; transformers picks the matching
+quantizer itself. When that quantizer's kernel package is missing, the
+``ImportError`` is turned into an error naming the package to install.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gate.errors import ConfigError, GateError, ModelLoadError
+from gate.models.backends.hf import HFBackend
+from gate.models.compress import apply_recipe, get_recipe, load_kwargs, parse_recipe
+from gate.models.spec import ModelSpec, Recipe
+
+#: Package to install for each ``quant_method`` of a pre-quantized checkpoint.
+KERNEL_PACKAGES: dict[str, str] = {
+    "gptq": "gptqmodel optimum",
+    "awq": "gptqmodel",
+    "compressed-tensors": "compressed-tensors",
+    "compressed_tensors": "compressed-tensors",
+    "fbgemm_fp8": "fbgemm-gpu",
+    "fp8": "accelerate",
+    "bitsandbytes": "bitsandbytes",
+    "quanto": "optimum-quanto",
+    "hqq": "hqq",
+    "eetq": "eetq",
+    "torchao": "torchao",
+    "aqlm": "aqlm",
+    "vptq": "vptq",
+    "auto-round": "auto-round",
+    "mxfp4": "kernels",
+}
+
+_PIP_RE = re.compile(r"pip install (?:-U |--upgrade )?([A-Za-z0-9_.\-]+(?:[<>=]=?[0-9.]+)?)")
+_PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def _device_map(spec: ModelSpec) -> str | dict[str, Any]:
+    if spec.device == "auto":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                "device auto needs CUDA GPUs but torch sees none", "use --device cpu"
+            )
+        return "auto"
+    if spec.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                f"device {spec.device} requested but torch sees no CUDA GPU", "use --device cpu"
+            )
+        index = int(spec.device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"device {spec.device} does not exist ({torch.cuda.device_count()} GPU(s))",
+                "pick an existing cuda:N",
+            )
+    return {"": spec.device}
+
+
+def _check_pickle_only(directory: Path, spec: ModelSpec) -> None:
+    has_safe = any(directory.glob("*.safetensors"))
+    pickles = [n for n in _PICKLE_NAMES if (directory / n).is_file()]
+    if not has_safe and pickles and not spec.allow_pickle:
+        raise ModelLoadError(
+            f"{directory} holds only pickle weights ({pickles[0]}), which can run code when loaded",
+            "pass --allow-pickle if you trust the files, or convert them to safetensors",
+        )
+    if not has_safe and not pickles:
+        raise ModelLoadError(
+            f"no weight files (*.safetensors) in {directory}", "point at a saved model directory"
+        )
+
+
+def _quant_method(config: Any) -> str | None:
+    qc = getattr(config, "quantization_config", None)
+    if qc is None:
+        return None
+    method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    return str(getattr(method, "value", method)) if method is not None else "unknown"
+
+
+def _import_error(exc: ImportError, method: str | None, source: str) -> ModelLoadError:
+    found = _PIP_RE.search(str(exc))
+    package = found.group(1) if found else KERNEL_PACKAGES.get(method or "")
+    if package is None and getattr(exc, "name", None):
+        package = str(exc.name).split(".")[0]
+    what = f"its {method} quantization" if method else "it"
+    return ModelLoadError(
+        f"cannot load {source}: {what} needs a package that is missing ({_first_line(exc)})",
+        f"pip install {package}" if package else "install the quantization kernels it needs",
+    )
+
+
+def _common_kwargs(spec: ModelSpec, local: Path | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
+    if local is None:
+        kwargs["revision"] = spec.revision
+        kwargs["local_files_only"] = _offline()
+    else:
+        kwargs["local_files_only"] = True
+    return kwargs
+
+
+def _load_config(source: str, spec: ModelSpec, common: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, **common)
+    except GateError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        message = str(exc)
+        if "trust_remote_code" in message:
+            raise ModelLoadError(
+                f"{source} needs its own model code to load",
+                "pass --trust-remote-code if you trust it",
+            ) from None
+        if common.get("local_files_only") and spec.local_dir is None:
+            raise ModelLoadError(
+                f"model {source} is neither a local directory nor in the Hugging Face cache"
+                " (HF_HUB_OFFLINE is set)",
+                "check the path, or download the model first",
+            ) from None
+        raise ModelLoadError(f"cannot read the config of {source}: {_first_line(exc)}") from None
+
+
+def _load_model(
+    source: str, spec: ModelSpec, recipe: Recipe, common: dict[str, Any], method: str | None
+) -> Any:
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = dict(common)
+    kwargs["use_safetensors"] = None if spec.allow_pickle else True
+    kwargs["device_map"] = _device_map(spec)
+    dtype: Any = "auto" if spec.dtype == "auto" else _DTYPES[spec.dtype]
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    kwargs["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = dtype
+    kwargs.update(load_kwargs(recipe))
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    except GateError:
+        raise
+    except ImportError as exc:
+        raise _import_error(exc, method or _recipe_method(recipe), source) from None
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        message = str(exc)
+        no_safetensors = (
+            "use_safetensors" in message or "no file named model.safetensors" in message
+        )
+        if no_safetensors and not spec.allow_pickle:
+            raise ModelLoadError(
+                f"{source} has no safetensors weights (only pickle files, which can run code)",
+                "pass --allow-pickle if you trust the files",
+            ) from None
+        if "trust_remote_code" in message:
+            raise ModelLoadError(
+                f"{source} needs its own model code to load",
+                "pass --trust-remote-code if you trust it",
+            ) from None
+        raise ModelLoadError(f"cannot load {source}: {_first_line(exc)}") from None
+
+
+def _recipe_method(recipe: Recipe) -> str | None:
+    return "bitsandbytes" if recipe.name.startswith("bnb-") else None
+
+
+def _load_tokenizer(source: str, common: dict[str, Any]) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **common)
+    except GateError:
+        raise
+    except ImportError as exc:
+        raise _import_error(exc, None, source) from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load the tokenizer of {source}: {_first_line(exc)}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _hub_snapshot(source: str, revision: str | None) -> Path | None:
+    """The local cache directory of a hub model, when it is cached."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, revision=revision, local_files_only=True))
+    except Exception:  # a model loaded from the hub is normally cached; hashes are best-effort
+        return None
+
+
+def load_backend(
+    spec: ModelSpec,
+    recipe: Recipe | str | None = None,
+    *,
+    calibration: list[str] | None = None,
+) -> HFBackend:
+    """Load ``spec`` with ``recipe`` applied and return a ready, eval-mode backend.
+
+    ``calibration`` holds plain-text prompts for recipes that need activations
+    (``prune-wanda``); they are tokenized without special tokens.
+    """
+    recipe = parse_recipe(recipe)
+    definition = get_recipe(recipe.name)
+    local = spec.local_dir
+    source = str(local) if local is not None else spec.source
+    if local is not None:
+        _check_pickle_only(local, spec)
+    common = _common_kwargs(spec, local)
+    config = _load_config(source, spec, common)
+    method = _quant_method(config)
+    if method is not None and definition.changes_weights:
+        raise ConfigError(
+            f"{spec.source} is already quantized ({method}); recipe {recipe} cannot be applied",
+            "use --recipe none (or delay) for a pre-quantized checkpoint",
+        )
+    tokenizer = _load_tokenizer(source, common)
+    model = _load_model(source, spec, recipe, common, method)
+    model.eval()
+    tokens = None
+    if definition.needs_calibration and calibration:
+        tokens = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in calibration]
+    with torch.no_grad():
+        apply_recipe(model, recipe, tokens)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
+    return HFBackend(
+        model, tokenizer, spec=spec, recipe=recipe, files_dir=files_dir, quant_method=method
+    )

@@ -1,0 +1,101 @@
+"""Unstructured pruning of the decoder's linear weights: magnitude and Wanda.
+
+Both zero a fraction ``f`` of the weights of every ``nn.Linear`` inside the
+decoder layers (embeddings and ``lm_head`` are left alone).
+
+* ``prune-magnitude:f`` — per weight matrix ``W``, the ``floor(f * numel(W))``
+  entries of smallest ``|W_ij|`` are set to zero (layer-wise magnitude pruning).
+* ``prune-wanda:f`` — Wanda (Sun et al. 2023, "A Simple and Effective Pruning
+  Approach for Large Language Models"): the score of a weight is
+  ``S_ij = |W_ij| * ||X_j||_2`` where ``X_j`` is input channel ``j`` of the
+  layer over all calibration tokens; in every output row ``i`` the
+  ``floor(f * in_features)`` lowest-scoring weights are zeroed. As in the
+  paper, decoder layers are pruned in order and the activations of layer ``l``
+  are collected on the model whose layers ``< l`` are already pruned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from gate.errors import DataError
+from gate.models.compress.layers import decoder_layers
+
+
+def _decoder_linears(block: nn.Module) -> list[nn.Linear]:
+    return [m for m in block.modules() if isinstance(m, nn.Linear)]
+
+
+@torch.no_grad()
+def prune_magnitude(model: nn.Module, fraction: float) -> None:
+    """Zero the smallest-magnitude ``fraction`` of each decoder linear weight, in place."""
+    for block in decoder_layers(model):
+        for linear in _decoder_linears(block):
+            weight = linear.weight
+            k = int(fraction * weight.numel())
+            if k == 0:
+                continue
+            order = weight.detach().abs().flatten().argsort()
+            weight.view(-1)[order[:k]] = 0
+
+
+class _StopForward(Exception):
+    """Raised by a hook to end a calibration pass once the layer of interest ran."""
+
+
+@torch.no_grad()
+def _input_norms(
+    model: nn.Module,
+    block: nn.Module,
+    linears: list[nn.Linear],
+    calibration: Sequence[Sequence[int]],
+) -> list[torch.Tensor]:
+    """``||X_j||_2`` per input channel of each linear of ``block`` over the calibration tokens."""
+    sumsq = [torch.zeros(lin.in_features, dtype=torch.float64) for lin in linears]
+    handles = []
+    for index, lin in enumerate(linears):
+
+        def collect(module: nn.Module, args: tuple[torch.Tensor, ...], index: int = index) -> None:
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float64)
+            sumsq[index] += (x * x).sum(dim=0).cpu()
+
+        handles.append(lin.register_forward_pre_hook(collect))
+
+    def stop(module: nn.Module, args: object, output: object) -> None:
+        raise _StopForward
+
+    handles.append(block.register_forward_hook(stop))
+    device = model.get_input_embeddings().weight.device  # type: ignore[operator]
+    try:
+        for ids in calibration:
+            with contextlib.suppress(_StopForward):
+                model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [s.sqrt() for s in sumsq]
+
+
+@torch.no_grad()
+def prune_wanda(model: nn.Module, fraction: float, calibration: Sequence[Sequence[int]]) -> None:
+    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt)."""
+    calibration = [ids for ids in calibration if len(ids) > 0]
+    if not calibration:
+        raise DataError(
+            "prune-wanda got no calibration tokens", "pass non-empty calibration prompts"
+        )
+    for block in decoder_layers(model):
+        linears = _decoder_linears(block)
+        norms = _input_norms(model, block, linears, calibration)
+        for lin, norm in zip(linears, norms, strict=True):
+            weight = lin.weight
+            k = int(fraction * lin.in_features)
+            if k == 0:
+                continue
+            score = weight.detach().abs().to(torch.float64) * norm.to(weight.device).unsqueeze(0)
+            lowest = score.argsort(dim=1)[:, :k]
+            weight.scatter_(1, lowest, 0)

@@ -1,0 +1,139 @@
+"""What model to load and how to compress it: :class:`ModelSpec` and :class:`Recipe`.
+
+Both are frozen and validated where they are built, so code downstream never
+sees a bad dtype, device or recipe argument. A ``ModelSpec`` names a Hugging
+Face id, a local directory, or ``demo`` (the model packaged under
+``gate/assets/demo_model``); a ``Recipe`` names a compression applied at load
+time (see :mod:`gate.models.compress` for the registry of names).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ConfigError, ModelLoadError
+
+#: The ``source`` that selects the packaged demo model.
+DEMO = "demo"
+
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
+
+_DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
+
+
+def demo_model_dir() -> Path:
+    """Directory of the packaged demo model (it may be absent in a partial checkout)."""
+    return Path(str(resources.files("gate").joinpath("assets", "demo_model")))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a model comes from and how it is placed.
+
+    ``device`` is ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``auto`` spreads the
+    model over all visible GPUs with accelerate's ``device_map="auto"``.
+    ``dtype`` ``auto`` keeps the checkpoint's own dtype.
+    """
+
+    source: str
+    revision: str | None = None
+    dtype: str = "auto"
+    device: str = "cpu"
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.source or not self.source.strip():
+            raise ConfigError("empty model name", "give a Hugging Face id, a directory or 'demo'")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype {self.dtype!r}", f"choose one of {', '.join(DTYPES)}")
+        if not _DEVICE_RE.match(self.device):
+            raise ConfigError(f"unknown device {self.device!r}", "choose cpu, cuda, cuda:N or auto")
+
+    @classmethod
+    def parse(cls, text: str, **opts: Any) -> ModelSpec:
+        """Build a spec from ``demo``, a directory or a hub id (``org/name[@revision]``)."""
+        source = text.strip()
+        revision = opts.pop("revision", None)
+        if "@" in source and not Path(source).exists():
+            source, _, rev = source.partition("@")
+            revision = revision or rev or None
+        unknown = set(opts) - {"dtype", "device", "trust_remote_code", "allow_pickle"}
+        if unknown:
+            raise ConfigError(f"unknown model option(s): {', '.join(sorted(unknown))}")
+        return cls(source=source, revision=revision, **opts)
+
+    @property
+    def is_demo(self) -> bool:
+        """Whether this is the packaged demo model."""
+        return self.source == DEMO
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The local directory to load from, or ``None`` for a hub id.
+
+        Raises :class:`ModelLoadError` for a path that looks local but does not exist.
+        """
+        if self.is_demo:
+            path = demo_model_dir()
+            if not (path / "config.json").is_file():
+                raise ModelLoadError(
+                    "the demo model is not packaged in this install (gate/assets/demo_model)",
+                    "reinstall gate: the demo model ships as package data",
+                )
+            return path
+        path = Path(self.source).expanduser()
+        if path.exists():
+            if not path.is_dir():
+                raise ModelLoadError(
+                    f"model path {self.source} is a file", "give the directory holding config.json"
+                )
+            return path
+        looks_local = self.source.startswith((".", "/", "~")) or self.source.count("/") > 1
+        if looks_local or not _HUB_ID_RE.match(self.source):
+            raise ModelLoadError(
+                f"model directory {self.source} does not exist",
+                "check the path, or give a Hugging Face id such as org/name",
+            )
+        return None
+
+    @property
+    def slug(self) -> str:
+        """Directory name of this model's baselines (``demo`` for the demo model)."""
+        if self.is_demo:
+            return DEMO
+        path = Path(self.source).expanduser()
+        raw = path.resolve().name if path.exists() else self.source.replace("/", "--")
+        slug = _SLUG_BAD.sub("-", raw.lower()).strip("-.")
+        return slug or "model"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named compression applied at load time, with at most one numeric argument.
+
+    Canonical text forms: ``none``, ``bnb-nf4``, ``prune-magnitude:0.5``,
+    ``drop-layers:2``, ``delay:20ms``. Build one with :meth:`parse`, which
+    validates the name and argument against :mod:`gate.models.compress`.
+    """
+
+    name: str
+    value: float | int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Recipe:
+        """Parse and validate a recipe string (unknown names get a did-you-mean)."""
+        from gate.models.compress import parse_recipe
+
+        return parse_recipe(text)
+
+    def __str__(self) -> str:
+        from gate.models.compress import format_recipe
+
+        return format_recipe(self)

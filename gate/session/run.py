@@ -1,0 +1,135 @@
+"""What one pytest session of the gate holds: :class:`GateRun`.
+
+Tier suites receive it through the session fixture ``gate_run``
+(docs/architecture.md "How a tier suite talks to the gate"):
+
+* ``mode`` — ``"record"`` (measuring a baseline) or ``"run"`` (a candidate);
+* ``backend`` — the model under test, loaded on first access, once per session;
+* ``settings(tier)`` — that tier's settings: ``[tiers.<tier>]`` of
+  ``thresholds.toml`` overlaid with ``[tiers.<tier>]`` of the run config;
+* ``record(measurement)`` — add a validated :class:`~gate.measurement.Measurement`;
+* ``attach(name, path)`` — a file to store beside the new baseline (record mode);
+* ``baseline_artifact(name)`` — that file, hash-checked, from the baseline
+  being compared with (run mode).
+
+The plugin (:mod:`gate.session.plugin`) builds the ``GateRun`` and keeps it in
+``config.stash``; nothing here is global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gate import progress
+from gate.errors import BaselineError, ConfigError, DataError, UsageError
+from gate.measurement import Measurement
+from gate.metrics.registry import TIERS, get_metric, suggest
+from gate.models.backends.base import Backend
+from gate.store.baseline import ARTIFACT_RE, Baseline
+
+Mode = Literal["record", "run"]
+MODES: tuple[Mode, ...] = ("record", "run")
+
+
+def load_run_config(path: Path | None) -> dict[str, dict[str, Any]]:
+    """``[tiers.<name>]`` tables of a run config TOML (``gate.toml``), validated.
+
+    The whole file is validated (:func:`gate.session.run_config.load_run_config`:
+    ``[run]``, ``[[candidates]]``, ``[tiers.*]``); a session only needs the
+    tier settings, the CLI reads the rest.
+    """
+    if path is None:
+        return {}
+    from gate.session.run_config import load_run_config as load_full
+
+    config = load_full(Path(path))
+    return {tier: dict(settings) for tier, settings in config.tiers.items()}
+
+
+@dataclass
+class GateRun:
+    """The state of one gate session, shared by every tier test."""
+
+    mode: Mode
+    model: str
+    model_slug: str
+    backend_factory: Callable[[], Backend]
+    recipe: str | None = None
+    tier_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Run mode: the baselines compared with, by ref, in command-line order.
+    baselines: Mapping[str, Baseline] = field(default_factory=dict)
+    measurements: dict[str, Measurement] = field(default_factory=dict)
+    artifacts: dict[str, Path] = field(default_factory=dict)
+    #: Loads another build ``(model, recipe)`` through the same seam as ``backend``.
+    build_loader: Callable[[str, str | None], Backend] | None = None
+    _backend: Backend | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"unknown gate mode {self.mode!r}", "use 'record' or 'run'")
+
+    @property
+    def backend(self) -> Backend:
+        """The model under test, loaded on first access (once per session)."""
+        if self._backend is None:
+            with progress.task(f"loading {self.model} (recipe {self.recipe or 'none'})"):
+                self._backend = self.backend_factory()
+        return self._backend
+
+    def load_build(self, model: str, recipe: str | None) -> Backend:
+        """Load another build (not cached), e.g. the baseline build timed beside the candidate."""
+        if self.build_loader is None:
+            raise UsageError(
+                f"this session cannot load a second build ({model}, recipe {recipe or 'none'})",
+                "run it through the gate's pytest plugin",
+            )
+        return self.build_loader(model, recipe)
+
+    @property
+    def backend_loaded(self) -> bool:
+        """Whether a test has asked for the backend (so its provenance is known)."""
+        return self._backend is not None
+
+    @property
+    def baseline(self) -> Baseline | None:
+        """The first baseline compared with (run mode), else ``None``."""
+        return next(iter(self.baselines.values()), None)
+
+    def settings(self, tier: str) -> Mapping[str, Any]:
+        """The settings of ``tier`` (an empty mapping when none are configured)."""
+        if tier not in TIERS:
+            raise ConfigError(f"unknown tier {tier!r}", suggest(tier, list(TIERS)))
+        return dict(self.tier_settings.get(tier, {}))
+
+    def record(self, measurement: Measurement) -> None:
+        """Record a measurement; unknown metric, NaN or a second value of one metric -> error."""
+        get_metric(measurement.name)
+        measurement.validate()
+        if measurement.name in self.measurements:
+            raise DataError(
+                f"metric {measurement.name!r} was recorded twice",
+                "each metric is measured by exactly one tier test",
+            )
+        self.measurements[measurement.name] = measurement
+
+    def attach(self, name: str, path: Path) -> None:
+        """A file to store beside the new baseline (record mode; ignored in run mode)."""
+        if not ARTIFACT_RE.match(name):
+            raise UsageError(f"invalid artifact name {name!r}", "use e.g. 'reference-pack'")
+        if not Path(path).is_file():
+            raise DataError(f"artifact {name!r}: {path} is not a file", "write the file first")
+        if name in self.artifacts:
+            raise DataError(f"artifact {name!r} attached twice", "attach each artifact once")
+        self.artifacts[name] = Path(path)
+
+    def baseline_artifact(self, name: str) -> Path:
+        """Path of artifact ``name`` of the first baseline (hash-checked)."""
+        if self.mode != "run" or self.baseline is None:
+            raise BaselineError(
+                f"no baseline to take artifact {name!r} from in {self.mode} mode",
+                "artifacts of a baseline are available when running a candidate",
+            )
+        return self.baseline.artifact_path(name)

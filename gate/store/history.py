@@ -1,0 +1,126 @@
+"""The append-only latency history: one JSONL file per fingerprint.
+
+``DIR/<fingerprint hash>.jsonl`` holds one JSON object per gated run::
+
+    {"schema": 1, "time": "2025-06-02T03:00:00+00:00", "label": "...",
+     "fingerprint": {...}, "metrics": {"latency.e2e_p50": 0.41, ...}}
+
+Appends are a single ``write`` of one line followed by ``fsync``, so a crash
+leaves at worst one partial last line. Reading is tolerant: a line that is not
+a complete record (partial, corrupt, wrong schema) is skipped and reported as a
+warning, never an error; the weekly audit keeps working on the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gate.hw.fingerprint import Fingerprint
+from gate.measurement import Measurement
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One gated run: when, what build label, and the metric values."""
+
+    time: datetime
+    label: str
+    fingerprint_hash: str
+    metrics: Mapping[str, float]
+
+    def to_json(self, fingerprint: Fingerprint | None = None) -> str:
+        """One line of JSON (no trailing newline)."""
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "time": self.time.isoformat(),
+            "label": self.label,
+            "fingerprint_hash": self.fingerprint_hash,
+            "metrics": dict(self.metrics),
+        }
+        if fingerprint is not None:
+            data["fingerprint"] = fingerprint.to_dict()
+        return json.dumps(data, sort_keys=True)
+
+
+def history_path(directory: Path, fingerprint_hash: str) -> Path:
+    """``DIR/<hash>.jsonl``."""
+    return Path(directory) / f"{fingerprint_hash}.jsonl"
+
+
+def append(
+    directory: Path,
+    fingerprint: Fingerprint,
+    measurements: Iterable[Measurement],
+    *,
+    label: str = "",
+    time: datetime | None = None,
+) -> Path:
+    """Append one record of ``measurements`` to the fingerprint's history; its path."""
+    record = HistoryRecord(
+        time=time or datetime.now(timezone.utc),
+        label=label,
+        fingerprint_hash=fingerprint.hash,
+        metrics={m.name: float(m.value) for m in measurements},
+    )
+    path = history_path(directory, fingerprint.hash)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = record.to_json(fingerprint) + "\n"
+    with open(path, "ab") as fh:
+        # a previous writer killed mid-line left no newline: start on a fresh line
+        if fh.tell() > 0:
+            with open(path, "rb") as check:
+                check.seek(-1, os.SEEK_END)
+                if check.read(1) != b"\n":
+                    line = "\n" + line
+        fh.write(line.encode())
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def _parse(line: str) -> HistoryRecord:
+    data = json.loads(line)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ValueError(f"not a schema-{SCHEMA} record")
+    metrics = {str(k): float(v) for k, v in dict(data["metrics"]).items()}
+    if any(not math.isfinite(v) for v in metrics.values()):
+        raise ValueError("non-finite metric value")
+    when = datetime.fromisoformat(str(data["time"]))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return HistoryRecord(
+        time=when,
+        label=str(data.get("label", "")),
+        fingerprint_hash=str(data.get("fingerprint_hash", "")),
+        metrics=metrics,
+    )
+
+
+def read(path: Path) -> tuple[list[HistoryRecord], list[str]]:
+    """Records in time order, and one warning line per skipped line."""
+    records: list[HistoryRecord] = []
+    warnings: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(_parse(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                warnings.append(f"{path.name}:{number}: skipped unreadable record ({exc})")
+    records.sort(key=lambda r: r.time)
+    return records, warnings
+
+
+def histories(directory: Path) -> list[Path]:
+    """Every ``*.jsonl`` history in ``directory``, sorted by name."""
+    return sorted(Path(directory).glob("*.jsonl"))

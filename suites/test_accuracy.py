@@ -1,0 +1,38 @@
+"""Accuracy tier suite (marker ``accuracy``): a thin wrapper over :mod:`gate.tiers.accuracy`.
+
+``test_perplexity`` records sliding-window perplexity of the configured corpus.
+``test_multiple_choice`` scores the MCQ sets. In record mode (baseline) the
+per-question results are attached to the new baseline as artifact ``mcq`` and
+the baseline's flips/all-flips/choice KL are measured against itself (0); in
+run mode (candidate) they are read back from the baseline and the candidate is
+paired with it question by question. Settings: ``[tiers.accuracy]``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.session.run import GateRun
+from gate.tiers import accuracy as tier
+
+pytestmark = pytest.mark.accuracy
+
+
+def test_perplexity(gate_run: GateRun) -> None:
+    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    if not settings.perplexity:
+        pytest.skip("perplexity disabled in [tiers.accuracy]")
+    gate_run.record(tier.measure_perplexity(gate_run.backend, settings))
+
+
+def test_multiple_choice(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
+    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    results = tier.run_mcq(gate_run.backend, settings)
+    baseline = None
+    if gate_run.mode == "record":
+        path = tmp_path_factory.mktemp("accuracy") / "mcq.json"
+        gate_run.attach(tier.MCQ_ARTIFACT, tier.write_mcq_results(path, results))
+    else:
+        baseline = tier.read_mcq_results(gate_run.baseline_artifact(tier.MCQ_ARTIFACT))
+    for measurement in tier.mcq_measurements(results, baseline):
+        gate_run.record(measurement)

@@ -1,0 +1,44 @@
+"""Fidelity tier suite (marker ``fidelity``): a thin wrapper over :mod:`gate.tiers.fidelity`.
+
+Record mode (baseline): generate the reference pack, attach it to the new
+baseline as artifact ``reference``, and record the baseline's own fidelity
+measurements against it (CGA 1, KL 0: the pack round-trips).
+Run mode (candidate): take the pack from the baseline, score the candidate
+against it and record the measurements. ``[tiers.fidelity] live_baseline``
+loads that model too and makes the KL exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.session.run import GateRun
+from gate.store.reference import load_pack
+from gate.tiers import fidelity as tier
+
+pytestmark = pytest.mark.fidelity
+
+ARTIFACT = "reference"
+
+
+def test_fidelity(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
+    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    if gate_run.mode == "record":
+        prompts = tier.load_prompts(settings)
+        path = tmp_path_factory.mktemp("fidelity") / "reference.safetensors"
+        tier.record(gate_run.backend, prompts, settings, path)
+        gate_run.attach(ARTIFACT, path)
+    else:
+        prompts = tier.load_prompts(settings, apply_limit=False)
+        path = gate_run.baseline_artifact(ARTIFACT)
+    pack = load_pack(path)
+    baseline_backend = None
+    if settings.live_baseline:
+        from gate.models.backends.loading import load_backend
+        from gate.models.spec import ModelSpec
+
+        baseline_backend = load_backend(ModelSpec.parse(settings.live_baseline))
+    for measurement in tier.measure(
+        gate_run.backend, pack, settings, prompts=prompts, baseline_backend=baseline_backend
+    ):
+        gate_run.record(measurement)
