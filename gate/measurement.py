@@ -11,6 +11,9 @@ say how sure it is:
 * ``breakdown`` holds the same metric restricted to a slice of the items
   (``"category:code"``, ``"length:long"``), each itself a Measurement, so
   per-category thresholds get the same statistics as the whole.
+
+:class:`TimedGeneration` is the raw record of one timed request (per-step
+timestamps) that a backend returns and the latency metrics turn into numbers.
 """
 
 from __future__ import annotations
@@ -141,3 +144,20 @@ def from_samples(
         breakdown=breakdown,
         details=dict(details or {}),
     )
+
+
+@dataclass(frozen=True)
+class TimedGeneration:
+    """One timed generation of a batch.
+
+    ``step_times`` holds seconds since the start of the request (after the
+    inputs were on the device) at which each decoding step's tokens were
+    available; ``step_times[0]`` is the time to first token.
+    """
+
+    batch_size: int
+    prompt_tokens: int
+    new_tokens: int
+    step_times: tuple[float, ...]
+    end_to_end: float
+    details: dict[str, Any] = field(default_factory=dict)

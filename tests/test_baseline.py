@@ -22,7 +22,6 @@ from gate.store.baseline import (
     BaselineStore,
     check_compatible,
     load_baseline_file,
-    slugify,
 )
 
 
@@ -205,12 +204,6 @@ def test_bad_names_are_refused(tmp_path: Path) -> None:
         store.add("../escape", "x", _measurements(), {}, {})
     with pytest.raises(DataError, match="non-finite"):
         store.add("tiny", "x", [Measurement("accuracy.mcq_acc", float("nan"))], {}, {})
-
-
-def test_slugify() -> None:
-    assert slugify("Org/Name-7B") == "org--name-7b"
-    assert slugify("meta-llama/Llama-3.1-8B") == "meta-llama--llama-3.1-8b"
-    assert slugify("./models/my model/") == "my-model"
 
 
 def test_write_atomic_replaces(tmp_path: Path) -> None:

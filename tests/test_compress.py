@@ -17,7 +17,8 @@ from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.compress import recipe_names
+from gate.models.compress import HOOKS
+from gate.models.recipes import RECIPES, recipe_names
 from gate.models.spec import ModelSpec, demo_model_dir
 
 TEXTS = [
@@ -74,6 +75,10 @@ def _decoder_linears(backend: HFBackend) -> dict[str, torch.Tensor]:
         for name, m in backend.model.model.layers.named_modules()
         if isinstance(m, nn.Linear)
     }
+
+
+def test_every_catalogued_recipe_has_hooks_and_no_hook_is_uncatalogued() -> None:
+    assert list(HOOKS) == list(RECIPES)
 
 
 @pytest.mark.parametrize("name", recipe_names())

@@ -18,9 +18,8 @@ from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.hw.fingerprint import collect
 from gate.hw.memory import MemoryTracker
-from gate.measurement import Measurement
+from gate.measurement import Measurement, TimedGeneration
 from gate.metrics.latency import check_consistency, run_latency, summarize
-from gate.models.backends.base import TimedGeneration
 from gate.tiers.latency import (
     LatencySettings,
     fingerprint_of,

@@ -111,7 +111,7 @@ def test_many_flips_block(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda recs: recs.__setitem__(1, "{broken"), "invalid JSON"),
+        (lambda recs: recs.__setitem__(1, "{broken"), "not valid JSON"),
         (lambda recs: recs[1].__setitem__("doc_hash", "f" * 64), "do not join"),
         (lambda recs: recs[1].__setitem__("filtered_resps", []), "missing choices"),
         (lambda recs: recs[1].pop("acc"), "acc"),

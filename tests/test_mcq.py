@@ -95,7 +95,7 @@ def test_file_errors(tmp_path: Path) -> None:
     bad = tmp_path / "b.jsonl"
     good = {"id": "x", "context": "Q", "choices": ["a", "b"], "answer": 0}
     bad.write_text(json.dumps(good) + "\n{oops\n")
-    with pytest.raises(DataError, match=r"b.jsonl:2: invalid JSON"):
+    with pytest.raises(DataError, match=r"b.jsonl:2: not valid JSON"):
         mcq.load_mcq_jsonl(bad)
     dup = tmp_path / "d.jsonl"
     rec = {"id": "x", "context": "Q", "choices": ["a", "b"], "answer": 0}

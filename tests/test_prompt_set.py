@@ -205,3 +205,28 @@ def test_hf_loader_reads_a_local_json_dataset(tmp_path: Path) -> None:
     assert [p.id for p in streamed] == ["u1"]
     with pytest.raises(DataError, match="cannot load dataset"):
         load_hf_prompts(str(tmp_path / "no-such-dataset"))
+
+
+def test_every_jsonl_reader_names_the_file_and_line_of_a_bad_line(tmp_path: Path) -> None:
+    """Prompt sets, MCQ sets, calibration, corpora and lm-eval samples share one reader."""
+    from gate.data.calibration import load_calibration
+    from gate.data.corpus import load_corpus
+    from gate.data.lmeval_import import read_samples
+    from gate.data.mcq import load_mcq_jsonl
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('\n{nope\n{"text": "never read"}\n', encoding="utf-8")
+    readers = [
+        load_prompt_set,
+        load_jsonl_prompts,
+        load_mcq_jsonl,
+        load_calibration,
+        lambda p: load_corpus(str(p)),
+        read_samples,
+    ]
+    for read in readers:
+        with pytest.raises(DataError) as info:
+            read(bad)
+        assert f"{bad}:2: not valid JSON" in info.value.format_line()
+        with pytest.raises(DataError, match="not found"):
+            read(tmp_path / "missing.jsonl")

@@ -6,9 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.models.compress import format_recipe, parse_recipe, recipe_names
-from gate.models.spec import ModelSpec, Recipe, demo_model_dir
+from gate.errors import BaselineError, ConfigError, ExitCode, ModelLoadError
+from gate.models.recipes import (
+    ARG_KINDS,
+    RECIPES,
+    Recipe,
+    format_recipe,
+    parse_recipe,
+    recipe_names,
+)
+from gate.models.spec import ModelSpec, demo_model_dir, model_slug
+from gate.store.baseline import SLUG_RE
 
 
 def test_parse_local_dir_and_options(tmp_path: Path) -> None:
@@ -36,10 +44,36 @@ def test_demo_resolves_to_package_assets() -> None:
             _ = spec.local_dir
 
 
-def test_local_slug_is_directory_name(tmp_path: Path) -> None:
+def test_local_slug_is_directory_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "My Model_v2"
     model.mkdir()
     assert ModelSpec.parse(str(model)).slug == "my-model_v2"
+    monkeypatch.chdir(model)
+    assert model_slug(".") == "my-model_v2"  # an existing path is resolved first
+
+
+@pytest.mark.parametrize(
+    ("model", "slug"),
+    [
+        ("Org/Name-7B", "org--name-7b"),
+        ("meta-llama/Llama-3.1-8B", "meta-llama--llama-3.1-8b"),
+        ("./models/my model/", "my-model"),
+        ("~/no/such/Model", "model"),
+        ("_Org/x", "org--x"),
+        ("demo", "demo"),
+        ("a" * 150, "a" * 100),
+    ],
+)
+def test_model_slug_is_a_valid_store_directory_name(model: str, slug: str) -> None:
+    assert model_slug(model) == slug
+    assert SLUG_RE.match(slug)  # the store accepts every slug the rule makes
+
+
+def test_a_model_name_with_no_slug_is_a_baseline_error() -> None:
+    with pytest.raises(BaselineError, match="cannot derive a baseline slug") as info:
+        model_slug("???")
+    assert "--model-slug" in info.value.format_line()
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
 
 
 @pytest.mark.parametrize(
@@ -80,6 +114,22 @@ def test_recipe_parsing(text: str | None, name: str, value: float | None, canoni
     assert str(recipe) == format_recipe(recipe) == canonical
     assert parse_recipe(canonical) == recipe  # the canonical form round-trips
     assert Recipe.parse(canonical) == recipe
+
+
+def test_a_hand_built_recipe_is_validated_through_its_text() -> None:
+    assert parse_recipe(Recipe("delay", 500)) == Recipe("delay", 500.0)
+    assert str(Recipe("drop-layers", 3)) == "drop-layers:3"
+    with pytest.raises(ConfigError, match="outside"):
+        parse_recipe(Recipe("prune-wanda", 2.0))
+
+
+def test_every_argument_kind_round_trips_its_example() -> None:
+    for definition in RECIPES.values():
+        kind = ARG_KINDS[definition.arg]  # every catalogued kind has a parser
+        if kind.name == "none":
+            continue
+        value = kind.parse(definition.name, kind.example)
+        assert kind.parse(definition.name, kind.format(value)) == value
 
 
 def test_every_registered_name_parses() -> None:

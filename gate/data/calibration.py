@@ -30,8 +30,10 @@ from importlib import resources
 from pathlib import Path
 
 from gate.data.categorize import strip_noise
+from gate.data.jsonl import read_jsonl
 from gate.data.sharegpt import Conversation, is_heldout
 from gate.errors import DataError
+from gate.models.recipes import get_recipe, parse_recipe
 
 DEFAULT_SIZE = 128
 DEFAULT_MAX_CHARS = 768
@@ -115,28 +117,16 @@ def load_calibration(path: Path | None = None, *, limit: int | None = None) -> l
     :class:`DataError` (exit 4) naming the line.
     """
     p = default_calibration_path() if path is None else Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(
-            f"calibration file not found: {p}", "set calibration = an existing .jsonl file"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read calibration file {p}: {exc}", "save it as UTF-8") from None
     texts: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{p.name}:{number}: not valid JSON ({exc.msg})", "one object per line"
-            ) from None
+    lines = read_jsonl(
+        p, what="calibration file", missing_hint="set calibration = an existing .jsonl file"
+    )
+    for line in lines:
+        record = line.value
         text = record.get("text") if isinstance(record, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise DataError(
-                f'{p.name}:{number}: needs a non-empty string "text"', 'write {"text": "..."}'
+                f'{line.where}: needs a non-empty string "text"', 'write {"text": "..."}'
             )
         texts.append(text)
         if limit is not None and len(texts) >= limit:
@@ -148,8 +138,6 @@ def load_calibration(path: Path | None = None, *, limit: int | None = None) -> l
 
 def calibration_for(recipe: str | None, path: Path | None = None) -> list[str] | None:
     """Calibration texts when ``recipe`` needs them (``prune-wanda``), else ``None``."""
-    from gate.models.compress import get_recipe, parse_recipe
-
     parsed = parse_recipe(recipe)
     if not get_recipe(parsed.name).needs_calibration:
         return None

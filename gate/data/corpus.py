@@ -16,12 +16,12 @@ joins WikiText-2, and only as much text is read as ``max_chars`` asks for.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gate.data.jsonl import read_jsonl
 from gate.data.loaders import load_hf_dataset
 from gate.errors import DataError
 
@@ -49,17 +49,8 @@ def _doc_text(rec: Any, where: str) -> str:
 
 
 def _jsonl_docs(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(
-                    f"{path}:{n}: invalid JSON ({exc.msg})", "one object per line"
-                ) from None
-            yield _doc_text(rec, f"{path}:{n}")
+    for line in read_jsonl(path, what="perplexity corpus"):
+        yield _doc_text(line.value, line.where)
 
 
 def _take(docs: Iterable[str], max_chars: int | None) -> str:

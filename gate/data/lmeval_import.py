@@ -18,7 +18,6 @@ metrics against itself (flips 0), so the regular compare machinery applies.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gate.data.jsonl import read_jsonl
 from gate.errors import DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
@@ -126,25 +126,13 @@ def parse_sample(rec: Any, task: str, where: str) -> LmEvalSample:
 def read_samples(path: str | Path) -> list[LmEvalSample]:
     """All documents of one samples file; malformed files raise :class:`DataError`."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"lm-eval samples file {p} not found", "check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {p}: {exc}", _HINT) from None
     task = task_name(p)
     out: list[LmEvalSample] = []
     seen: set[tuple[str, str, str]] = set()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{p}:{n}: invalid JSON ({exc.msg})", _HINT) from None
-        sample = parse_sample(rec, task, f"{p}:{n}")
+    for line in read_jsonl(p, what="lm-eval samples file"):
+        sample = parse_sample(line.value, task, line.where)
         if sample.key in seen:
-            raise DataError(f"{p}:{n}: document {sample.doc_id} appears twice", _HINT)
+            raise DataError(f"{line.where}: document {sample.doc_id} appears twice", _HINT)
         seen.add(sample.key)
         out.append(sample)
     if not out:

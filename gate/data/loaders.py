@@ -12,7 +12,6 @@ missing the error names the package to install.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from importlib import resources
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.data.categorize import CATEGORIES, LENGTH_TIERS, classify, length_tier
+from gate.data.jsonl import read_jsonl
 from gate.data.prompt_set import Prompt
 from gate.errors import DataError
 
@@ -119,21 +119,7 @@ def load_jsonl_prompts(
 ) -> list[Prompt]:
     """Prompts from a local JSON-lines file, one object per line (blank lines ignored)."""
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise DataError(f"prompt file not found: {p}", hint="check the path") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read prompt file {p}: {exc}") from exc
-    records: list[Mapping[str, Any]] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{p.name}:{n}: not valid JSON ({exc.msg})") from exc
-        records.append(obj)
+    records: list[Mapping[str, Any]] = [line.value for line in read_jsonl(p, what="prompt file")]
     return records_to_prompts(
         records,
         text_field=text_field,

@@ -22,14 +22,14 @@ shipped with the gate with :func:`load_builtin`.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gate.data.jsonl import read_jsonl
 from gate.data.loaders import load_hf_dataset
 from gate.errors import DataError
 
@@ -217,34 +217,14 @@ def parse_records(
     return out
 
 
-def _read_jsonl(path: Path) -> Iterator[Mapping[str, Any]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(
-            f"MCQ file {path} not found", "check the path in [tiers.accuracy]"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read MCQ file {path}: {exc}", "give a UTF-8 JSONL file") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{path}:{n}: invalid JSON ({exc.msg})", "one JSON object per line"
-            ) from None
-
-
 def load_mcq_jsonl(
     path: str | Path, *, fmt: str = "auto", subject: str | None = None, limit: int | None = None
 ) -> list[MCQuestion]:
     """Questions from a local JSONL file (subject defaults to the file stem)."""
     p = Path(path)
-    return parse_records(
-        _read_jsonl(p), fmt=fmt, subject=subject or p.stem, source=str(p), limit=limit
-    )
+    lines = read_jsonl(p, what="MCQ file", missing_hint="check the path in [tiers.accuracy]")
+    records = (line.value for line in lines)
+    return parse_records(records, fmt=fmt, subject=subject or p.stem, source=str(p), limit=limit)
 
 
 def load_mcq_hf(

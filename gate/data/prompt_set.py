@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from gate.data.categorize import CATEGORIES, LENGTH_TIERS, classify, length_tier, strip_noise
+from gate.data.jsonl import read_jsonl
 from gate.data.sharegpt import Conversation, is_heldout
 from gate.errors import DataError
 
@@ -153,25 +154,12 @@ def load_prompt_set(path: str | Path | None = None) -> list[Prompt]:
     category or length tier, or a duplicate id.
     """
     p = default_prompt_set_path() if path is None else Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError as exc:
-        raise DataError(f"prompt set not found: {p}", hint="check the path") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read prompt set {p}: {exc}") from exc
     prompts: list[Prompt] = []
     ids: set[str] = set()
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{p.name}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg})") from exc
-        prompt = _parse_record(obj, where)
+    for line in read_jsonl(p, what="prompt set"):
+        prompt = _parse_record(line.value, line.where)
         if prompt.id in ids:
-            raise DataError(f"{where}: duplicate prompt id {prompt.id!r}")
+            raise DataError(f"{line.where}: duplicate prompt id {prompt.id!r}")
         ids.add(prompt.id)
         prompts.append(prompt)
     if not prompts:

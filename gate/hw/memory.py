@@ -139,29 +139,3 @@ class MemoryTracker:
             rss_start_bytes=self._rss_start,
             peak_rss_bytes=self._rss_peak,
         )
-
-
-def tensor_bytes(tensor: Any) -> int:
-    """Storage bytes of a tensor, looking inside wrapper subclasses.
-
-    Quantized weights (optimum-quanto's ``QBytesTensor``, ...) are tensor
-    subclasses whose ``numel * element_size`` describes the *logical* dtype;
-    their real storage is the inner tensors named by ``__tensor_flatten__``.
-    """
-    flatten = getattr(tensor, "__tensor_flatten__", None)
-    if callable(flatten):
-        names, _ = flatten()
-        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
-    return int(tensor.numel()) * int(tensor.element_size())
-
-
-def param_bytes(model: Any) -> int:
-    """Bytes of every parameter and buffer of a ``torch.nn.Module`` (shared ones once)."""
-    seen: set[int] = set()
-    total = 0
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        if id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
-        total += tensor_bytes(tensor)
-    return total

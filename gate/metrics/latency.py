@@ -31,7 +31,7 @@ from itertools import pairwise
 import numpy as np
 
 from gate.errors import DataError
-from gate.models.backends.base import TimedGeneration
+from gate.measurement import TimedGeneration
 
 #: Tolerance of the ITL-sum check, relative to ``E - TTFT``.
 ITL_SUM_TOLERANCE = 0.05

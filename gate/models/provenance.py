@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from gate.provenance import sha256_file
+
 #: Files that define the network: weights, their index, config.
 WEIGHT_PATTERNS: tuple[str, ...] = (
     "*.safetensors",
@@ -49,17 +51,6 @@ TOKENIZER_FILES: tuple[str, ...] = (
     "chat_template.jinja",
     "chat_template.json",
 )
-
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def hash_files(paths: Iterable[Path]) -> dict[str, str]:

@@ -1,10 +1,10 @@
-"""What model to load and how to compress it: :class:`ModelSpec` and :class:`Recipe`.
+"""What model to load: :class:`ModelSpec`, and the store slug of a model.
 
-Both are frozen and validated where they are built, so code downstream never
-sees a bad dtype, device or recipe argument. A ``ModelSpec`` names a Hugging
-Face id, a local directory, or ``demo`` (the model packaged under
-``gate/assets/demo_model``); a ``Recipe`` names a compression applied at load
-time (see :mod:`gate.models.compress` for the registry of names).
+A ``ModelSpec`` is frozen and validated where it is built, so code downstream
+never sees a bad dtype or device. It names a Hugging Face id, a local
+directory, or ``demo`` (the model packaged under ``gate/assets/demo_model``).
+How the model is compressed at load time is a :class:`~gate.models.recipes.Recipe`.
+Nothing here imports torch: the baseline store and config validation use it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gate.errors import ConfigError, ModelLoadError
+from gate.errors import BaselineError, ConfigError, ModelLoadError
 
 #: The ``source`` that selects the packaged demo model.
 DEMO = "demo"
@@ -25,6 +25,8 @@ DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 _DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
+#: Longest store slug (the store's directory-name rule allows 100 characters).
+SLUG_MAX = 100
 
 
 def demo_model_dir() -> Path:
@@ -105,35 +107,30 @@ class ModelSpec:
 
     @property
     def slug(self) -> str:
-        """Directory name of this model's baselines (``demo`` for the demo model)."""
-        if self.is_demo:
-            return DEMO
-        path = Path(self.source).expanduser()
-        raw = path.resolve().name if path.exists() else self.source.replace("/", "--")
-        slug = _SLUG_BAD.sub("-", raw.lower()).strip("-.")
-        return slug or "model"
+        """Directory name of this model's baselines (:func:`model_slug` of its source)."""
+        return model_slug(self.source)
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A named compression applied at load time, with at most one numeric argument.
+def model_slug(model: str) -> str:
+    """The baseline-store slug of a model id or path: ``Org/Name-7B`` -> ``org--name-7b``.
 
-    Canonical text forms: ``none``, ``bnb-nf4``, ``prune-magnitude:0.5``,
-    ``drop-layers:2``, ``delay:20ms``. Build one with :meth:`parse`, which
-    validates the name and argument against :mod:`gate.models.compress`.
+    ``demo`` stays ``demo``. An existing directory, or a text that starts like a
+    path (``.``, ``/``, ``~``), keeps only its last component (resolved, so
+    ``.`` names the current directory); a hub id's ``/`` becomes ``--``. The
+    result is lower-case, runs of characters outside ``[a-z0-9._-]`` become
+    ``-``, leading and trailing ``-._`` are dropped and it is cut to
+    :data:`SLUG_MAX` characters. A text with nothing left is a
+    :class:`~gate.errors.BaselineError`.
     """
-
-    name: str
-    value: float | int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Recipe:
-        """Parse and validate a recipe string (unknown names get a did-you-mean)."""
-        from gate.models.compress import parse_recipe
-
-        return parse_recipe(text)
-
-    def __str__(self) -> str:
-        from gate.models.compress import format_recipe
-
-        return format_recipe(self)
+    text = model.strip()
+    if text == DEMO:
+        return DEMO
+    path = Path(text).expanduser()
+    if path.exists():
+        text = path.resolve().name
+    elif text.startswith((".", "/", "~")):
+        text = path.name
+    slug = _SLUG_BAD.sub("-", text.lower().replace("/", "--")).strip("-._")[:SLUG_MAX]
+    if not slug:
+        raise BaselineError(f"cannot derive a baseline slug from {model!r}", "pass --model-slug")
+    return slug

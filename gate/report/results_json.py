@@ -28,6 +28,7 @@ from gate.errors import DataError, ExitCode
 from gate.gating.verdict import GateOutcome, Severity, Verdict
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json, read_json
+from gate.store.schema import check_schema_version
 
 SCHEMA_VERSION = 1
 KIND = "results"
@@ -173,12 +174,7 @@ def results_from_json(path: Path) -> Results:
     data = read_json(Path(path), DataError)
     if not isinstance(data, Mapping) or data.get("kind", KIND) != KIND:
         raise DataError(f"{path} is not a gate results file", "pass the file written by --json")
-    version = data.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise DataError(
-            f"{path} has schema_version {version!r}; this gate reads up to {SCHEMA_VERSION}",
-            "upgrade gate",
-        )
+    check_schema_version(data, str(path), reads_up_to=SCHEMA_VERSION, error=DataError)
     try:
         return Results(
             verdict=str(data["verdict"]),

@@ -187,7 +187,7 @@ def run_demo(
     on_done: Callable[[CandidateResult], None] | None = None,
 ) -> DemoResult:
     """Gate every recipe against the committed baseline; returns the panel."""
-    from gate.models.compress import parse_recipe
+    from gate.models.recipes import parse_recipe
 
     for recipe in recipes:
         if recipe != CONTROL:

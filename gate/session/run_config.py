@@ -20,7 +20,7 @@ Layout (documented with an example in docs/run-config.md)::
     max_new_tokens = 64
 
 Everything is validated before any model is loaded: unknown keys and tiers
-fail with a did-you-mean, recipes are parsed (:func:`gate.models.compress.parse_recipe`),
+fail with a did-you-mean, recipes are parsed (:func:`gate.models.recipes.parse_recipe`),
 candidate names must be unique file-name-safe words. Every error is a
 :class:`~gate.errors.ConfigError` (exit 4) with one line. Relative paths are
 relative to the directory ``gate`` runs in, as the tiers' own path settings are.
@@ -182,7 +182,7 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
             where = f"{source}: candidate {table['name']!r}"
         candidate = build_dataclass(CandidateConfig, table, where=where)
         if candidate.recipe is not None:
-            from gate.models.compress import format_recipe, parse_recipe
+            from gate.models.recipes import format_recipe, parse_recipe
 
             try:
                 recipe = format_recipe(parse_recipe(candidate.recipe))

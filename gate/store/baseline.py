@@ -32,10 +32,12 @@ from typing import Any
 from gate.errors import BaselineError, DataError
 from gate.measurement import Measurement
 from gate.metrics.registry import suggest
+from gate.models.spec import model_slug
 from gate.provenance import sha256_file
 from gate.store.atomic import copy_exclusive, create_exclusive, write_atomic
 from gate.store.measurements_file import KIND as MEASUREMENTS_KIND
 from gate.store.measurements_file import dump_json, parse_metrics, read_json
+from gate.store.schema import check_schema_version
 
 SCHEMA_VERSION = 1
 KIND = "baseline"
@@ -51,22 +53,6 @@ _NUMBERED_RE = re.compile(r"^(\d{4,})-")
 #: Keys every baseline JSON must have.
 REQUIRED_KEYS = ("schema_version", "kind", "model_slug", "number", "label", "metrics")
 _MAX_RACE_RETRIES = 1000
-
-
-def slugify(model: str) -> str:
-    """A store slug for a model id or path: ``Org/Name-7B`` -> ``org--name-7b``.
-
-    A local path keeps only its last component; characters outside
-    ``[a-z0-9._-]`` become ``-``.
-    """
-    text = model.strip().rstrip("/")
-    if text.startswith((".", "/", "~")) or Path(text).exists():
-        text = Path(text).name
-    text = text.lower().replace("/", "--")
-    text = re.sub(r"[^a-z0-9._-]+", "-", text).strip("-._")
-    if not text:
-        raise BaselineError(f"cannot derive a baseline slug from {model!r}", "pass --model-slug")
-    return text[:100]
 
 
 def _check_name(kind: str, value: str, pattern: re.Pattern[str], example: str) -> str:
@@ -162,7 +148,7 @@ def _from_measurements_file(data: Mapping[str, Any], path: Path) -> Baseline:
         raise BaselineError(exc.message, exc.hint) from None
     model = data.get("model") or {}
     return Baseline(
-        slug=slugify(str(model.get("id") or model.get("path") or path.stem)),
+        slug=model_slug(str(model.get("id") or model.get("path") or path.stem)),
         number=0,
         label=path.stem,
         path=path,
@@ -181,16 +167,7 @@ def load_baseline_file(path: Path) -> Baseline:
         raise BaselineError(exc.message, exc.hint) from None
     if not isinstance(data, Mapping):
         raise BaselineError(f"baseline {path} is not a JSON object", "the file is corrupt")
-    version = data.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise BaselineError(f"baseline {path} has no integer schema_version", "the file is corrupt")
-    if version > SCHEMA_VERSION:
-        raise BaselineError(
-            f"baseline {path} has schema_version {version}; this gate reads up to {SCHEMA_VERSION}",
-            "upgrade gate to read it",
-        )
-    if version < 1:
-        raise BaselineError(f"baseline {path} has invalid schema_version {version}", "corrupt file")
+    check_schema_version(data, f"baseline {path}", reads_up_to=SCHEMA_VERSION, error=BaselineError)
     if data.get("kind") == MEASUREMENTS_KIND:
         return _from_measurements_file(data, path)
     _require(data, path)
@@ -419,11 +396,9 @@ class BaselineStore:
             data = read_json(path, BaselineError)
         except DataError as exc:
             raise BaselineError(exc.message, exc.hint) from None
-        version = data.get("schema_version") if isinstance(data, Mapping) else None
-        if isinstance(version, int) and version > SCHEMA_VERSION:
-            raise BaselineError(
-                f"{path} has schema_version {version}; this gate reads up to {SCHEMA_VERSION}",
-                "upgrade gate",
+        if isinstance(data, Mapping):
+            check_schema_version(
+                data, str(path), reads_up_to=SCHEMA_VERSION, error=BaselineError, required=False
             )
         raw = data.get("refs") if isinstance(data, Mapping) else None
         if not isinstance(raw, Mapping) or not all(

@@ -22,6 +22,7 @@ from typing import Any
 from gate.errors import DataError, GateError
 from gate.measurement import Measurement
 from gate.store.atomic import write_atomic
+from gate.store.schema import check_schema_version
 
 SCHEMA_VERSION = 1
 KIND = "measurements"
@@ -108,14 +109,7 @@ def load_measurements(path: Path) -> MeasurementsFile:
     data = read_json(path, DataError, what="measurements file")
     if not isinstance(data, Mapping):
         raise DataError(f"{path} is not a JSON object", "see examples/baseline.json")
-    version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise DataError(f"{path} has no integer 'schema_version'", 'add "schema_version": 1')
-    if version > SCHEMA_VERSION:
-        raise DataError(
-            f"{path} has schema_version {version}; this gate reads up to {SCHEMA_VERSION}",
-            "upgrade gate",
-        )
+    check_schema_version(data, str(path), reads_up_to=SCHEMA_VERSION, error=DataError)
     kind = data.get("kind", KIND)
     if kind != KIND:
         raise DataError(f"{path} is a {kind!r} file, not measurements", "pass a measurements file")

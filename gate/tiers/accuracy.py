@@ -37,6 +37,7 @@ from gate.errors import BaselineError, DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
+from gate.store.schema import check_schema_version
 
 TIER = "accuracy"
 #: Name of the per-question results file stored beside a baseline.
@@ -329,11 +330,9 @@ def read_mcq_results(path: Path) -> list[am.QuestionResult]:
         ) from None
     if not isinstance(payload, dict) or payload.get("kind") != "gate.mcq_results":
         raise BaselineError(f"{path} is not a gate MCQ results file", "re-record the baseline")
-    if payload.get("schema_version") != MCQ_SCHEMA:
-        raise BaselineError(
-            f"{path} has MCQ schema {payload.get('schema_version')!r}, expected {MCQ_SCHEMA}",
-            "record the baseline with this gate version",
-        )
+    check_schema_version(
+        payload, f"MCQ results {path}", reads_up_to=MCQ_SCHEMA, error=BaselineError
+    )
     try:
         return [am.QuestionResult.from_dict(q) for q in payload["questions"]]
     except (KeyError, TypeError) as exc:

@@ -18,8 +18,8 @@ import numpy as np
 from gate.gating.drift import change_point
 from gate.hw.memory import MemoryTracker
 from gate.hw.timing import PerfCounterClock
+from gate.measurement import TimedGeneration
 from gate.metrics.latency import run_latency, summarize
-from gate.models.backends.base import TimedGeneration
 
 
 def test_clock_mark(benchmark: Any) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from gate.hw.timing import PerfCounterClock
-from gate.models.backends.base import StepClock, TimedGeneration
+from gate.measurement import TimedGeneration
+from gate.models.backends.base import StepClock
 
 
 class FakeTime:

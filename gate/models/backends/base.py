@@ -16,10 +16,12 @@ this seam only sees token ids, numpy arrays and torch tensors on the CPU.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from gate.measurement import TimedGeneration
 
 
 @dataclass(frozen=True)
@@ -51,23 +53,6 @@ class TokenScores:
     def argmax_ids(self) -> np.ndarray:
         """``[T]`` the greedy choice at each position."""
         return self.topk_ids[:, 0]
-
-
-@dataclass(frozen=True)
-class TimedGeneration:
-    """One timed generation of a batch.
-
-    ``step_times`` holds seconds since the start of the request (after the
-    inputs were on the device) at which each decoding step's tokens were
-    available; ``step_times[0]`` is the time to first token.
-    """
-
-    batch_size: int
-    prompt_tokens: int
-    new_tokens: int
-    step_times: tuple[float, ...]
-    end_to_end: float
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 class StepClock(Protocol):

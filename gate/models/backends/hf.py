@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from gate.errors import DataError
-from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
-from gate.models.compress import format_recipe
+from gate.measurement import TimedGeneration
+from gate.models.backends.base import ScoreRequest, StepClock, TokenScores
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.provenance import (
     combined_digest,
@@ -48,7 +48,8 @@ from gate.models.provenance import (
     tokenizer_files,
     weight_files,
 )
-from gate.models.spec import ModelSpec, Recipe
+from gate.models.recipes import Recipe, format_recipe
+from gate.models.spec import ModelSpec
 
 
 def _batches(order: list[int], size: int) -> list[list[int]]:

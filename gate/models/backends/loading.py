@@ -24,8 +24,9 @@ import torch
 
 from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.models.backends.hf import HFBackend
-from gate.models.compress import apply_recipe, get_recipe, load_kwargs, parse_recipe
-from gate.models.spec import ModelSpec, Recipe
+from gate.models.compress import apply_recipe, load_kwargs
+from gate.models.recipes import Recipe, get_recipe, parse_recipe
+from gate.models.spec import ModelSpec
 
 #: Package to install for each ``quant_method`` of a pre-quantized checkpoint.
 KERNEL_PACKAGES: dict[str, str] = {
