@@ -8,7 +8,6 @@ unexpected errors into the exit codes of :class:`~gate.errors.ExitCode`.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import traceback
 from collections.abc import Sequence
@@ -16,17 +15,16 @@ from collections.abc import Sequence
 import click
 
 from gate import __version__
+from gate.commands.audit import audit
+from gate.commands.baseline import baseline
+from gate.commands.compare import compare
+from gate.commands.demo import demo
+from gate.commands.import_ import import_
+from gate.commands.run import run
 from gate.errors import ExitCode, GateError
 
-#: (module, attribute) of every top-level command, in ``--help`` order.
-COMMANDS: tuple[tuple[str, str], ...] = (
-    ("gate.commands.run", "run"),
-    ("gate.commands.demo", "demo"),
-    ("gate.commands.compare", "compare"),
-    ("gate.commands.baseline", "baseline"),
-    ("gate.commands.import_", "import_"),
-    ("gate.commands.audit", "audit"),
-)
+#: Every top-level command, in ``--help`` order.
+COMMANDS: tuple[click.Command, ...] = (run, demo, compare, baseline, import_, audit)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -46,18 +44,8 @@ def cli() -> None:
     """
 
 
-def _register_commands() -> None:
-    for module_name, attr in COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # command not built in this checkout
-            raise
-        cli.add_command(getattr(module, attr))
-
-
-_register_commands()
+for _command in COMMANDS:
+    cli.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Where a measurement came from: software, hardware, code revision, file hashes.
 
-DESIGN.md "Contracts": provenance includes the gate version, the git commit,
+docs/contracts.md "Results JSON": provenance includes the gate version, the git commit,
 and the environment (python, torch, transformers, bitsandbytes / quanto
 versions, device, GPU name and driver via pynvml when present). The model's own
 provenance (weights hashes, recipe, quantized linear classes) comes from the
@@ -123,7 +123,7 @@ def gpus(nvml_module: Any | None = None) -> list[dict[str, Any]]:
 
 
 def environment() -> dict[str, Any]:
-    """The software and hardware a run happened on (the ``environment`` of DESIGN.md)."""
+    """The software and hardware a run happened on (the ``environment`` of docs/contracts.md "Results JSON")."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),

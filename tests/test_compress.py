@@ -275,7 +275,7 @@ DEMO_READY = (demo_model_dir() / "model.safetensors").is_file()
 
 
 def _agreement(base: HFBackend, cand: HFBackend, prompts: list[list[int]]) -> float:
-    """Top-1 agreement on the baseline's own greedy outputs (the CGA tokens of DESIGN.md)."""
+    """Top-1 agreement on the baseline's own greedy outputs (the CGA tokens of docs/metrics.md "Fidelity")."""
     outputs = base.generate(prompts, max_new_tokens=24)
     requests = [ScoreRequest(p, o) for p, o in zip(prompts, outputs, strict=True) if o]
     ref = base.score(requests, top_k=1)

@@ -1,4 +1,4 @@
-"""The two promises of DESIGN.md "Severity and statistics", with the shipped thresholds.
+"""The two promises of docs/metrics.md "Severity and statistics", with the shipped thresholds.
 
 1. Identical builds never fail: candidate and baseline drawn from the same
    distribution are flagged (WARN or CRITICAL) in at most 2 % of 200 seeded trials.

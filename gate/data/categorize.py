@@ -1,7 +1,7 @@
 """A transparent, rule-based category for a user prompt, and its length tier.
 
-Fidelity metrics are reported per category and per length tier (DESIGN.md,
-"Fidelity ... Report per category and length tier"). The classifier is a fixed
+Fidelity metrics are reported per category and per length tier (docs/metrics.md
+"Fidelity"). The classifier is a fixed
 list of rules tried in order; the first that fires decides, and the result says
 which rule it was, so any label can be explained and a wrong one fixed by
 editing a keyword list.

@@ -12,7 +12,7 @@ Baseline and candidate are joined on ``(filter, doc_id, doc_hash)``: the same
 document of the same task. The candidate's acc / acc_norm are the harness's own
 per-document flags; flips come from those flags, all-flips from the argmax of
 the choice log-likelihoods, choice KL and top margins from their softmax
-(DESIGN.md "Multiple choice"). The baseline's own measurements are the same
+(docs/metrics.md "Multiple choice"). The baseline's own measurements are the same
 metrics against itself (flips 0), so the regular compare machinery applies.
 """
 

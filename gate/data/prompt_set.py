@@ -4,7 +4,7 @@ Each record is ``{"id", "category", "length", "text"}`` (plus an optional ``tag`
 the language of a ``non_english`` prompt or the domain of a ``knowledge`` one). The
 committed set (``gate/assets/prompts/fidelity_prompts.jsonl``) is built by
 ``scripts/build_prompt_set.py`` with :func:`build_prompt_set`; fidelity metrics
-(DESIGN.md, "Fidelity, on real user prompts") report per ``category`` and ``length``.
+(docs/metrics.md "Fidelity") report per ``category`` and ``length``.
 
 Selection is deterministic: candidates are ordered by ``sha256(id)``, bucketed by
 category, and taken round-robin across categories (sorted by name) until the target

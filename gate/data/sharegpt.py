@@ -9,8 +9,8 @@ counted as skipped bytes. It never returns a partial record and never raises on
 truncation; it warns with the number of records lost.
 
 It also provides the deterministic train / held-out split used by the demo
-model's training script and by the fidelity prompt set (DESIGN.md, "Fidelity, on
-real user prompts"): held-out conversations are never trained on.
+model's training script and by the fidelity prompt set (docs/metrics.md
+"Fidelity"): held-out conversations are never trained on.
 """
 
 from __future__ import annotations

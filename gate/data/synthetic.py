@@ -2,7 +2,7 @@
 
 The demo model is trained on these dialogues (drawn with a training seed) so
 that its baseline probe scores sit clearly above zero and a damaged build shows
-a drop (DESIGN.md, "Capability probes"). The probe generators import the same
+a drop (docs/metrics.md "Capability probes"). The probe generators import the same
 templates and fact tables from here and draw with their own seed, so both sides
 phrase every task identically. Operators are written with spaces and digits are
 tokenized one by one by the demo tokenizer.

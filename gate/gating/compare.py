@@ -1,6 +1,6 @@
 """Measurements x baseline x thresholds -> verdicts. Pure: no files, no models.
 
-DESIGN.md "Severity and statistics". For each candidate metric (and each of
+docs/metrics.md "Severity and statistics". For each candidate metric (and each of
 its breakdown slices):
 
 1. Reference ``r``: the baseline's own value; when the baseline has none and

@@ -1,6 +1,6 @@
 """Statistics behind a verdict: seeded bootstrap CIs, paired tests, Wilson bounds.
 
-DESIGN.md "Severity and statistics": a metric's verdict escalates only when the
+docs/metrics.md "Severity and statistics": a metric's verdict escalates only when the
 evidence supports it. Each test here answers one question, "is the candidate
 *worse* than the baseline?", one-sided, and returns a p-value for it
 (``p_worse``) together with an effect size and a confidence interval.

@@ -1,4 +1,4 @@
-"""``thresholds.toml`` -> frozen, validated dataclasses (DESIGN.md "Severity and statistics").
+"""``thresholds.toml`` -> frozen, validated dataclasses (docs/metrics.md "Severity and statistics").
 
 Layout (every key is documented in the shipped ``thresholds.toml``)::
 

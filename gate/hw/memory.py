@@ -4,7 +4,7 @@ On entry it resets torch's CUDA peak counters (so the peak belongs to this
 region only), records the starting RSS and starts a background thread that
 polls the process RSS (psutil) and, when NVML is available, the process and
 device-wide VRAM. On exit it synchronizes the device, stops the poller and
-reads the peaks. DESIGN.md "Latency and memory": peak allocated/reserved
+reads the peaks. docs/metrics.md "Latency and memory": peak allocated/reserved
 (torch), process/global VRAM (pynvml), CPU RSS.
 
 The torch.cuda memory functions and NVML are reached through small seams

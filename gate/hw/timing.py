@@ -10,8 +10,7 @@ tokens exist, and ``elapsed()`` returns the marks as seconds since ``start``.
   timestamp would measure the *launch*, not the work. Each mark records a CUDA
   event with ``enable_timing=True`` in the stream; ``elapsed()`` synchronizes
   once (on the last event) and reads ``start.elapsed_time(mark)`` in
-  milliseconds. DESIGN.md "Latency and memory": "CUDA timing uses events and
-  synchronizes; CPU uses perf_counter".
+  milliseconds. docs/metrics.md "Latency and memory" (clocks).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Accuracy-tier metrics: perplexity and multiple choice, baseline against candidate.
 
 Pure functions over numbers (no model, no file). Definitions follow
-DESIGN.md "Metrics":
+docs/metrics.md "Accuracy" and "Multiple choice":
 
 * Sliding-window perplexity: ``PPL = exp(sum_t NLL_t / N)`` over every scored
   token ``t`` of the corpus, each token scored exactly once, in the window where
@@ -189,7 +189,7 @@ def option_distribution(option_logprobs: Sequence[float]) -> np.ndarray:
 
 
 def choice_kl(base_logprobs: Sequence[float], cand_logprobs: Sequence[float]) -> float:
-    """``KL(p_base || p_cand)`` over the options, in nats (DESIGN.md "choice-level KL")."""
+    """``KL(p_base || p_cand)`` over the options, in nats (docs/metrics.md "Multiple choice")."""
     if len(base_logprobs) != len(cand_logprobs):
         raise DataError(
             f"choice KL over {len(base_logprobs)} vs {len(cand_logprobs)} options",

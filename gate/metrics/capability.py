@@ -2,7 +2,7 @@
 
 For a family with probes ``j = 1..n`` and outcomes ``x_j in {0, 1}`` (the exact
 checker of :mod:`gate.data.probes` passed or not), the metric is the pass rate
-``p = (1/n) sum_j x_j`` (DESIGN.md, "Capability probes"). The per-probe
+``p = (1/n) sum_j x_j`` (docs/metrics.md "Capability probes"). The per-probe
 outcomes are kept as ``PAIRED_BINARY`` samples with ``sample_ids`` = probe ids,
 so :mod:`gate.gating.compare` pairs a candidate with its baseline probe by probe
 (McNemar on the flips), and each breakdown slice (``op:*``,

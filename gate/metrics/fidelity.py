@@ -1,7 +1,7 @@
 """Fidelity metrics: how closely a candidate follows the baseline's own outputs.
 
 Pure functions over numpy arrays; nothing here touches a model or a file.
-Definitions are those of DESIGN.md, "Metrics / Fidelity". For one prompt ``X``
+Definitions are those of docs/metrics.md "Fidelity". For one prompt ``X``
 the baseline produced the greedy output ``y = (y_1 .. y_T)``; the candidate is
 run teacher-forced on ``X + y`` and gives, at every output position ``i``, a
 log-distribution ``log p_c(. | X, y_<i)``. The baseline's distribution at the

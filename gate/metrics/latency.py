@@ -1,6 +1,6 @@
 """Latency metrics from per-step timestamps (pure: numbers in, numbers out).
 
-Definitions (DESIGN.md "Latency and memory"), for one timed request that
+Definitions (docs/metrics.md "Latency and memory"), for one timed request that
 generates ``N = new_tokens`` tokens for each of ``B = batch_size`` sequences,
 with step timestamps ``t_0 < t_1 < ... < t_{N-1}`` (seconds since the request
 started) and end-to-end latency ``E``:

@@ -8,20 +8,15 @@ validation, compare and reports) never imports a model library.
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Mapping
 from functools import cache
 
 from gate.errors import ConfigError
+from gate.metrics.catalog import accuracy, capability, fidelity, latency
 from gate.metrics.spec import MetricSpec
 
 #: Catalog modules, one per tier; each defines ``SPECS: tuple[MetricSpec, ...]``.
-CATALOG_MODULES: tuple[str, ...] = (
-    "gate.metrics.catalog.fidelity",
-    "gate.metrics.catalog.accuracy",
-    "gate.metrics.catalog.capability",
-    "gate.metrics.catalog.latency",
-)
+CATALOG_MODULES = (fidelity, accuracy, capability, latency)
 
 TIERS: tuple[str, ...] = ("accuracy", "capability", "fidelity", "latency")
 
@@ -30,13 +25,7 @@ TIERS: tuple[str, ...] = ("accuracy", "capability", "fidelity", "latency")
 def all_metrics() -> Mapping[str, MetricSpec]:
     """Every known metric by name. Duplicate names are a programming error."""
     specs: dict[str, MetricSpec] = {}
-    for module_name in CATALOG_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue  # a tier not built yet
-            raise
+    for module in CATALOG_MODULES:
         for spec in module.SPECS:
             if spec.name in specs:
                 raise RuntimeError(f"metric {spec.name!r} registered twice")

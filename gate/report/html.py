@@ -12,7 +12,7 @@ own data-URI images and inline style.
 4. one table per tier with every verdict: candidate, baseline,
    ``delta = candidate - baseline`` (relative change), ``warn / critical``
    bound, confidence interval of the delta and the test that decided it
-   (DESIGN.md "Severity and statistics");
+   (docs/metrics.md "Severity and statistics");
 5. provenance of the candidate and baselines, the environment and the
    latency tier's hardware fingerprint.
 

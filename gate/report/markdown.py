@@ -7,7 +7,7 @@ Read at a glance on a pull request:
 2. the findings table — every warn/critical verdict, worst first, with the
    candidate and baseline values, ``delta = candidate - baseline`` (relative
    change in parentheses), the ``warn / critical`` bound on the degradation and
-   the confidence interval of the delta (DESIGN.md "Severity and statistics");
+   the confidence interval of the delta (docs/metrics.md "Severity and statistics");
 3. the reason of each finding, in the words of :mod:`gate.gating.compare`;
 4. every metric, tier by tier, folded in a ``<details>`` block;
 5. notes and the link to the run's artifacts (full HTML report, JSON, JUnit).

@@ -5,13 +5,13 @@ draw (a tier that did not run, a detail the tier did not record), so the
 report shows what is present and skips the rest cleanly:
 
 * :func:`cga_by_slice` — ``fidelity.cga`` per breakdown slice (category,
-  length), candidate against the reference (DESIGN.md "Fidelity": CGA per
+  length), candidate against the reference (docs/metrics.md "Fidelity": CGA per
   category and length tier), coloured by the slice's severity;
 * :func:`kl_distribution` — the pooled per-token KL distribution of the
-  candidate (mean, median, p90, p95, p99, p99.9, max; DESIGN.md "Distribution
-  of per-token KL"), log scale, with the warn/critical bounds where gated;
+  candidate (mean, median, p90, p95, p99, p99.9, max; docs/metrics.md
+  "Fidelity"), log scale, with the warn/critical bounds where gated;
 * :func:`flips_by_margin` — flip rate per baseline top-margin bucket
-  (DESIGN.md "Multiple choice": flips vs margin), with the bucket sizes;
+  (docs/metrics.md "Multiple choice": flips vs margin), with the bucket sizes;
 * :func:`latency_percentiles` — TTFT / ITL / end-to-end p50/p95/p99,
   candidate against baseline;
 * :func:`throughput_by_batch` — tokens/s (median over runs) per batch size of

@@ -1,4 +1,4 @@
-"""The results JSON of DESIGN.md ("Contracts"): written by ``--json`` and the plugin.
+"""The results JSON (docs/contracts.md "Results JSON"): written by ``--json`` and the plugin.
 
 Shape (``schema_version`` 1)::
 

@@ -1,4 +1,4 @@
-"""The versioned baseline store (DESIGN.md "Contracts: Baselines").
+"""The versioned baseline store (docs/contracts.md "Baselines store").
 
 Layout under the store root (``./baselines`` by default)::
 

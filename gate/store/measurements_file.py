@@ -1,6 +1,6 @@
 """The measurements file: input of ``gate compare`` and ``gate baseline add``.
 
-It is the results JSON of DESIGN.md without verdicts::
+It is the results JSON without verdicts (docs/contracts.md "Measurements file")::
 
     {"schema_version": 1, "kind": "measurements",
      "model": {provenance}, "environment": {...},

@@ -1,6 +1,6 @@
 """Reference packs: what the baseline model produced on the fidelity prompts.
 
-With a pack, a candidate run never loads the baseline model (DESIGN.md,
+With a pack, a candidate run never loads the baseline model (docs/contracts.md
 "Reference packs"): one teacher-forced pass of the candidate over
 ``prompt + reference output`` is the whole fidelity cost.
 

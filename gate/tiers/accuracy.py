@@ -2,7 +2,7 @@
 
 Workload only: it turns a :class:`~gate.models.backends.base.Backend` plus
 :class:`AccuracySettings` into model scores, and hands the numbers to the pure
-functions of :mod:`gate.metrics.accuracy` (definitions in DESIGN.md "Metrics").
+functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accuracy").
 
 * Perplexity: the corpus is tokenized once (:meth:`Backend.encode_text`), cut
   into :func:`~gate.metrics.accuracy.sliding_windows`, and each window is one

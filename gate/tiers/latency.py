@@ -1,6 +1,6 @@
 """The latency and memory tier: timed generation at fixed shapes, then metrics.
 
-Workload (DESIGN.md "Latency and memory"): a fixed prompt, exactly
+Workload (docs/metrics.md "Latency and memory"): a fixed prompt, exactly
 ``new_tokens`` generated tokens (min == max), ``warmup`` untimed runs then
 ``runs`` timed runs at the reference batch (the first of ``batch_sizes``);
 those give the TTFT/ITL/TPOT/E2E percentiles of :mod:`gate.metrics.latency`.

@@ -1,4 +1,4 @@
-"""Seeded capability probes with exact checkers (DESIGN.md, "Capability probes").
+"""Seeded capability probes with exact checkers (docs/metrics.md "Capability probes").
 
 A :class:`Probe` is one prompt plus a :class:`Checker` that decides, with no
 model and no judgement call, whether a reply satisfies it. Probes come in

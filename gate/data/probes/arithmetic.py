@@ -23,7 +23,7 @@ Number extraction (:func:`extract_numbers`) is exact and documented:
 * only ASCII digits count.
 
 The arithmetic-reasoning motivation (a build can lose many points of multi-step
-arithmetic while perplexity barely moves) is in DESIGN.md, "Why it exists".
+arithmetic while perplexity barely moves) is in docs/metrics.md "Why these metrics".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Metric specs of the accuracy tier (definitions in DESIGN.md "Metrics").
+"""Metric specs of the accuracy tier (definitions in docs/metrics.md "Accuracy", "Multiple choice").
 
 ``accuracy.perplexity`` is ``PAIRED_SCORE``: its samples are the mean NLL
 (nats/token) of each sliding window, and both sides score the very same token

@@ -1,4 +1,4 @@
-"""Metric specs of the capability tier (DESIGN.md "Metrics", capability probes).
+"""Metric specs of the capability tier (docs/metrics.md "Capability probes").
 
 Every metric is a pass rate over seeded probes with exact checkers
 (:mod:`gate.data.probes`). The samples are per-probe outcomes (1 pass, 0 fail)

@@ -1,6 +1,6 @@
 """Fidelity-tier metric declarations (torch-free).
 
-Definitions in :mod:`gate.metrics.fidelity` (DESIGN.md "Metrics / Fidelity").
+Definitions in :mod:`gate.metrics.fidelity` (docs/metrics.md "Fidelity").
 Every fidelity metric is computed *against* the baseline's own outputs, so each
 has a fixed ideal (1.0 for agreement, 0.0 for divergences) and is compared with
 that ideal.
