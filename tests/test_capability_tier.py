@@ -15,11 +15,15 @@ import pytest
 from gate.data.probes import build_probes
 from gate.errors import ConfigError, DataError
 from gate.gating.compare import compare
-from gate.gating.stats import wilson_interval
 from gate.gating.thresholds import parse_thresholds
 from gate.gating.verdict import Severity
 from gate.measurement import Measurement
-from gate.metrics.capability import ProbeOutcome, pass_rate, pass_rate_measurement
+from gate.metrics.capability import (
+    ProbeOutcome,
+    pass_rate,
+    pass_rate_measurement,
+    wilson_interval,
+)
 from gate.metrics.registry import get_metric
 from gate.metrics.spec import SampleKind
 from gate.tiers.capability import CapabilitySettings, measure, settings_from

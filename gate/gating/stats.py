@@ -1,4 +1,4 @@
-"""Statistics behind a verdict: seeded bootstrap CIs, paired tests, Wilson bounds.
+"""Statistics behind a verdict: seeded bootstrap CIs and one-sided paired and repeated-run tests.
 
 docs/metrics.md "Severity and statistics": a metric's verdict escalates only when the
 evidence supports it. Each test here answers one question, "is the candidate
@@ -243,22 +243,6 @@ def paired_binary_ci(
     tail = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(boot, [tail, 1.0 - tail])
     return float(lo), float(hi)
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of the proportion ``successes / n``.
-
-    ``(p + z^2/2n ± z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)`` with ``z`` the
-    two-sided normal quantile; computed by scipy's ``proportion_ci``.
-    """
-    if n <= 0:
-        raise ValueError("wilson_interval: n must be positive")
-    if not 0 <= successes <= n:
-        raise ValueError(f"wilson_interval: {successes} successes out of {n}")
-    ci = sps.binomtest(int(successes), int(n)).proportion_ci(
-        confidence_level=confidence, method="wilson"
-    )
-    return float(ci.low), float(ci.high)
 
 
 def _median_ratio_of_logs(log_ratio: NDArray[np.float64], axis: int = -1) -> Any:

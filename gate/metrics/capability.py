@@ -9,7 +9,7 @@ so :mod:`gate.gating.compare` pairs a candidate with its baseline probe by probe
 ``constraint:<kind>`` ...) is the same pass rate over its probes.
 
 ``details`` carries the count of passes, the 95 % Wilson score interval of
-``p`` (Wilson, 1927; computed by :func:`gate.gating.stats.wilson_interval`), the
+``p`` (Wilson, 1927; :func:`wilson_interval`), the
 probe seed, and a few failing examples (prompt, reply, checker reason) for
 the report.
 """
@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scipy import stats as sps
+
 from gate.errors import DataError
-from gate.gating.stats import wilson_interval
 from gate.measurement import Measurement, from_samples
 
-__all__ = ["ProbeOutcome", "pass_rate", "pass_rate_measurement"]
+__all__ = ["ProbeOutcome", "pass_rate", "pass_rate_measurement", "wilson_interval"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,22 @@ def pass_rate(outcomes: Sequence[bool]) -> float:
     if not outcomes:
         raise DataError("no probe outcomes to score", "ask for at least one probe per family")
     return sum(1 for x in outcomes if x) / len(outcomes)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``successes / n``.
+
+    ``(p + z^2/2n ± z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)`` with ``z`` the
+    two-sided normal quantile; computed by scipy's ``proportion_ci``.
+    """
+    if n <= 0:
+        raise ValueError("wilson_interval: n must be positive")
+    if not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval: {successes} successes out of {n}")
+    ci = sps.binomtest(int(successes), int(n)).proportion_ci(
+        confidence_level=confidence, method="wilson"
+    )
+    return float(ci.low), float(ci.high)
 
 
 def pass_rate_measurement(
