@@ -167,3 +167,36 @@ def test_bad_recipes_are_one_line_config_errors(text: str, fragment: str) -> Non
     assert fragment in line
     assert "\n" not in line
     assert info.value.exit_code == ExitCode.USAGE_ERROR
+
+
+def test_a_new_argument_kind_plugs_into_the_parser_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Structured arguments (``sinks=4,window=256``) need one kind and one catalogue entry."""
+    from gate.models import recipes
+
+    def parse_keyed(name: str, text: str) -> recipes.RecipeValue:
+        pairs = [item.partition("=") for item in text.split(",")]
+        if not all(sep and key and value.isdigit() for key, sep, value in pairs):
+            raise ConfigError(f"{name}: {text!r} is not key=number pairs", "e.g. sinks=4")
+        return tuple((key.strip(), int(value)) for key, _, value in pairs)
+
+    def format_keyed(value: recipes.RecipeValue) -> str:
+        assert isinstance(value, tuple)
+        return ",".join(f"{key}={number}" for key, number in value)
+
+    monkeypatch.setitem(
+        recipes.ARG_KINDS, "keyed", recipes.ArgKind("keyed", "sinks=4", parse_keyed, format_keyed)
+    )
+    monkeypatch.setitem(
+        recipes.RECIPES, "kv-window", recipes.RecipeDef("kv-window", "test only", arg="keyed")
+    )
+    recipe = parse_recipe("KV-Window: sinks=4,window=256")
+    assert recipe == Recipe("kv-window", (("sinks", 4), ("window", 256)))
+    assert str(recipe) == "kv-window:sinks=4,window=256"
+    assert parse_recipe(str(recipe)) == recipe
+    with pytest.raises(ConfigError, match="not key=number pairs"):
+        parse_recipe("kv-window:sinks")
+    with pytest.raises(ConfigError, match="needs an argument") as info:
+        parse_recipe("kv-window")
+    assert "kv-window:sinks=4" in info.value.format_line()
