@@ -19,14 +19,14 @@ pytestmark = pytest.mark.accuracy
 
 
 def test_perplexity(gate_run: GateRun) -> None:
-    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    settings = gate_run.settings("accuracy")
     if not settings.perplexity:
         pytest.skip("perplexity disabled in [tiers.accuracy]")
     gate_run.record(tier.measure_perplexity(gate_run.backend, settings))
 
 
 def test_multiple_choice(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
-    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    settings = gate_run.settings("accuracy")
     results = tier.run_mcq(gate_run.backend, settings)
     baseline = None
     if gate_run.mode == "record":

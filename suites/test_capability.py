@@ -11,7 +11,7 @@ import pytest
 
 from gate.data.probes import FAMILIES
 from gate.session.run import GateRun
-from gate.tiers.capability import TIER, measure, settings_from
+from gate.tiers.capability import measure
 
 pytestmark = pytest.mark.capability
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.capability
 @pytest.mark.parametrize("family", FAMILIES)
 def test_capability(gate_run: GateRun, family: str) -> None:
     """Pass rate of one probe family on the model under test."""
-    settings = settings_from(gate_run.settings(TIER))
+    settings = gate_run.settings("capability")
     if family not in settings.families:
         pytest.skip(f"{family} is not in [tiers.capability] families")
     for measurement in measure(gate_run.backend, settings, families=(family,)):

@@ -22,7 +22,7 @@ ARTIFACT = "reference"
 
 
 def test_fidelity(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
-    settings = tier.settings_from(gate_run.settings(tier.TIER))
+    settings = gate_run.settings("fidelity")
     if gate_run.mode == "record":
         prompts = tier.load_prompts(settings)
         path = tmp_path_factory.mktemp("fidelity") / "reference.safetensors"

@@ -45,7 +45,6 @@ from gate.tiers.latency import (
     plain_runner,
     reference_build,
     run_tier,
-    settings_from,
     to_measurements,
 )
 
@@ -89,7 +88,7 @@ def _baseline_build(gate_run: GateRun, settings: LatencySettings) -> BaselineBui
 
 def test_latency(gate_run: GateRun, request: pytest.FixtureRequest) -> None:
     """TTFT/ITL/TPOT/E2E percentiles, throughput sweep and memory of the model under test."""
-    settings = settings_from(gate_run.settings("latency"))
+    settings = gate_run.settings("latency")
     backend = gate_run.backend
     provenance = backend.provenance()
     device = str(provenance.get("device", "cpu"))

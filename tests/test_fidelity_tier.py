@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
@@ -303,14 +302,18 @@ def test_demo_judgement() -> None:
 
 
 def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
-    from gate.session.demo import DEMO_SETTINGS, write_config
-    from gate.session.run import load_run_config
+    from gate.session.demo import DEFAULT_RECIPES, DEMO_SETTINGS, store_dir, write_config
+    from gate.session.run_config import load_run_config
+    from gate.tiers.registry import build_settings
 
     loaded = load_run_config(write_config(tmp_path / "demo.toml"))
-    assert loaded == {k: dict(v) for k, v in DEMO_SETTINGS.items()}
-    for name, table in loaded.items():
-        module = importlib.import_module(f"gate.tiers.{name}")
-        module.settings_from(table)  # each tier validates its own table
+    assert loaded.tiers == {k: dict(v) for k, v in DEMO_SETTINGS.items()}
+    for name, table in loaded.tiers.items():
+        build_settings(name, table)  # each table builds its tier's settings class
+    candidates = loaded.resolved()
+    assert [c.recipe_label for c in candidates] == list(DEFAULT_RECIPES)
+    assert {(c.model, c.against, c.model_slug) for c in candidates} == {("demo", ("fp16",), "demo")}
+    assert loaded.run.store == store_dir()
 
 
 def test_demo_refuses_an_unknown_recipe() -> None:

@@ -31,7 +31,8 @@ from gate.hw.memory import MemoryTracker
 from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement
 from gate.metrics.latency import summarize
-from gate.session.runner import LatencyFlags, SessionOptions, build_args, suites_dir
+from gate.session.options import SessionOptions
+from gate.session.runner import build_args, suites_dir
 from gate.store.baseline import BaselineStore
 from gate.tiers.latency import (
     BaselineBuild,
@@ -213,10 +214,8 @@ def test_reference_build_reads_the_baseline_provenance() -> None:
 
 
 def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    flags = LatencyFlags(Path("hist"), allow_hardware_mismatch=True, paired=True)
-    args = build_args(
-        "run", "demo", ["latency"], directory=suites_dir(), options=SessionOptions(latency=flags)
-    )
+    flags = SessionOptions(history=Path("hist"), allow_hardware_mismatch=True, paired_latency=True)
+    args = build_args("run", "demo", ["latency"], directory=suites_dir(), options=flags)
     tail = ["--gate-history", "hist", "--gate-allow-hardware-mismatch", "--gate-paired-latency"]
     assert args[-4:] == tail
     import gate.session.runner
@@ -225,15 +224,19 @@ def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None
     seen: dict[str, Any] = {}
 
     def fake_run_pytest(mode: str, model: str, options: SessionOptions, **kwargs: Any) -> int:
-        seen["latency"] = options.latency
+        seen["latency"] = options.setting_overrides()["latency"]
         return 0
 
     monkeypatch.setattr(gate.session.runner, "run_pytest", fake_run_pytest)
     argv = ["run", "--candidate", "demo", "--tiers", "latency", "--history", "hist"]
     assert main([*argv, "--allow-hardware-mismatch", "--paired-latency"]) == 0
-    assert seen["latency"] == flags
+    assert seen["latency"] == {
+        "history_dir": "hist",
+        "allow_hardware_mismatch": True,
+        "paired": True,
+    }
     assert main(argv) == 0
-    assert seen["latency"] == LatencyFlags(Path("hist"), False, False)
+    assert seen["latency"] == {"history_dir": "hist"}
 
 
 # --- the packaged suite under the plugin, with scripted backends on a busy machine ---------

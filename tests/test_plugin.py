@@ -69,7 +69,7 @@ THRESHOLDS = textwrap.dedent(
     warn = 0.02
     critical = 0.05
     [tiers.accuracy]
-    questions = 400
+    mcq_limit = 400
     """
 )
 
@@ -195,7 +195,7 @@ def test_artifacts_round_trip_and_settings(gate_dir: pytest.Pytester) -> None:
         """
         @pytest.mark.accuracy
         def test_pack(gate_run, tmp_path):
-            assert gate_run.settings("accuracy")["questions"] == 400
+            assert gate_run.settings("accuracy").mcq_limit == 400  # typed, from thresholds.toml
             if gate_run.mode == "record":
                 pack = tmp_path / "pack.bin"
                 pack.write_bytes(b"pack")
@@ -224,7 +224,8 @@ def test_inert_without_gate_model(pytester: pytest.Pytester) -> None:
 
 
 def test_record_store_path(tmp_path: Path) -> None:
-    from gate.session.runner import SessionOptions, build_args
+    from gate.session.options import SessionOptions
+    from gate.session.runner import build_args
 
     options = SessionOptions(store=tmp_path / "s")
     args = build_args("record", "demo", ["fidelity"], directory=tmp_path, options=options)
@@ -241,7 +242,8 @@ RUNNER_SCRIPT = textwrap.dedent(
     import sys
     from pathlib import Path
     from dataclasses import replace
-    from gate.session.runner import SessionOptions, run_pytest
+    from gate.session.options import SessionOptions
+    from gate.session.runner import run_pytest
 
     suites, store, thresholds = (Path(a) for a in sys.argv[1:4])
     common = SessionOptions(store=store, thresholds=thresholds)

@@ -22,12 +22,12 @@ from gate.data.sharegpt import Conversation, Turn, base_id, is_heldout
 from gate.errors import ConfigError, DataError, ExitCode
 from gate.report.outputs import ReportTargets
 from gate.session.multirun import (
-    candidate_targets,
     outcome_of,
     summary_markdown,
     worst_exit,
     worst_findings,
 )
+from gate.session.plan import candidate_targets
 from gate.session.run_config import Candidate, load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -221,8 +221,10 @@ def record(
       gate baseline record --model ./llama-8b --tiers fidelity,accuracy
     """
     from gate.commands.run import effective_store
+    from gate.session.inputs import prepare_session
+    from gate.session.options import SessionOptions
     from gate.session.run_config import RunDefaults, load_run_config
-    from gate.session.runner import SessionOptions, parse_tiers, run_pytest
+    from gate.session.runner import parse_tiers, run_pytest
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()
@@ -242,5 +244,6 @@ def record(
         ref=ref,
         calibration=defaults.calibration,
     )
+    prepare_session("record", model, options)  # bad input fails here, before any model loads
     code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)
     return int(code)

@@ -14,10 +14,9 @@ from typing import Any, TypeVar
 
 import click
 
-F = TypeVar("F", bound=Callable[..., Any])
+from gate.session.options import DEFAULT_STORE
 
-#: Default store directory, relative to the working directory.
-DEFAULT_STORE = Path("baselines")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def file_option(*decls: str, **attrs: Any) -> Callable[[F], F]:

@@ -8,7 +8,6 @@ import click
 from click.core import ParameterSource
 
 from gate.commands.options import (
-    DEFAULT_STORE,
     dir_option,
     file_option,
     json_option,
@@ -17,40 +16,24 @@ from gate.commands.options import (
     strict_option,
     thresholds_option,
 )
-from gate.errors import ExitCode, GateError, UsageError
+from gate.errors import ExitCode
 from gate.report.outputs import ReportTargets
-from gate.session.run_config import Candidate, RunConfig, RunDefaults, load_run_config
+from gate.session.options import SessionOptions
+from gate.session.run_config import CandidateOverrides, RunConfig
+
+
+def explicit_store(store: Path) -> Path | None:
+    """``--store`` when the user gave it (flag or ``$GATE_STORE``), else ``None``."""
+    source = click.get_current_context().get_parameter_source("store")
+    return store if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) else None
 
 
 def effective_store(store: Path, config: RunConfig | None) -> Path:
     """``--store`` / ``$GATE_STORE`` when given, else ``[run].store``, else the default."""
-    ctx = click.get_current_context()
-    source = ctx.get_parameter_source("store")
-    explicit = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    if not explicit and config is not None and config.run.store is not None:
+    given = explicit_store(store)
+    if given is None and config is not None and config.run.store is not None:
         return config.run.store
-    return store
-
-
-def store_for(model: str, store: Path) -> Path:
-    """The store a candidate is judged against.
-
-    ``store`` itself, except for the demo model when ``store`` is the default
-    ``./baselines`` and holds no demo baselines: then the packaged store with the
-    demo's committed baseline, so ``gate run --candidate demo`` works from any
-    directory after ``pip install``.
-    """
-    if model != "demo" or store != DEFAULT_STORE or (store / "demo").is_dir():
-        return store
-    from gate.session.demo import store_dir
-
-    return store_dir()
-
-
-def _name_of(model: str) -> str:
-    from gate.models.spec import ModelSpec
-
-    return ModelSpec.parse(model).slug
+    return given or store
 
 
 @click.command("run")
@@ -94,6 +77,12 @@ def _name_of(model: str) -> str:
 )
 @store_option
 @report_options
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check everything (config, thresholds, tier settings, recipes, baseline refs, "
+    "report paths), print what would run and exit 0; loads no model.",
+)
 def run(
     candidate: str | None,
     recipe: str | None,
@@ -113,6 +102,7 @@ def run(
     html_out: Path | None,
     junit_out: Path | None,
     markdown_out: Path | None,
+    dry_run: bool,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
 
@@ -136,11 +126,15 @@ def run(
     writes one combined comment (summary + every report) at the given path.
     With --candidate the config only lends its [run] defaults and [tiers].
     Command-line flags override the config (--tiers, --against, --store, ...).
+    Every input of every candidate (config, thresholds.toml, tier settings,
+    recipes, baseline refs, calibration, report paths) is checked before the
+    first model loads; --dry-run stops there and prints what would run.
 
     \b
     Examples:
       gate run --config gate.toml --json out/results.json --markdown out/comment.md
       gate run --config gate.toml --tiers latency
+      gate run --config gate.toml --dry-run
       gate run --candidate demo --recipe bnb-nf4
       gate run --candidate ./llama-8b --recipe quanto-int4 --against fp16 --against prod
       gate run --candidate demo --recipe prune-magnitude:0.3 --tiers fidelity --json out.json
@@ -148,80 +142,32 @@ def run(
       gate run --candidate demo --recipe quanto-int4 --tiers latency --paired-latency
     """
     from gate.report.console import make_console
-    from gate.session.multirun import precheck, run_candidates
-    from gate.session.runner import LatencyFlags, SessionOptions, parse_tiers, run_pytest
+    from gate.session.multirun import execute_plan
+    from gate.session.plan import check_plan, describe_plan, plan_run
+    from gate.session.runner import parse_tiers
 
-    run_config = load_run_config(config) if config is not None else None
-    defaults = run_config.run if run_config is not None else RunDefaults()
-    store = effective_store(store, run_config)
-    thresholds = thresholds or defaults.thresholds
-    strict = strict or defaults.strict
-    tier_override = parse_tiers(tiers)
-    latency = LatencyFlags(history, allow_hardware_mismatch, paired_latency)
-    reports = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
-
-    def session(item: Candidate, targets: ReportTargets) -> ExitCode:
-        options = SessionOptions(
-            recipe=item.recipe,
-            against=tuple(item.against),
-            store=store_for(item.model, store),
-            thresholds=thresholds,
-            strict=strict,
-            json_out=targets.json,
-            config=config,
-            model_slug=item.model_slug,
-            verbose=verbose,
-            reports=ReportTargets(
-                html=targets.html, junit=targets.junit, markdown=targets.markdown
-            ),
-            latency=latency,
-            calibration=item.calibration,
-        )
-        try:
-            return run_pytest("run", item.model, options, tiers=tier_override or item.tiers)
-        except GateError as exc:  # one candidate's error must not stop the others
-            click.echo(f"gate: error: {exc.format_line()}", err=True)
-            return exc.exit_code
-
-    if candidate is not None:
-        single = Candidate(
-            name=_name_of(candidate),
-            model=candidate,
-            recipe=recipe,
-            against=against or defaults.against,
-            tiers=defaults.tiers,
-            calibration=calibration or defaults.calibration,
-            model_slug=model_slug or defaults.model_slug or _baseline_slug(defaults),
-        )
-        return int(session(single, reports))
-    if run_config is None:
-        raise UsageError(
-            "nothing to gate", "give --candidate MODEL or --config gate.toml with [[candidates]]"
-        )
-    if recipe is not None or model_slug is not None:
-        raise UsageError(
-            "--recipe and --model-slug apply to --candidate only",
-            "set them per [[candidates]] entry in the config",
-        )
-    if not run_config.candidates:
-        raise UsageError(
-            f"{run_config.source} names no candidates", "add [[candidates]] tables or --candidate"
-        )
-    candidates = [
-        Candidate(
-            name=c.name,
-            model=c.model,
-            recipe=c.recipe,
-            against=against or c.against,
-            tiers=c.tiers,
-            calibration=calibration or c.calibration,
-            model_slug=c.model_slug,
-        )
-        for c in run_config.resolved()
-    ]
-    precheck(candidates, store)
-    return int(run_candidates(candidates, session, reports, make_console()))
-
-
-def _baseline_slug(defaults: RunDefaults) -> str | None:
-    return _name_of(defaults.baseline) if defaults.baseline else None
+    overrides = CandidateOverrides(
+        candidate=candidate,
+        recipe=recipe,
+        against=against,
+        tiers=parse_tiers(tiers),
+        calibration=calibration,
+        model_slug=model_slug,
+    )
+    shared = SessionOptions(
+        store=explicit_store(store),
+        thresholds=thresholds,
+        strict=strict,
+        verbose=verbose,
+        history=history,
+        allow_hardware_mismatch=allow_hardware_mismatch,
+        paired_latency=paired_latency,
+    )
+    targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+    plan = plan_run(config, overrides, shared, targets)
+    checked = check_plan(plan)  # every input of every candidate, before any model loads
+    if dry_run:
+        for line in describe_plan(plan, checked):
+            click.echo(line)
+        return int(ExitCode.OK)
+    return int(execute_plan(plan, make_console()))

@@ -13,8 +13,8 @@ Layout (every key is documented in the shipped ``thresholds.toml``)::
     min_samples = 30      # optional per-metric override
     categories = { "category:math" = { warn = 0.01, critical = 0.02 } }
 
-    [tiers.latency]       # free-form tier settings, validated by each tier with build_dataclass
-    runs = 20
+    [tiers.latency]       # tier settings: the tier name is checked here, the keys by
+    runs = 20             # the session right after loading (gate.tiers.registry)
 
 Validation happens here, at the edge: unknown keys and metric names fail with
 a "did you mean", bounds must be finite and non-negative, ``warn <= critical``.
@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gate.errors import ConfigError
 from gate.gating.verdict import Severity
-from gate.metrics.registry import TIERS, all_metrics, suggest
+from gate.metrics.registry import all_metrics, check_tier, suggest
 from gate.metrics.spec import MetricSpec
 
 if sys.version_info >= (3, 11):
@@ -119,7 +119,9 @@ class Thresholds:
     min_samples: int
     metrics: Mapping[str, MetricThreshold]
     source: str
-    #: Raw ``[tiers.<name>]`` tables; each tier validates its own with :func:`build_dataclass`.
+    #: Raw ``[tiers.<name>]`` tables (tier names checked). Their keys are validated by the
+    #: session layer against the tier settings registry (:mod:`gate.tiers.registry`) as
+    #: soon as the file is loaded; gating itself never imports the tiers.
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def for_metric(self, name: str) -> MetricThreshold | None:
@@ -398,8 +400,7 @@ def parse_thresholds(
         raise ConfigError(f"{source}: [tiers] must be a table", "[tiers.latency] ...")
     tiers: dict[str, Mapping[str, Any]] = {}
     for tier, settings in tiers_table.items():
-        if tier not in TIERS:
-            raise ConfigError(f"{source}: unknown tier {tier!r}", suggest(tier, list(TIERS)))
+        check_tier(tier, source)
         if not isinstance(settings, Mapping):
             raise ConfigError(f"tiers.{tier}: expected a table", f"[tiers.{tier}] then keys")
         tiers[tier] = dict(settings)

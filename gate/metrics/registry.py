@@ -18,6 +18,7 @@ from gate.metrics.spec import MetricSpec
 #: Catalog modules, one per tier; each defines ``SPECS: tuple[MetricSpec, ...]``.
 CATALOG_MODULES = (fidelity, accuracy, capability, latency)
 
+#: The tiers, one per catalog module: the one answer to "is this a tier?" (:func:`check_tier`).
 TIERS: tuple[str, ...] = ("accuracy", "capability", "fidelity", "latency")
 
 
@@ -40,6 +41,19 @@ def suggest(name: str, choices: list[str] | tuple[str, ...]) -> str:
         return f"did you mean {close[0]!r}?"
     shown = ", ".join(sorted(choices)[:8])
     return f"known names: {shown}{', ...' if len(choices) > 8 else ''}"
+
+
+def check_tier(tier: str, where: str = "") -> str:
+    """``tier`` when it is one of :data:`TIERS`, else :class:`ConfigError` with a "did you mean".
+
+    ``where`` (a file, a table) prefixes the message. Every place that reads a
+    tier name (``--tiers``, ``[run].tiers``, ``[tiers.<name>]`` of the run config
+    and of thresholds.toml, ``GateRun.settings``) asks here.
+    """
+    if tier not in TIERS:
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}unknown tier {tier!r}", suggest(tier, list(TIERS)))
+    return tier
 
 
 def get_metric(name: str) -> MetricSpec:

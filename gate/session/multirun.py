@@ -1,14 +1,21 @@
-"""Gate several candidates of a run config, one pytest session each, then one summary.
+"""Gate several candidates, one pytest session each, then one summary: the one loop.
 
-``gate run --config gate.toml`` (without ``--candidate``) lands here:
+``gate run`` (with ``--config``, and with ``--candidate``) and ``gate demo``
+both land in :func:`run_candidates`:
 
-1. every candidate is checked before any model is loaded — its baseline refs
-   resolve in the store and its calibration file reads — so a typo fails at
-   once with exit 4;
+1. every candidate has been checked before (:func:`gate.session.plan.check_plan`:
+   its baseline refs resolve in the store, its settings and calibration file
+   read), so a typo fails at once with exit 4;
 2. each candidate runs its own gate session (:func:`gate.session.runner.run_pytest`),
-   which prints that candidate's report;
-3. a summary table follows (candidate, recipe, verdict, exit code, the worst
-   findings), and the command exits with the worst exit code (:func:`worst_exit`).
+   which prints that candidate's report; a candidate's ``GateError`` is printed
+   on one line and becomes its exit code without stopping the others; an
+   interrupted candidate ends the loop;
+3. each candidate's results JSON is read back into an :class:`Outcome`.
+
+:func:`execute_plan` then prints ``gate run``'s summary table (candidate,
+recipe, verdict, exit code, the worst findings) and returns the worst exit
+code (:func:`worst_exit`); the demo prints its own table from the same
+outcomes (:mod:`gate.session.demo`).
 
 Report files: with one candidate the paths given are used as they are; with
 several, each candidate writes ``<stem>-<name><suffix>`` beside the given path
@@ -20,6 +27,7 @@ report) so that a workflow can post it as a single pull-request comment.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,8 +40,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gate import progress
-from gate.errors import ExitCode
+from gate.errors import ExitCode, GateError
 from gate.report.outputs import ReportTargets
+from gate.session.plan import RunPlan
 from gate.session.run_config import Candidate
 from gate.store.atomic import write_atomic
 
@@ -73,25 +82,6 @@ def worst_exit(codes: Iterable[int]) -> ExitCode:
     return worst
 
 
-def suffixed(path: Path | None, name: str) -> Path | None:
-    """``out/results.json`` -> ``out/results-<name>.json``."""
-    if path is None:
-        return None
-    return path.with_name(f"{path.stem}-{name}{path.suffix}")
-
-
-def candidate_targets(targets: ReportTargets, name: str, several: bool) -> ReportTargets:
-    """The report paths of one candidate (suffixed when there are several candidates)."""
-    if not several:
-        return targets
-    return ReportTargets(
-        json=suffixed(targets.json, name),
-        html=suffixed(targets.html, name),
-        junit=suffixed(targets.junit, name),
-        markdown=suffixed(targets.markdown, name),
-    )
-
-
 @dataclass(frozen=True)
 class Outcome:
     """How one candidate ended."""
@@ -101,6 +91,12 @@ class Outcome:
     headline: str
     findings: tuple[str, ...]
     markdown: Path | None = None
+    #: The results JSON written by the session (``None``: none was written).
+    doc: Mapping[str, Any] | None = None
+    #: Where that JSON was written.
+    results: Path | None = None
+    #: The one-line GateError that stopped the session, if one did.
+    error: str | None = None
 
 
 _SEVERITY_RANK = {"critical": 0, "warn": 1}
@@ -138,21 +134,31 @@ def worst_findings(doc: Mapping[str, Any], limit: int = 3) -> tuple[str, ...]:
     return tuple(_finding(m) for m in sorted(bad, key=key)[:limit])
 
 
+def _read_results(results: Path) -> Mapping[str, Any] | None:
+    if not results.is_file():
+        return None
+    try:
+        loaded = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
 def outcome_of(
-    candidate: Candidate, code: ExitCode, results: Path, markdown: Path | None = None
+    candidate: Candidate,
+    code: ExitCode,
+    results: Path,
+    markdown: Path | None = None,
+    error: str | None = None,
 ) -> Outcome:
     """Read the candidate's results JSON (when written) into an :class:`Outcome`."""
-    doc: Mapping[str, Any] | None = None
-    if results.is_file():
-        try:
-            loaded = json.loads(results.read_text(encoding="utf-8"))
-            doc = loaded if isinstance(loaded, dict) else None
-        except (OSError, ValueError):
-            doc = None
+    doc = _read_results(results)
+    found = results if doc is not None else None
     if doc is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL_ERROR):
         word = _FAILURE_WORDS.get(code, "APPROVED")
         reason = "see its report above" if code != ExitCode.OK else ""
-        return Outcome(candidate, code, word, (reason,) if reason else (), markdown)
+        findings: tuple[str, ...] = (reason,) if reason else ()
+        return Outcome(candidate, code, word, findings, markdown, doc, found, error)
     headline = str(doc.get("headline") or doc.get("verdict") or "")
     if code in (ExitCode.USAGE_ERROR, ExitCode.NO_MEASUREMENTS):
         headline = _FAILURE_WORDS[code]
@@ -162,7 +168,7 @@ def outcome_of(
         findings = (f"all {count} metric checks pass",) if code == ExitCode.OK else ()
     if code == ExitCode.BLOCKED and not doc.get("metrics"):
         findings = ("a tier test failed; see its report above",)
-    return Outcome(candidate, code, headline, findings, markdown)
+    return Outcome(candidate, code, headline, findings, markdown, doc, found, error)
 
 
 def summary_table(outcomes: Sequence[Outcome]) -> Table:
@@ -210,58 +216,83 @@ def summary_markdown(outcomes: Sequence[Outcome], code: ExitCode) -> str:
     return "\n".join(lines) + "\n"
 
 
-def precheck(candidates: Sequence[Candidate], store: Path) -> None:
-    """Fail before any model loads: every model spec parses, every baseline ref
-    resolves in ``store``, every needed calibration file reads (exit 4 otherwise)."""
-    from gate.data.calibration import calibration_for
-    from gate.models.spec import ModelSpec
-    from gate.store.baseline import BaselineStore
-
-    baselines = BaselineStore(store)
-    for candidate in candidates:
-        slug = candidate.model_slug or ModelSpec.parse(candidate.model).slug
-        for ref in candidate.against or ("latest",):
-            baselines.resolve(ref, slug)
-        calibration_for(candidate.recipe, candidate.calibration)
+def announce(index: int, total: int, candidate: Candidate) -> None:
+    """Progress line of a candidate's start (``candidate 2/3: nf4 (demo, recipe bnb-nf4)``)."""
+    progress.note(
+        f"candidate {index}/{total}: {candidate.name}"
+        f" ({candidate.model}, recipe {candidate.recipe_label})"
+    )
 
 
 def run_candidates(
     candidates: Sequence[Candidate],
     session: SessionRunner,
-    targets: ReportTargets,
-    console: Console,
-) -> ExitCode:
-    """Run ``session`` for every candidate, print the summary, return the worst exit code.
+    targets_for: Callable[[Candidate], ReportTargets],
+    *,
+    on_start: Callable[[int, int, Candidate], None] = announce,
+    on_done: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Run ``session`` for every candidate in order; returns their outcomes.
 
-    ``session`` gets each candidate's report targets; the JSON target is always
-    set (a temporary file when the user asked for none) so the summary can read
-    the verdicts back. An interrupted candidate ends the run.
+    ``session`` gets each candidate's report targets (``targets_for``); the JSON
+    target is always set (a temporary file when none was asked for) so the
+    outcome can read the verdicts back. A ``GateError`` ends that candidate
+    (one line on stderr, its exit code); an interrupted candidate ends the loop.
     """
-    several = len(candidates) > 1
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="gate-run-") as scratch:
         for index, candidate in enumerate(candidates, start=1):
-            mine = candidate_targets(targets, candidate.name, several)
+            mine = targets_for(candidate)
             results = mine.json or Path(scratch) / f"results-{candidate.name}.json"
             mine = ReportTargets(
                 json=results, html=mine.html, junit=mine.junit, markdown=mine.markdown
             )
-            progress.note(
-                f"candidate {index}/{len(candidates)}: {candidate.name}"
-                f" ({candidate.model}, recipe {candidate.recipe_label})"
-            )
-            code = session(candidate, mine)
-            outcomes.append(outcome_of(candidate, code, results, mine.markdown))
+            on_start(index, len(candidates), candidate)
+            error: str | None = None
+            try:
+                code = session(candidate, mine)
+            except GateError as exc:  # one candidate's error must not stop the others
+                error = exc.format_line()
+                print(f"gate: error: {error}", file=sys.stderr)
+                code = exc.exit_code
+            outcome = outcome_of(candidate, code, results, mine.markdown, error)
+            outcomes.append(outcome)
+            if on_done is not None:
+                on_done(outcome)
             if code == ExitCode.INTERRUPTED:
                 break
-        worst = worst_exit(o.exit_code for o in outcomes)
-        console.print(summary_table(outcomes))
-        skipped = len(candidates) - len(outcomes)
-        if skipped:
-            console.print(f"gate: {skipped} candidate(s) not run (interrupted)")
-        console.print(f"gate: worst exit code {int(worst)} over {len(outcomes)} candidate(s)")
-        if several and targets.markdown is not None:
-            write_atomic(targets.markdown, summary_markdown(outcomes, worst).encode())
+    return outcomes
+
+
+def session_runner(plan: RunPlan) -> SessionRunner:
+    """Runs one candidate of ``plan`` in its own pytest session."""
+    from gate.session.runner import run_pytest
+
+    def run(candidate: Candidate, targets: ReportTargets) -> ExitCode:
+        options = plan.options_for(candidate, targets)
+        return run_pytest("run", candidate.model, options, tiers=candidate.tiers)
+
+    return run
+
+
+def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
+    """Run every candidate of ``plan``; the summary (several or ``--config``) and worst exit code.
+
+    One ``--candidate`` prints its own report only; its exit code is the command's.
+    """
+    session = session_runner(plan)
+    if plan.single:
+        (candidate,) = plan.candidates
+        return session(candidate, plan.targets_for(candidate))
+    outcomes = run_candidates(plan.candidates, session, plan.targets_for)
+    worst = worst_exit(o.exit_code for o in outcomes)
+    console.print(summary_table(outcomes))
+    skipped = len(plan.candidates) - len(outcomes)
+    if skipped:
+        console.print(f"gate: {skipped} candidate(s) not run (interrupted)")
+    console.print(f"gate: worst exit code {int(worst)} over {len(outcomes)} candidate(s)")
+    if plan.several and plan.targets.markdown is not None:
+        write_atomic(plan.targets.markdown, summary_markdown(outcomes, worst).encode())
     return worst
 
 
@@ -269,11 +300,11 @@ __all__ = [
     "SEVERITY_ORDER",
     "Outcome",
     "SessionRunner",
-    "candidate_targets",
+    "announce",
+    "execute_plan",
     "outcome_of",
-    "precheck",
     "run_candidates",
-    "suffixed",
+    "session_runner",
     "summary_markdown",
     "summary_table",
     "worst_exit",

@@ -5,8 +5,10 @@ Tier suites receive it through the session fixture ``gate_run``
 
 * ``mode`` — ``"record"`` (measuring a baseline) or ``"run"`` (a candidate);
 * ``backend`` — the model under test, loaded on first access, once per session;
-* ``settings(tier)`` — that tier's settings: ``[tiers.<tier>]`` of
-  ``thresholds.toml`` overlaid with ``[tiers.<tier>]`` of the run config;
+* ``settings(tier)`` — that tier's typed settings (``FidelitySettings``, ...):
+  the baseline's recorded settings, ``[tiers.<tier>]`` of ``thresholds.toml``,
+  of the run config, and flags, layered and validated before the session
+  started (:mod:`gate.session.settings`);
 * ``record(measurement)`` — add a validated :class:`~gate.measurement.Measurement`;
 * ``attach(name, path)`` — a file to store beside the new baseline (record mode);
 * ``baseline_artifact(name)`` — that file, hash-checked, from the baseline
@@ -21,32 +23,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from gate import progress
-from gate.errors import BaselineError, ConfigError, DataError, UsageError
+from gate.errors import BaselineError, DataError, UsageError
 from gate.measurement import Measurement
-from gate.metrics.registry import TIERS, get_metric, suggest
+from gate.metrics.registry import get_metric
 from gate.models.backends.base import Backend
 from gate.store.baseline import ARTIFACT_RE, Baseline
 
+if TYPE_CHECKING:
+    from gate.tiers.accuracy import AccuracySettings
+    from gate.tiers.capability import CapabilitySettings
+    from gate.tiers.fidelity import FidelitySettings
+    from gate.tiers.latency import LatencySettings
+    from gate.tiers.registry import TierSettings
+
 Mode = Literal["record", "run"]
 MODES: tuple[Mode, ...] = ("record", "run")
-
-
-def load_run_config(path: Path | None) -> dict[str, dict[str, Any]]:
-    """``[tiers.<name>]`` tables of a run config TOML (``gate.toml``), validated.
-
-    The whole file is validated (:func:`gate.session.run_config.load_run_config`:
-    ``[run]``, ``[[candidates]]``, ``[tiers.*]``); a session only needs the
-    tier settings, the CLI reads the rest.
-    """
-    if path is None:
-        return {}
-    from gate.session.run_config import load_run_config as load_full
-
-    config = load_full(Path(path))
-    return {tier: dict(settings) for tier, settings in config.tiers.items()}
 
 
 @dataclass
@@ -58,6 +52,7 @@ class GateRun:
     model_slug: str
     backend_factory: Callable[[], Backend]
     recipe: str | None = None
+    #: Every tier's merged ``[tiers.<name>]`` table (validated; what a baseline records).
     tier_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Run mode: the baselines compared with, by ref, in command-line order.
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
@@ -98,11 +93,27 @@ class GateRun:
         """The first baseline compared with (run mode), else ``None``."""
         return next(iter(self.baselines.values()), None)
 
-    def settings(self, tier: str) -> Mapping[str, Any]:
-        """The settings of ``tier`` (an empty mapping when none are configured)."""
-        if tier not in TIERS:
-            raise ConfigError(f"unknown tier {tier!r}", suggest(tier, list(TIERS)))
-        return dict(self.tier_settings.get(tier, {}))
+    @overload
+    def settings(self, tier: Literal["accuracy"]) -> AccuracySettings: ...
+    @overload
+    def settings(self, tier: Literal["capability"]) -> CapabilitySettings: ...
+    @overload
+    def settings(self, tier: Literal["fidelity"]) -> FidelitySettings: ...
+    @overload
+    def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
+    @overload
+    def settings(self, tier: str) -> TierSettings: ...
+
+    def settings(self, tier: str) -> TierSettings:
+        """The typed settings of ``tier`` (its defaults where nothing sets a key).
+
+        Unknown tier or bad settings: :class:`~gate.errors.ConfigError` (the
+        session validated them at its start, so this only fails for a tier name
+        a suite misspells).
+        """
+        from gate.tiers.registry import build_settings
+
+        return build_settings(tier, self.tier_settings.get(tier, {}))
 
     def record(self, measurement: Measurement) -> None:
         """Record a measurement; unknown metric, NaN or a second value of one metric -> error."""

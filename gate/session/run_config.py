@@ -20,7 +20,9 @@ Layout (documented with an example in docs/run-config.md)::
     max_new_tokens = 64
 
 Everything is validated before any model is loaded: unknown keys and tiers
-fail with a did-you-mean, recipes are parsed (:func:`gate.models.recipes.parse_recipe`),
+fail with a did-you-mean (every ``[tiers.<name>]`` table is built into its
+tier's settings class, :mod:`gate.tiers.registry`), recipes are parsed
+(:func:`canonical_recipe`),
 candidate names must be unique file-name-safe words. Every error is a
 :class:`~gate.errors.ConfigError` (exit 4) with one line. Relative paths are
 relative to the directory ``gate`` runs in, as the tiers' own path settings are.
@@ -28,16 +30,15 @@ relative to the directory ``gate`` runs in, as the tiers' own path settings are.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gate.errors import ConfigError
+from gate.errors import ConfigError, UsageError
 from gate.gating.thresholds import build_dataclass, check_keys, load_toml
-from gate.metrics.registry import TIERS, suggest
+from gate.metrics.registry import TIERS, check_tier
 
 TOP_KEYS = ("run", "candidates", "tiers")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -49,8 +50,20 @@ def _check_tiers(tiers: tuple[str, ...] | None, where: str) -> None:
     if not tiers:
         raise ConfigError(f"{where}: the tier list is empty", f"name tiers from {', '.join(TIERS)}")
     for tier in tiers:
-        if tier not in TIERS:
-            raise ConfigError(f"{where}: unknown tier {tier!r}", suggest(tier, list(TIERS)))
+        check_tier(tier, where)
+
+
+def canonical_recipe(text: str, where: str = "") -> str:
+    """``text`` parsed as a recipe and written back in canonical form (``PRUNE-WANDA:0.50``
+    -> ``prune-wanda:0.5``); an unknown name or a bad argument is a one-line ConfigError."""
+    from gate.models.recipes import format_recipe, parse_recipe
+
+    try:
+        return format_recipe(parse_recipe(text))
+    except ConfigError as exc:
+        if not where:
+            raise
+        raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
 
 
 @dataclass(frozen=True)
@@ -150,21 +163,6 @@ class RunConfig:
         return [self.resolve(c) for c in self.candidates]
 
 
-def _validate_tier_settings(tier: str, settings: Mapping[str, Any], where: str) -> None:
-    """Let the tier check its own keys now (``settings_from``), so typos fail before loading."""
-    try:
-        module = importlib.import_module(f"gate.tiers.{tier}")
-    except ModuleNotFoundError:
-        return  # tier not built in this checkout: reported as unavailable at run time
-    settings_from = getattr(module, "settings_from", None)
-    if settings_from is None:
-        return
-    try:
-        settings_from(dict(settings))
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
-
-
 def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
     """Validate a parsed run config mapping (see the module docstring)."""
     check_keys(data, TOP_KEYS, source)
@@ -182,13 +180,7 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
             where = f"{source}: candidate {table['name']!r}"
         candidate = build_dataclass(CandidateConfig, table, where=where)
         if candidate.recipe is not None:
-            from gate.models.recipes import format_recipe, parse_recipe
-
-            try:
-                recipe = format_recipe(parse_recipe(candidate.recipe))
-            except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
-            candidate = replace(candidate, recipe=recipe)
+            candidate = replace(candidate, recipe=canonical_recipe(candidate.recipe, where))
         if any(c.name == candidate.name for c in candidates):
             raise ConfigError(
                 f"{source}: candidate name {candidate.name!r} is used twice",
@@ -198,15 +190,76 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
     tiers_table = data.get("tiers", {})
     if not isinstance(tiers_table, Mapping):
         raise ConfigError(f"{source}: 'tiers' must be a table", "write [tiers.<name>] sections")
-    tiers: dict[str, Mapping[str, Any]] = {}
-    for tier, settings in tiers_table.items():
-        if tier not in TIERS:
-            raise ConfigError(f"{source}: unknown tier {tier!r}", suggest(tier, list(TIERS)))
-        if not isinstance(settings, Mapping):
-            raise ConfigError(f"{source}: tiers.{tier} must be a table", f"[tiers.{tier}]")
-        _validate_tier_settings(tier, settings, f"{source}: tiers.{tier}")
-        tiers[tier] = dict(settings)
+    from gate.tiers.registry import validate_tables
+
+    tiers = validate_tables(tiers_table, source=source)
     return RunConfig(source=source, run=run, candidates=tuple(candidates), tiers=tiers)
+
+
+@dataclass(frozen=True)
+class CandidateOverrides:
+    """What the command line says about the candidates (``None``/empty: not given).
+
+    ``candidate`` gates that one model (the config then only lends its ``[run]``
+    defaults); without it every ``[[candidates]]`` entry of the config runs, and
+    ``against``, ``tiers`` and ``calibration`` override each entry's.
+    """
+
+    candidate: str | None = None
+    recipe: str | None = None
+    against: tuple[str, ...] = ()
+    tiers: tuple[str, ...] | None = None
+    calibration: Path | None = None
+    model_slug: str | None = None
+
+
+def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) -> list[Candidate]:
+    """The candidates to gate: ``--candidate`` alone, else every ``[[candidates]]`` entry.
+
+    Command-line values win over the config's. A ``--recipe`` or
+    ``--model-slug`` without ``--candidate``, or nothing to gate at all, is a
+    :class:`~gate.errors.UsageError` (exit 4).
+    """
+    if overrides.candidate is not None:
+        return [_single(config.run if config is not None else RunDefaults(), overrides)]
+    if config is None:
+        raise UsageError(
+            "nothing to gate", "give --candidate MODEL or --config gate.toml with [[candidates]]"
+        )
+    if overrides.recipe is not None or overrides.model_slug is not None:
+        raise UsageError(
+            "--recipe and --model-slug apply to --candidate only",
+            "set them per [[candidates]] entry in the config",
+        )
+    if not config.candidates:
+        raise UsageError(
+            f"{config.source} names no candidates", "add [[candidates]] tables or --candidate"
+        )
+    return [
+        replace(
+            c,
+            against=overrides.against or c.against,
+            tiers=overrides.tiers or c.tiers,
+            calibration=overrides.calibration or c.calibration,
+        )
+        for c in config.resolved()
+    ]
+
+
+def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
+    from gate.models.spec import ModelSpec
+
+    model = str(overrides.candidate)
+    baseline_slug = ModelSpec.parse(defaults.baseline).slug if defaults.baseline else None
+    return Candidate(
+        name=ModelSpec.parse(model).slug,
+        model=model,
+        recipe=overrides.recipe,
+        against=overrides.against or defaults.against,
+        tiers=overrides.tiers or defaults.tiers,
+        calibration=overrides.calibration or defaults.calibration,
+        model_slug=overrides.model_slug or defaults.model_slug or baseline_slug,
+    )
 
 
 def load_run_config(path: Path) -> RunConfig:
@@ -220,8 +273,11 @@ def load_run_config(path: Path) -> RunConfig:
 __all__ = [
     "Candidate",
     "CandidateConfig",
+    "CandidateOverrides",
     "RunConfig",
     "RunDefaults",
+    "build_candidates",
+    "canonical_recipe",
     "load_run_config",
     "parse_run_config",
 ]

@@ -2,9 +2,9 @@
 
 The tier suites ship inside the package (``suites/test_<tier>.py``); the
 runner selects the requested tiers' files and markers (``-m "fidelity or
-latency"``), passes the ``--gate-*`` options of :mod:`gate.session.plugin` and
-returns pytest's exit status, whose numbers are the gate's
-(:class:`~gate.errors.ExitCode`). A tier asked for whose suite does not exist
+latency"``), passes the ``--gate-*`` options of a
+:class:`~gate.session.options.SessionOptions` and returns pytest's exit
+status, whose numbers are the gate's (:class:`~gate.errors.ExitCode`). A tier asked for whose suite does not exist
 is reported as unavailable, never faked.
 """
 
@@ -13,33 +13,14 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
-from gate.metrics.registry import TIERS, suggest
-from gate.report.outputs import ReportTargets
+from gate.metrics.registry import TIERS, check_tier
+from gate.session.options import SessionOptions
 from gate.session.run import MODES, Mode
-
-
-@dataclass(frozen=True)
-class LatencyFlags:
-    """Latency-tier flags of ``gate run``; they override ``[tiers.latency]``."""
-
-    history: Path | None = None
-    allow_hardware_mismatch: bool = False
-    paired: bool = False
-
-    def args(self) -> list[str]:
-        """The plugin options (``--gate-history``, ``--gate-allow-hardware-mismatch``, ...)."""
-        out = ["--gate-history", str(self.history)] if self.history is not None else []
-        if self.allow_hardware_mismatch:
-            out.append("--gate-allow-hardware-mismatch")
-        if self.paired:
-            out.append("--gate-paired-latency")
-        return out
 
 
 def suites_dir() -> Path:
@@ -55,10 +36,7 @@ def parse_tiers(text: str | None) -> tuple[str, ...] | None:
     if not text or not text.strip():
         return None
     tiers = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    for tier in tiers:
-        if tier not in TIERS:
-            raise ConfigError(f"unknown tier {tier!r}", suggest(tier, list(TIERS)))
-    return tiers
+    return tuple(check_tier(tier) for tier in tiers)
 
 
 def available_tiers(directory: Path | None = None) -> tuple[str, ...]:
@@ -67,62 +45,28 @@ def available_tiers(directory: Path | None = None) -> tuple[str, ...]:
     return tuple(t for t in TIERS if (root / f"test_{t}.py").is_file())
 
 
+def select_tiers(
+    tiers: Sequence[str] | None, directory: Path | None = None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(runnable, missing)``: the tiers asked for (``None``: all) with and without a suite.
+
+    None runnable: :class:`NothingMeasuredError` (exit 5).
+    """
+    root = directory if directory is not None else suites_dir()
+    wanted = tuple(tiers) if tiers else TIERS
+    present = available_tiers(root)
+    selected = tuple(t for t in wanted if t in present)
+    if not selected:
+        raise NothingMeasuredError(
+            f"none of the requested tiers ({', '.join(wanted)}) is available",
+            f"available: {', '.join(present) or 'none'}",
+        )
+    return selected, tuple(t for t in wanted if t not in present)
+
+
 def _plugin_autoloaded() -> bool:
     """Whether the ``pytest11`` entry point registers the plugin (installed package)."""
     return any(ep.value == "gate.session.plugin" for ep in metadata.entry_points(group="pytest11"))
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    """What one gate session is asked to do besides mode, model and tiers.
-
-    Each field becomes one ``--gate-*`` option of :mod:`gate.session.plugin`
-    (``None``/``False``/empty: the option is left out, so the plugin's own
-    default or the run config applies).
-    """
-
-    recipe: str | None = None
-    against: tuple[str, ...] = ()
-    store: Path | None = None
-    thresholds: Path | None = None
-    strict: bool = False
-    json_out: Path | None = None
-    config: Path | None = None
-    label: str | None = None
-    ref: str | None = None
-    model_slug: str | None = None
-    verbose: bool = False
-    reports: ReportTargets | None = None
-    latency: LatencyFlags | None = None
-    calibration: Path | None = None
-
-    def args(self) -> list[str]:
-        """The plugin options these settings stand for."""
-        optional: list[tuple[str, object | None]] = [
-            ("--gate-recipe", self.recipe),
-            ("--gate-store", self.store),
-            ("--gate-thresholds", self.thresholds),
-            ("--gate-json", self.json_out),
-            ("--gate-config", self.config),
-            ("--gate-label", self.label),
-            ("--gate-ref", self.ref),
-            ("--gate-model-slug", self.model_slug),
-            ("--gate-calibration", self.calibration),
-        ]
-        if self.reports is not None:
-            optional += [
-                ("--gate-html", self.reports.html),
-                ("--gate-junit", self.reports.junit),
-                ("--gate-markdown", self.reports.markdown),
-            ]
-        out = [item for flag, value in optional if value is not None for item in (flag, str(value))]
-        for ref in self.against:
-            out += ["--gate-baseline", ref]
-        if self.strict:
-            out.append("--gate-strict")
-        if self.latency is not None:
-            out += self.latency.args()
-        return out
 
 
 def build_args(
@@ -165,19 +109,9 @@ def run_pytest(
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}", "use 'record' or 'run'")
     root = directory if directory is not None else suites_dir()
-    wanted = tuple(tiers) if tiers else TIERS
-    present = available_tiers(root)
-    selected = [t for t in wanted if t in present]
-    for tier in wanted:
-        if tier not in present:
-            print(
-                f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr
-            )
-    if not selected:
-        raise NothingMeasuredError(
-            f"none of the requested tiers ({', '.join(wanted)}) is available",
-            f"available: {', '.join(present) or 'none'}",
-        )
+    selected, missing = select_tiers(tiers, root)
+    for tier in missing:
+        print(f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr)
     args = build_args(mode, model, selected, directory=root, options=options)
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
         code = int(pytest.main(args))

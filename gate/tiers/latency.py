@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.gating.compare import PAIRED_REFERENCE
@@ -68,6 +68,10 @@ DEFAULT_PROMPT = (
 @dataclass(frozen=True)
 class LatencySettings:
     """``[tiers.latency]`` in the run config (validated with ``build_dataclass``)."""
+
+    #: Settings that describe this run's machine or output: never recorded into a
+    #: baseline nor inherited from one (:func:`gate.tiers.registry.machine_keys`).
+    MACHINE_KEYS: ClassVar[frozenset[str]] = frozenset({"history_dir", "allow_hardware_mismatch"})
 
     prompt: str = DEFAULT_PROMPT
     new_tokens: int = 32

@@ -1,0 +1,235 @@
+"""What ``gate run`` (and ``gate demo``) will do, checked before anything is measured.
+
+:func:`plan_run` turns a run config and the command line into a
+:class:`RunPlan`: the candidates (:func:`gate.session.run_config.build_candidates`),
+the options their sessions share and the report files asked for.
+:func:`check_plan` then validates everything a session would read, for every
+candidate, without loading a model or importing a model library — the run
+config, ``thresholds.toml``, every tier's settings, the recipes, the baseline
+refs in the store, the calibration texts, the tiers' suites and that every
+report file can be written — and returns what each session will use.
+``gate run`` runs it before the first session starts (so a typo fails in a
+second with exit 4, not after an hour of measuring); ``gate run --dry-run``
+stops after it and prints :func:`describe_plan`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gate.errors import UsageError
+from gate.session.options import DEFAULT_STORE, SessionOptions
+
+if TYPE_CHECKING:
+    from gate.report.outputs import ReportTargets
+    from gate.session.inputs import SessionInputs
+    from gate.session.run_config import Candidate, CandidateOverrides
+
+
+def packaged_store() -> Path:
+    """The packaged baseline store holding the demo model's committed baseline (gate/assets)."""
+    return Path(__file__).resolve().parents[1] / "assets" / "baselines"
+
+
+def store_for(model: str, store: Path) -> Path:
+    """The store a candidate is judged against.
+
+    ``store`` itself, except for the demo model when ``store`` is the default
+    ``./baselines`` and holds no demo baselines: then the packaged store with the
+    demo's committed baseline, so ``gate run --candidate demo`` works from any
+    directory after ``pip install``.
+    """
+    if model != "demo" or store != DEFAULT_STORE or (store / "demo").is_dir():
+        return store
+    return packaged_store()
+
+
+def suffixed(path: Path | None, name: str) -> Path | None:
+    """``out/results.json`` -> ``out/results-<name>.json``."""
+    if path is None:
+        return None
+    return path.with_name(f"{path.stem}-{name}{path.suffix}")
+
+
+def candidate_targets(targets: ReportTargets, name: str, several: bool) -> ReportTargets:
+    """The report paths of one candidate (suffixed when there are several candidates)."""
+    from gate.report.outputs import ReportTargets
+
+    if not several:
+        return targets
+    return ReportTargets(
+        json=suffixed(targets.json, name),
+        html=suffixed(targets.html, name),
+        junit=suffixed(targets.junit, name),
+        markdown=suffixed(targets.markdown, name),
+    )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The candidates of one ``gate run`` and what their sessions share."""
+
+    candidates: tuple[Candidate, ...]
+    #: Options of every candidate's session: store, thresholds, strict, run config,
+    #: verbosity, latency flags (the per-candidate fields are filled by :meth:`options_for`).
+    shared: SessionOptions
+    #: The report files asked for (per candidate: :meth:`targets_for`).
+    targets: ReportTargets
+    #: One ``--candidate``: its own report only, no summary table.
+    single: bool = False
+
+    @property
+    def several(self) -> bool:
+        """Whether more than one candidate runs (report files then get the candidate's name)."""
+        return len(self.candidates) > 1
+
+    def targets_for(self, candidate: Candidate) -> ReportTargets:
+        """The report files of ``candidate`` (``out/results-<name>.json`` when several)."""
+        return candidate_targets(self.targets, candidate.name, self.several)
+
+    def options_for(self, candidate: Candidate, targets: ReportTargets) -> SessionOptions:
+        """The options of ``candidate``'s session, writing the reports ``targets``."""
+        store = self.shared.store if self.shared.store is not None else DEFAULT_STORE
+        return replace(
+            self.shared,
+            recipe=candidate.recipe,
+            against=tuple(candidate.against),
+            store=store_for(candidate.model, store),
+            model_slug=candidate.model_slug,
+            calibration=candidate.calibration,
+        ).with_reports(targets)
+
+
+def plan_run(
+    config: Path | None,
+    overrides: CandidateOverrides,
+    shared: SessionOptions,
+    targets: ReportTargets,
+) -> RunPlan:
+    """The plan of ``gate run``: candidates from ``config`` and ``overrides``; ``shared``'s
+    store, thresholds and strictness fall back to the config's ``[run]`` when not given."""
+    from gate.session.run_config import build_candidates, load_run_config
+
+    run_config = load_run_config(config) if config is not None else None
+    candidates = build_candidates(run_config, overrides)
+    if run_config is not None:
+        defaults = run_config.run
+        shared = replace(
+            shared,
+            store=shared.store or defaults.store,
+            thresholds=shared.thresholds or defaults.thresholds,
+            strict=shared.strict or defaults.strict,
+        )
+    return RunPlan(
+        candidates=tuple(candidates),
+        shared=replace(shared, config=config),
+        targets=targets,
+        single=overrides.candidate is not None,
+    )
+
+
+@dataclass(frozen=True)
+class CheckedCandidate:
+    """A candidate whose session inputs all validated: what its session will use."""
+
+    candidate: Candidate
+    inputs: SessionInputs
+    #: The tiers its session runs (those asked for that have a suite).
+    tiers: tuple[str, ...]
+    targets: ReportTargets
+
+
+def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
+    """Validate every input of every candidate's session; loads no model.
+
+    Raises the first problem as a :class:`~gate.errors.GateError` (exit 4 for
+    bad input, 5 when none of a candidate's tiers has a suite).
+    """
+    from gate.data.calibration import calibration_for
+    from gate.session.inputs import prepare_session
+    from gate.session.run_config import canonical_recipe
+    from gate.session.runner import select_tiers
+
+    check_targets(plan.targets)  # as given; each candidate's own below
+    checked: list[CheckedCandidate] = []
+    for candidate in plan.candidates:
+        targets = plan.targets_for(candidate)
+        inputs = prepare_session("run", candidate.model, plan.options_for(candidate, targets))
+        if candidate.recipe is not None:
+            canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
+            calibration_for(candidate.recipe, candidate.calibration)
+        tiers, _ = select_tiers(candidate.tiers)
+        check_targets(targets)
+        checked.append(CheckedCandidate(candidate, inputs, tiers, targets))
+    return checked
+
+
+def check_targets(targets: ReportTargets) -> None:
+    """Every report file of ``targets`` can be written (else UsageError, exit 4)."""
+    for what, path in (
+        ("--json", targets.json),
+        ("--html", targets.html),
+        ("--junit", targets.junit),
+        ("--markdown", targets.markdown),
+    ):
+        if path is not None:
+            check_writable(path, what)
+
+
+def check_writable(path: Path, what: str) -> None:
+    """``path`` can be created or replaced: not a directory, and its nearest existing
+    ancestor is a writable directory (missing directories are created when written)."""
+    if path.is_dir():
+        raise UsageError(f"{what} {path} is a directory", "name a file to write the report to")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(
+            f"{what} {path}: {ancestor} is not a directory", "name a path under a directory"
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{what} {path}: directory {ancestor} is not writable", "name a writable location"
+        )
+
+
+def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
+    """What the plan will run, one block per candidate (``gate run --dry-run``)."""
+    lines = [f"gate run --dry-run: {len(checked)} candidate(s); nothing was loaded or measured"]
+    for item in checked:
+        c, inputs = item.candidate, item.inputs
+        against = ", ".join(f"{ref} = {b.display}" for ref, b in inputs.baselines.items())
+        files = (item.targets.json, item.targets.html, item.targets.junit, item.targets.markdown)
+        reports = [str(path) for path in files if path is not None]
+        lines += [
+            f"candidate {c.name}: model {c.model}, recipe {c.recipe_label}",
+            f"  tiers:      {', '.join(item.tiers)}",
+            f"  against:    {against}",
+            f"  store:      {inputs.store.root}",
+            f"  thresholds: {inputs.thresholds.source}",
+        ]
+        if reports:
+            lines.append(f"  reports:    {', '.join(reports)}")
+    if plan.several and plan.targets.markdown is not None:
+        lines.append(f"combined markdown: {plan.targets.markdown}")
+    lines.append("gate: dry run OK (exit 0)")
+    return lines
+
+
+__all__ = [
+    "CheckedCandidate",
+    "RunPlan",
+    "candidate_targets",
+    "check_plan",
+    "check_targets",
+    "check_writable",
+    "describe_plan",
+    "packaged_store",
+    "plan_run",
+    "store_for",
+    "suffixed",
+]
