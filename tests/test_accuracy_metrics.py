@@ -295,6 +295,57 @@ def test_choice_kl_and_margin_against_direct_formulas() -> None:
     assert am.top_margin(lb) == pytest.approx(float(np.sort(pb)[-1] - np.sort(pb)[-2]))
 
 
+# --------------------------------------------------------------------------- broken models
+
+
+def test_token_nll_caps_non_finite_and_huge_values() -> None:
+    nll = am.token_nll([-0.5, float("nan"), float("-inf"), float("inf"), -80.0, -2.0])
+    assert nll.nll.tolist() == [0.5, am.NLL_CAP, am.NLL_CAP, am.NLL_CAP, am.NLL_CAP, 2.0]
+    assert (nll.nonfinite, nll.capped) == (3, 1)
+    clean = am.token_nll([-0.1, -3.0])
+    assert (clean.nonfinite, clean.capped) == (0, 0)
+
+
+def test_score_windows_turn_nan_logprobs_into_a_finite_huge_perplexity() -> None:
+    class NanScorer:
+        name = "nan"
+
+        def encode_text(self, text: str) -> list[int]:
+            return list(range(len(text)))
+
+        def score(self, requests, *, top_k=32, full=False, batch_size=8):  # type: ignore[no-untyped-def]
+            out = []
+            for r in requests:
+                t = len(r.continuation)
+                nan = np.full(t, np.nan)
+                out.append(TokenScores(nan, np.zeros((t, 1), int), nan[:, None]))
+            return out
+
+    scores = tier.score_windows(NanScorer(), list(range(40)), window=16, stride=8)
+    m = tier.perplexity_measurement(scores, window=16, stride=8, corpus="x")
+    m.validate()  # finite: the gate compares it instead of refusing it as bad data
+    assert m.value == pytest.approx(math.exp(am.NLL_CAP))
+    assert m.details["nonfinite_tokens"] == m.details["scored_tokens"] == 39
+
+
+def test_a_question_with_nan_options_is_unanswered_and_fully_flipped() -> None:
+    base = _result("q", [0.0, -2.0, -3.0], 0)
+    broken = _result("q", [float("nan"), -1.0, -2.0], 0)
+    assert broken.broken and broken.pred == am.NO_PREDICTION == broken.pred_norm
+    assert not broken.correct and not broken.correct_norm
+    (pair,) = am.pair_questions([base], [broken])
+    assert pair.flip and pair.any_flip
+    assert pair.kl == am.CHOICE_KL_CAP and pair.cand_margin == 0.0
+    ms = {m.name: m for m in am.pair_measurements([pair])}
+    for m in ms.values():
+        m.validate()
+    assert ms["accuracy.choice_kl"].value == am.CHOICE_KL_CAP
+    assert ms["accuracy.top_margin_mean"].value == 0.0
+    # an option with zero probability (-inf) is not a usable distribution either
+    assert am.top_margin([0.0, float("-inf")]) == 0.0
+    assert am.choice_kl([0.0, -1.0], [0.0, float("-inf")]) == am.CHOICE_KL_CAP
+
+
 def test_baseline_against_itself_has_no_flips(scorer: TorchScorer) -> None:
     from gate.data.mcq import load_builtin
 

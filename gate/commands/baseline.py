@@ -13,7 +13,7 @@ from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import environment
 from gate.report.console import fmt_number, make_console
-from gate.store.baseline import BaselineStore
+from gate.store.baseline import BaselineStore, check_names
 from gate.store.measurements_file import load_measurements
 
 
@@ -72,21 +72,23 @@ def add(
     Example:
       gate baseline add examples/baseline.json --model demo --label fp16 --ref fp16
     """
+    files = _parse_artifacts(artifacts)
     parsed = load_measurements(measurements)
     for measurement in parsed.measurements:
         get_metric(measurement.name)
-    target = BaselineStore(store)
-    stored = target.add(
+    # BaselineStore.add checks every name first, then stores the baseline, its
+    # artifacts and its refs in one locked step.
+    stored = BaselineStore(store).add(
         model_slug,
         label,
         parsed.measurements,
         provenance=parsed.model,
         environment=parsed.environment or environment(),
-        artifacts=_parse_artifacts(artifacts),
+        artifacts=files,
+        refs=tuple(dict.fromkeys(refs)),
     )
     click.echo(f"stored baseline {stored.display} at {stored.path}")
-    for ref in refs:
-        target.promote(model_slug, ref, stored.number)
+    for ref in dict.fromkeys(refs):
         click.echo(f"ref {ref} -> #{stored.number:04d}")
     return int(ExitCode.OK)
 
@@ -234,9 +236,11 @@ def record(
             "no model to record",
             "give --model MODEL, or set baseline = ... under [run] of the --config file",
         )
+    target = effective_store(store, run_config)
+    _check_before_recording(target, label, ref, model_slug or defaults.model_slug)
     options = SessionOptions(
         recipe=recipe,
-        store=effective_store(store, run_config),
+        store=target,
         thresholds=defaults.thresholds,
         label=label,
         model_slug=model_slug or defaults.model_slug,
@@ -247,3 +251,11 @@ def record(
     prepare_session("record", model, options)  # bad input fails here, before any model loads
     code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)
     return int(code)
+
+
+def _check_before_recording(
+    store: Path, label: str, ref: str | None, model_slug: str | None
+) -> None:
+    """Refuse bad names and an unwritable store before measuring anything (exit 4)."""
+    check_names(label=label, refs=(ref,) if ref else (), model_slug=model_slug)
+    BaselineStore(store).check_writable()

@@ -17,6 +17,16 @@ docs/metrics.md "Accuracy" and "Multiple choice":
   choice-level KL ``sum_j p_b(j) (log p_b(j) - log p_c(j))`` with
   ``p(j) = softmax_j(LL_j)`` over the options only; top margin
   ``p(best) - p(second best)`` of that same distribution.
+
+Broken models (NaN or infinite log-probabilities) are measured, not refused,
+so that they gate as a critical regression like in the fidelity tier:
+
+* a token whose NLL is not finite, or above :data:`NLL_CAP`, counts as
+  ``NLL_CAP`` nats (``exp(-50) ~ 2e-22``: no trustworthy mass on the token), so
+  perplexity stays finite and far past any bound;
+* a question with a non-finite option log-likelihood has no prediction
+  (:data:`NO_PREDICTION`): it is answered wrongly, counts as a changed option,
+  its choice KL is :data:`CHOICE_KL_CAP` and its top margin 0.
 """
 
 from __future__ import annotations
@@ -33,6 +43,12 @@ from gate.measurement import Measurement, from_samples
 
 #: Edges of the baseline-margin buckets of the flips-vs-margin table.
 MARGIN_EDGES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: Largest NLL (nats) one token contributes; a non-finite NLL counts as this.
+NLL_CAP: float = 50.0
+#: Choice KL (nats) of a question where either side has no finite distribution.
+CHOICE_KL_CAP: float = 50.0
+#: The "predicted option" of a question whose option log-likelihoods are not finite.
+NO_PREDICTION: int = -1
 
 
 # --------------------------------------------------------------------------- perplexity
@@ -91,6 +107,26 @@ def sliding_windows(n_tokens: int, window: int, stride: int) -> list[Window]:
     return out
 
 
+@dataclass(frozen=True)
+class TokenNLL:
+    """Per-token NLL after capping, and how many tokens were capped."""
+
+    nll: np.ndarray
+    #: Tokens whose log-prob was NaN or +-inf (a broken model).
+    nonfinite: int
+    #: Tokens whose finite NLL exceeded :data:`NLL_CAP`.
+    capped: int
+
+
+def token_nll(logprobs: Sequence[float] | np.ndarray) -> TokenNLL:
+    """``min(-logprob, NLL_CAP)`` per token; NaN and +-inf log-probs count as ``NLL_CAP``."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    bad = ~np.isfinite(lp)
+    nll = np.where(bad, NLL_CAP, -lp)
+    over = ~bad & (nll > NLL_CAP)
+    return TokenNLL(nll=np.minimum(nll, NLL_CAP), nonfinite=int(bad.sum()), capped=int(over.sum()))
+
+
 def perplexity(nll_sums: Sequence[float], token_counts: Sequence[int]) -> float:
     """``exp(sum(nll_sums) / sum(token_counts))``: token-weighted, natural log."""
     total = float(sum(token_counts))
@@ -118,16 +154,21 @@ class QuestionResult:
     option_chars: tuple[int, ...]
 
     @property
+    def broken(self) -> bool:
+        """Whether an option log-likelihood is NaN or infinite (no prediction is made)."""
+        return not finite_options(self.option_logprobs)
+
+    @property
     def pred(self) -> int:
-        """``argmax_j LL_j`` (first index on ties, as numpy)."""
-        return int(np.argmax(np.asarray(self.option_logprobs)))
+        """``argmax_j LL_j`` (first index on ties, as numpy); :data:`NO_PREDICTION` if broken."""
+        return predicted_option(self.option_logprobs)
 
     @property
     def pred_norm(self) -> int:
-        """``argmax_j LL_j / chars_j``."""
+        """``argmax_j LL_j / chars_j``; :data:`NO_PREDICTION` if broken."""
         lls = np.asarray(self.option_logprobs, dtype=np.float64)
         chars = np.maximum(np.asarray(self.option_chars, dtype=np.float64), 1.0)
-        return int(np.argmax(lls / chars))
+        return predicted_option(lls / chars)
 
     @property
     def correct(self) -> bool:
@@ -178,6 +219,18 @@ class QuestionResult:
         return result
 
 
+def finite_options(option_logprobs: Sequence[float] | np.ndarray) -> bool:
+    """Whether every option log-likelihood is a finite number."""
+    return bool(np.all(np.isfinite(np.asarray(option_logprobs, dtype=np.float64))))
+
+
+def predicted_option(scores: Sequence[float] | np.ndarray) -> int:
+    """``argmax_j scores_j`` (first on ties), or :data:`NO_PREDICTION` if a score is not finite."""
+    if not finite_options(scores):
+        return NO_PREDICTION
+    return int(np.argmax(np.asarray(scores, dtype=np.float64)))
+
+
 def option_distribution(option_logprobs: Sequence[float]) -> np.ndarray:
     """``softmax_j(LL_j)`` over the options only (float64, sums to 1)."""
     lls = np.asarray(option_logprobs, dtype=np.float64)
@@ -189,21 +242,29 @@ def option_distribution(option_logprobs: Sequence[float]) -> np.ndarray:
 
 
 def choice_kl(base_logprobs: Sequence[float], cand_logprobs: Sequence[float]) -> float:
-    """``KL(p_base || p_cand)`` over the options, in nats (docs/metrics.md "Multiple choice")."""
+    """``KL(p_base || p_cand)`` over the options, in nats (docs/metrics.md "Multiple choice").
+
+    At most :data:`CHOICE_KL_CAP`, which is also the KL when either side has a
+    non-finite option log-likelihood.
+    """
     if len(base_logprobs) != len(cand_logprobs):
         raise DataError(
             f"choice KL over {len(base_logprobs)} vs {len(cand_logprobs)} options",
             "baseline and candidate must score the same options",
         )
+    if not (finite_options(base_logprobs) and finite_options(cand_logprobs)):
+        return CHOICE_KL_CAP
     lb = np.asarray(base_logprobs, dtype=np.float64)
     lc = np.asarray(cand_logprobs, dtype=np.float64)
     log_pb = lb - _logsumexp(lb)
     log_pc = lc - _logsumexp(lc)
-    return float(max(0.0, np.sum(np.exp(log_pb) * (log_pb - log_pc))))
+    return float(min(CHOICE_KL_CAP, max(0.0, np.sum(np.exp(log_pb) * (log_pb - log_pc)))))
 
 
 def top_margin(option_logprobs: Sequence[float]) -> float:
-    """``p(best) - p(second best)`` of :func:`option_distribution`."""
+    """``p(best) - p(second best)`` of :func:`option_distribution`; 0 when it has no distribution."""
+    if not finite_options(option_logprobs):
+        return 0.0
     p = np.sort(option_distribution(option_logprobs))[::-1]
     return float(p[0] - p[1])
 
@@ -282,7 +343,8 @@ def make_pair(
 ) -> QuestionPair:
     """One :class:`QuestionPair` from both sides' option log-likelihoods and correctness.
 
-    ``any_flip`` compares the argmax options; ``flip`` the correctness flags
+    ``any_flip`` compares the predicted options (:func:`predicted_option`; a
+    candidate with no prediction always counts); ``flip`` the correctness flags
     (``correct = (baseline, candidate)``).
     """
     return QuestionPair(
@@ -293,7 +355,10 @@ def make_pair(
         base_correct_norm=correct_norm[0],
         cand_correct_norm=correct_norm[1],
         flip=correct[0] != correct[1],
-        any_flip=int(np.argmax(base_logprobs)) != int(np.argmax(cand_logprobs)),
+        any_flip=(
+            predicted_option(base_logprobs) != predicted_option(cand_logprobs)
+            or predicted_option(cand_logprobs) == NO_PREDICTION
+        ),
         kl=choice_kl(base_logprobs, cand_logprobs),
         base_margin=top_margin(base_logprobs),
         cand_margin=top_margin(cand_logprobs),

@@ -5,36 +5,61 @@ Layout under the store root (``./baselines`` by default)::
     <model-slug>/0001-fp16.json                    numbered, never overwritten
     <model-slug>/0001-fp16.reference-pack.npz      artifacts of baseline 1
     <model-slug>/refs.json                         {"refs": {"fp16": 1, "prod": 3, "prev-prod": 2}}
+    <model-slug>/.lock                             advisory lock of every writer
 
-* A baseline file is created exclusively (:func:`gate.store.atomic.create_exclusive`):
-  two writers racing for the same number cannot overwrite each other; the loser
-  retries with the next number.
-* ``refs.json`` is replaced atomically under an advisory lock; ``promote`` moves
-  a ref and keeps the old target as ``prev-<ref>``.
+* Every write to a model's directory (``add``, ``promote``) holds the
+  directory's lock (:func:`gate.store.atomic.file_lock`, with a timeout), so
+  "pick the next number, publish, move the refs" is one step: concurrent
+  writers get distinct, contiguous numbers whatever their labels.
+* A baseline and its artifacts are published as one unit: everything is staged
+  as temp files first, the artifacts are published, and the baseline JSON is
+  published last (:func:`gate.store.atomic.publish_exclusive`) — it is the
+  commit point. Numbers come from baseline JSON files only, so a writer killed
+  before the commit leaves no used number, only leftovers (temp files, artifacts
+  of the uncommitted number) that the next writer removes with a warning.
+  Readers never see them (they read baseline JSON files only).
+* ``refs.json`` is replaced atomically in the same locked step; ``promote``
+  moves a ref and keeps the old target as ``prev-<ref>``. A ref only ever
+  names a committed baseline.
+* Every argument is checked before anything is written; a failed write (read-only
+  store, full disk, no permission) is a one-line :class:`~gate.errors.BaselineError`
+  naming the store and the cause, and leaves the store as it was.
 * Artifacts are copied beside the JSON and their sha256 recorded in it; they are
   verified lazily when asked for (:meth:`Baseline.artifact_path`).
 * Every problem with a baseline — missing, corrupt, truncated, newer schema,
-  missing keys, unknown ref, a different tokenizer or model family — is a
-  one-line :class:`~gate.errors.BaselineError` (exit 4).
+  missing keys, a number or label that contradicts its file name, two files
+  claiming one number, a metric this gate does not know, unknown ref, a
+  different tokenizer or model family — is a one-line
+  :class:`~gate.errors.BaselineError` (exit 4).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
+import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gate.errors import BaselineError, DataError
+from gate.errors import BaselineError, ConfigError, DataError
 from gate.measurement import Measurement
-from gate.metrics.registry import suggest
+from gate.metrics.registry import all_metrics, suggest
 from gate.models.spec import model_slug
 from gate.provenance import sha256_file
-from gate.store.atomic import copy_exclusive, create_exclusive, write_atomic
+from gate.store.atomic import (
+    LockTimeout,
+    file_lock,
+    is_temporary,
+    publish_exclusive,
+    stage,
+    write_atomic,
+)
 from gate.store.measurements_file import KIND as MEASUREMENTS_KIND
 from gate.store.measurements_file import dump_json, parse_metrics, read_json
 from gate.store.schema import check_schema_version
@@ -42,7 +67,9 @@ from gate.store.schema import check_schema_version
 SCHEMA_VERSION = 1
 KIND = "baseline"
 REFS_FILE = "refs.json"
-LOCK_FILE = ".refs.lock"
+LOCK_FILE = ".lock"
+#: Seconds a writer waits for another writer of the same model before giving up.
+LOCK_TIMEOUT_S = 120.0
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -52,7 +79,7 @@ _BASELINE_FILE_RE = re.compile(r"^(\d{4,})-([a-z0-9][a-z0-9_-]*)\.json$")
 _NUMBERED_RE = re.compile(r"^(\d{4,})-")
 #: Keys every baseline JSON must have.
 REQUIRED_KEYS = ("schema_version", "kind", "model_slug", "number", "label", "metrics")
-_MAX_RACE_RETRIES = 1000
+_MAX_RACE_RETRIES = 100
 
 
 def _check_name(kind: str, value: str, pattern: re.Pattern[str], example: str) -> str:
@@ -140,12 +167,39 @@ def _require(data: Mapping[str, Any], path: Path) -> None:
         )
 
 
+def _check_known_metrics(names: Iterable[str], path: Path) -> None:
+    """Refuse a baseline holding a metric the registry does not know (it could never be gated)."""
+    known = all_metrics()
+    for name in names:
+        if name not in known:
+            raise BaselineError(
+                f"baseline {path} has unknown metric {name!r}",
+                f"{suggest(name, list(known))} (written by a newer gate? upgrade it; "
+                "else restore the file)",
+            )
+
+
+def _check_file_name(path: Path, number: int, label: str) -> None:
+    """A stored baseline's number and label must be the ones its file name carries."""
+    match = _BASELINE_FILE_RE.match(path.name)
+    if match is None:
+        return
+    named = (int(match.group(1)), match.group(2))
+    if named != (number, label):
+        raise BaselineError(
+            f"baseline {path} says #{number:04d} ({label}) but its file name says "
+            f"#{named[0]:04d} ({named[1]})",
+            "the store is inconsistent; restore the file (gate never renumbers a baseline)",
+        )
+
+
 def _from_measurements_file(data: Mapping[str, Any], path: Path) -> Baseline:
     """A plain measurements file used as a baseline (no number, no artifacts)."""
     try:
         metrics = parse_metrics(data.get("metrics"), str(path))
     except DataError as exc:
         raise BaselineError(exc.message, exc.hint) from None
+    _check_known_metrics((m.name for m in metrics), path)
     model = data.get("model") or {}
     return Baseline(
         slug=model_slug(str(model.get("id") or model.get("path") or path.stem)),
@@ -188,6 +242,8 @@ def load_baseline_file(path: Path) -> Baseline:
         raise BaselineError(
             f"baseline {path} has malformed number or artifacts", "the file is corrupt"
         ) from None
+    _check_file_name(path, number, str(data["label"]))
+    _check_known_metrics((m.name for m in metrics), path)
     return Baseline(
         slug=str(data["model_slug"]),
         number=number,
@@ -253,11 +309,72 @@ def _artifact_suffix(source: Path) -> str:
     return source.suffix
 
 
-class BaselineStore:
-    """The append-only store of numbered baselines with named refs, rooted at ``root``."""
+def _check_ref(ref: str) -> str:
+    _check_name("ref", ref, REF_RE, "prod")
+    if ref == "latest":
+        raise BaselineError("'latest' is reserved", "pick another ref name")
+    return ref
 
-    def __init__(self, root: Path) -> None:
+
+def check_names(*, label: str, refs: Sequence[str] = (), model_slug: str | None = None) -> None:
+    """Refuse a bad label, ref or model slug (one-line :class:`BaselineError`) before any work."""
+    if model_slug is not None:
+        _check_name("model slug", model_slug, SLUG_RE, "llama-3.1-8b")
+    _check_name("label", label, LABEL_RE, "fp16")
+    for ref in refs:
+        _check_ref(ref)
+
+
+def _stderr_warning(message: str) -> None:
+    sys.stderr.write(f"gate: warning: {message}\n")
+
+
+def _write_problem(root: Path, exc: OSError) -> BaselineError:
+    """A failed store write as one line naming the store, the file and the cause."""
+    cause = exc.strerror or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    hints = {
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "no permission to write there",
+        errno.EPERM: "no permission to write there",
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exhausted",
+        errno.EFBIG: "a file-size limit was hit",
+    }
+    first = hints.get(exc.errno or 0, "the store cannot be written")
+    return BaselineError(
+        f"cannot write to the baseline store {root}: {cause}{where}",
+        f"{first}: fix that, or pass --store DIR on a writable disk; nothing was stored",
+    )
+
+
+@dataclass(frozen=True)
+class _StoreFile:
+    """A numbered baseline JSON in a model directory, as its name says."""
+
+    number: int
+    label: str
+    path: Path
+
+
+class BaselineStore:
+    """The append-only store of numbered baselines with named refs, rooted at ``root``.
+
+    ``lock_timeout`` bounds how long a writer waits for another writer of the
+    same model; ``warn`` receives one-line warnings (leftovers removed), by
+    default printed to stderr.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.root = Path(root)
+        self.lock_timeout = lock_timeout
+        self.warn = warn or _stderr_warning
 
     # -- layout ---------------------------------------------------------------------------
     def model_dir(self, slug: str) -> Path:
@@ -265,30 +382,117 @@ class BaselineStore:
         return self.root / _check_name("model slug", slug, SLUG_RE, "llama-3.1-8b")
 
     def slugs(self) -> builtins.list[str]:
-        """Model slugs that have a directory in the store."""
+        """Model slugs with at least one baseline in the store.
+
+        A directory left without baselines (a first add that failed to write)
+        does not count as a model.
+        """
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and SLUG_RE.match(p.name))
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir()
+            and SLUG_RE.match(p.name)
+            and any(_BASELINE_FILE_RE.match(f.name) for f in p.iterdir())
+        )
 
-    def _files(self, slug: str) -> Iterator[tuple[int, str, Path]]:
+    def _scan(self, slug: str) -> builtins.list[_StoreFile]:
+        """The baseline files of a model, by number; two files claiming one number are refused."""
         directory = self.model_dir(slug)
         if not directory.is_dir():
-            return
-        for path in directory.iterdir():
+            return []
+        files: dict[int, _StoreFile] = {}
+        for path in sorted(directory.iterdir()):
             match = _BASELINE_FILE_RE.match(path.name)
-            if match:
-                yield int(match.group(1)), match.group(2), path
+            if match is None:
+                continue
+            found = _StoreFile(int(match.group(1)), match.group(2), path)
+            other = files.get(found.number)
+            if other is not None:
+                raise BaselineError(
+                    f"two baseline files claim #{found.number:04d} in {directory}: "
+                    f"{other.path.name} and {path.name}",
+                    "the store is inconsistent; keep the right one and move the other away",
+                )
+            files[found.number] = found
+        return [files[n] for n in sorted(files)]
+
+    def _files(self, slug: str) -> Iterator[tuple[int, str, Path]]:
+        for item in self._scan(slug):
+            yield item.number, item.label, item.path
 
     def _next_number(self, directory: Path) -> int:
-        numbers = [0]
-        if directory.is_dir():
-            for path in directory.iterdir():
-                match = _NUMBERED_RE.match(path.name)
-                if match:
-                    numbers.append(int(match.group(1)))
-        return max(numbers) + 1
+        """One past the highest committed baseline number (artifacts and leftovers do not count)."""
+        return max((item.number for item in self._scan(directory.name)), default=0) + 1
 
     # -- writing --------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        """Refuse early (one-line :class:`BaselineError`) when the store cannot be written.
+
+        Creates and removes a probe file in the store, or in its nearest existing
+        parent when the store does not exist yet (nothing is created then).
+        """
+        directory = self.root
+        while not directory.exists() and directory.parent != directory:
+            directory = directory.parent
+        if not directory.is_dir():
+            raise BaselineError(
+                f"the baseline store {self.root} is not a directory ({directory} is a file)",
+                "pass --store DIR",
+            )
+        try:
+            probe = stage(directory / ".gate-write-probe", b"")
+            probe.unlink()
+        except OSError as exc:
+            raise _write_problem(self.root, exc) from None
+
+    @contextlib.contextmanager
+    def _writing(self, slug: str) -> Iterator[Path]:
+        """Create and lock the model's directory for the block; OSError -> one-line BaselineError.
+
+        Inside the block, leftovers of an interrupted writer are already removed.
+        """
+        directory = self.model_dir(slug)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with file_lock(directory / LOCK_FILE, timeout=self.lock_timeout):
+                self._remove_leftovers(directory)
+                yield directory
+        except LockTimeout:
+            raise BaselineError(
+                f"the baseline store {directory} is still locked by another writer after "
+                f"{self.lock_timeout:g} s",
+                "another `gate baseline add/promote/record` is writing there; retry when it ends",
+            ) from None
+        except OSError as exc:
+            raise _write_problem(self.root, exc) from None
+
+    def _remove_leftovers(self, directory: Path) -> None:
+        """Remove what an interrupted writer left: temp files and files of uncommitted numbers.
+
+        Called with the lock held, so no live writer owns them: every writer
+        stages and publishes under the lock, and the baseline JSON (the commit
+        point) is published last.
+        """
+        highest = max((item.number for item in self._scan(directory.name)), default=0)
+        leftovers = []
+        for path in sorted(directory.iterdir()):
+            if _BASELINE_FILE_RE.match(path.name) or not path.is_file():
+                continue  # a baseline JSON is committed by definition; never removed
+            numbered = _NUMBERED_RE.match(path.name)
+            if is_temporary(path.name) or (numbered and int(numbered.group(1)) > highest):
+                leftovers.append(path)
+        for path in leftovers:
+            path.unlink()
+        if leftovers:
+            names = ", ".join(p.name for p in leftovers[:4])
+            more = f" and {len(leftovers) - 4} more" if len(leftovers) > 4 else ""
+            self.warn(
+                f"removed {len(leftovers)} leftover file(s) of an interrupted store write "
+                f"in {directory}: {names}{more}"
+            )
+
     def add(
         self,
         model_slug: str,
@@ -297,10 +501,15 @@ class BaselineStore:
         provenance: Mapping[str, Any],
         environment: Mapping[str, Any],
         artifacts: Mapping[str, Path] | None = None,
+        refs: Sequence[str] = (),
     ) -> Baseline:
-        """Store a new numbered baseline (and copies of ``artifacts``); never overwrites."""
-        directory = self.model_dir(model_slug)
-        _check_name("label", label, LABEL_RE, "fp16")
+        """Store a new numbered baseline with copies of ``artifacts``; point ``refs`` at it.
+
+        Every argument is checked before anything is written. The number,
+        the files and the refs are written in one locked step; the baseline
+        JSON is published last, so an interruption leaves no used number.
+        """
+        check_names(label=label, refs=refs, model_slug=model_slug)
         artifacts = dict(artifacts or {})
         for name, source in artifacts.items():
             _check_name("artifact name", name, ARTIFACT_RE, "reference-pack")
@@ -308,23 +517,55 @@ class BaselineStore:
                 raise DataError(f"artifact {name!r} file {source} does not exist", "check the path")
         if not measurements:
             raise DataError("no measurements to store", "a baseline needs at least one metric")
+        known = all_metrics()
         for measurement in measurements:
             measurement.validate()
+            if measurement.name not in known:
+                raise ConfigError(
+                    f"unknown metric {measurement.name!r}", suggest(measurement.name, list(known))
+                )
         names = [m.name for m in measurements]
         if len(set(names)) != len(names):
             raise DataError("duplicate metric names in the measurements", "record each once")
-        directory.mkdir(parents=True, exist_ok=True)
-        number = self._next_number(directory)
+        dump_json({"provenance": dict(provenance), "environment": dict(environment)})
+
+        with self._writing(model_slug) as directory:
+            if refs:
+                self.refs(model_slug)  # a malformed refs.json stops the add before it writes
+            path = self._publish(
+                directory, model_slug, label, measurements, provenance, environment, artifacts
+            )
+            stored = load_baseline_file(path)
+            if refs:
+                self._move_refs(model_slug, {ref: stored.number for ref in refs})
+        return stored
+
+    def _publish(
+        self,
+        directory: Path,
+        model_slug: str,
+        label: str,
+        measurements: Sequence[Measurement],
+        provenance: Mapping[str, Any],
+        environment: Mapping[str, Any],
+        artifacts: Mapping[str, Path],
+    ) -> Path:
+        """Stage the artifacts and the JSON, publish the artifacts, then the JSON (lock held)."""
         for _ in range(_MAX_RACE_RETRIES):
+            number = self._next_number(directory)
             stem = f"{number:04d}-{label}"
-            written: builtins.list[Path] = []
+            staged: builtins.list[Path] = []
+            published: builtins.list[Path] = []
+            committed = False
             try:
                 records: dict[str, dict[str, str]] = {}
+                finals: builtins.list[tuple[Path, Path]] = []
                 for name, source in sorted(artifacts.items()):
                     target = directory / f"{stem}.{name}{_artifact_suffix(Path(source))}"
-                    copy_exclusive(Path(source), target)
-                    written.append(target)
-                    records[name] = {"file": target.name, "sha256": sha256_file(target)}
+                    tmp = stage(target, Path(source))
+                    staged.append(tmp)
+                    finals.append((tmp, target))
+                    records[name] = {"file": target.name, "sha256": sha256_file(tmp)}
                 payload = {
                     "schema_version": SCHEMA_VERSION,
                     "kind": KIND,
@@ -338,53 +579,53 @@ class BaselineStore:
                     "metrics": [m.to_dict() for m in measurements],
                 }
                 path = directory / f"{stem}.json"
-                create_exclusive(path, dump_json(payload))
+                json_tmp = stage(path, dump_json(payload))
+                staged.append(json_tmp)
+                for tmp, target in finals:
+                    publish_exclusive(tmp, target)
+                    published.append(target)
+                publish_exclusive(json_tmp, path)  # the commit point
+                committed = True
+                return path
             except FileExistsError:
-                for done in written:
+                continue  # a writer that does not lock took the number: take the next one
+            finally:
+                for leftover in staged + ([] if committed else published):
                     with contextlib.suppress(OSError):
-                        done.unlink()
-                number = max(number + 1, self._next_number(directory))
-                continue
-            return load_baseline_file(path)
+                        os.unlink(leftover)
         raise BaselineError(
-            f"could not find a free baseline number in {directory}", "too many concurrent writers"
+            f"could not find a free baseline number in {directory}",
+            "something else keeps creating numbered files there",
         )
 
-    @contextlib.contextmanager
-    def _locked(self, slug: str) -> Iterator[None]:
-        directory = self.model_dir(slug)
-        directory.mkdir(parents=True, exist_ok=True)
-        with (directory / LOCK_FILE).open("a") as handle:
-            try:
-                import fcntl
-            except ImportError:  # pragma: no cover - non-POSIX: atomic replace only
-                yield
-                return
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    def _move_refs(self, model_slug: str, moves: Mapping[str, int]) -> dict[str, int | None]:
+        """Point each ref at its number, keeping an old target as ``prev-<ref>`` (lock held)."""
+        refs = self.refs(model_slug)
+        old: dict[str, int | None] = {}
+        for ref, number in moves.items():
+            old[ref] = refs.get(ref)
+            previous = old[ref]
+            if previous is not None and previous != number:
+                refs[f"prev-{ref}"] = previous
+            refs[ref] = number
+        payload = {"schema_version": SCHEMA_VERSION, "kind": "refs", "refs": refs}
+        write_atomic(self.model_dir(model_slug) / REFS_FILE, dump_json(payload))
+        return old
 
     def promote(self, model_slug: str, ref: str, number: int) -> int | None:
         """Point ``ref`` at baseline ``number``; the old target (if any) becomes ``prev-<ref>``.
 
-        Returns the old target. ``refs.json`` is replaced atomically, so a
-        crash leaves either the old refs or the new ones.
+        Returns the old target. The baseline must load and its artifacts match
+        their sha256. ``refs.json`` is replaced atomically, so a crash leaves
+        either the old refs or the new ones.
         """
-        _check_name("ref", ref, REF_RE, "prod")
-        if ref == "latest":
-            raise BaselineError("'latest' is reserved", "pick another ref name")
-        self.get(model_slug, number)  # must exist and load
-        with self._locked(model_slug):
-            refs = self.refs(model_slug)
-            old = refs.get(ref)
-            if old is not None and old != number:
-                refs[f"prev-{ref}"] = old
-            refs[ref] = number
-            payload = {"schema_version": SCHEMA_VERSION, "kind": "refs", "refs": refs}
-            write_atomic(self.model_dir(model_slug) / REFS_FILE, dump_json(payload))
-        return old
+        _check_ref(ref)
+        target = self.get(model_slug, number)
+        for name in target.artifacts:
+            target.artifact_path(name)
+        with self._writing(model_slug):
+            self.get(model_slug, number)  # still there, and no other file claims its number
+            return self._move_refs(model_slug, {ref: number})[ref]
 
     # -- reading --------------------------------------------------------------------------
     def refs(self, model_slug: str) -> dict[str, int]:

@@ -19,13 +19,17 @@ functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accur
 * Flips etc. need the baseline's per-question results: in record mode they are
   written as the ``mcq`` artifact (:func:`write_mcq_results`), in run mode read
   back (:func:`read_mcq_results`) and paired by question id.
+* A broken model (NaN or infinite log-probs) is measured, not refused: such
+  tokens count as :data:`~gate.metrics.accuracy.NLL_CAP` nats and such
+  questions as unanswered (:mod:`gate.metrics.accuracy`), so the comparison
+  reports a critical regression; the counts are in each measurement's details.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -110,10 +114,14 @@ def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
 
 @dataclass(frozen=True)
 class WindowScore:
-    """Summed NLL (nats) of one window's scored tokens and their count."""
+    """Summed NLL (nats, per token capped at ``NLL_CAP``) of one window's scored tokens."""
 
     nll_sum: float
     n_tokens: int
+    #: Tokens whose log-prob was NaN or infinite (counted as ``NLL_CAP``).
+    nonfinite: int = 0
+    #: Tokens whose NLL exceeded ``NLL_CAP`` (counted as ``NLL_CAP``).
+    capped: int = 0
 
 
 def score_windows(
@@ -136,7 +144,15 @@ def score_windows(
                 f"backend returned {lp.shape} log-probs for a window of {w.n_scored} tokens",
                 "the backend's score() must return one log-prob per continuation token",
             )
-        out.append(WindowScore(nll_sum=float(-lp.sum()), n_tokens=w.n_scored))
+        nll = am.token_nll(lp)
+        out.append(
+            WindowScore(
+                nll_sum=float(nll.nll.sum()),
+                n_tokens=w.n_scored,
+                nonfinite=nll.nonfinite,
+                capped=nll.capped,
+            )
+        )
     return out
 
 
@@ -155,6 +171,9 @@ def perplexity_measurement(
             "window": window,
             "stride": stride,
             "scored_tokens": sum(s.n_tokens for s in scores),
+            "nonfinite_tokens": sum(s.nonfinite for s in scores),
+            "capped_tokens": sum(s.capped for s in scores),
+            "nll_cap": am.NLL_CAP,
             "samples_are": "mean NLL per window, nats/token",
         },
     )
@@ -306,7 +325,11 @@ def mcq_measurements(
         [r.correct_norm for r in results],
     )
     pairs = am.pair_questions(baseline if baseline is not None else results, results)
-    return measurements + am.pair_measurements(pairs)
+    unanswered = sum(r.broken for r in results)
+    return [
+        replace(m, details={**m.details, "nonfinite_questions": unanswered})
+        for m in measurements + am.pair_measurements(pairs)
+    ]
 
 
 def write_mcq_results(path: Path, results: Sequence[am.QuestionResult]) -> Path:

@@ -28,7 +28,7 @@ raises on them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ class HFBackend:
         recipe: Recipe,
         files_dir: Path | None = None,
         quant_method: str | None = None,
+        incomplete_weights: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -75,6 +76,9 @@ class HFBackend:
         self.recipe = recipe
         self.files_dir = files_dir
         self.quant_method = quant_method
+        #: Tensors the checkpoint lacked / had unused / had in another shape, when the
+        #: loader was told to allow that (None: the weights matched the config).
+        self.incomplete_weights = dict(incomplete_weights) if incomplete_weights else None
         recipe_text = format_recipe(recipe)
         self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"
         self.device = model.get_input_embeddings().weight.device
@@ -347,4 +351,5 @@ class HFBackend:
             "linear_classes": sorted(counts),
             "linear_class_counts": counts,
             "forward_delay": hasattr(self.model, HANDLE_ATTR),
+            "incomplete_weights": self.incomplete_weights,
         }

@@ -7,6 +7,13 @@ from disk only (``local_files_only``) for local directories and whenever
 :class:`~gate.errors.ModelLoadError` (exit 3) or, for a bad recipe,
 :class:`~gate.errors.ConfigError` (exit 4).
 
+Weights must match the architecture the config describes: tensors the model
+needs but the checkpoint lacks (they would be freshly initialized), tensors
+the checkpoint has but the model does not use, and tensors of another shape
+refuse the model (exit 3) unless ``allow_incomplete_weights`` is set. A
+corrupt or truncated weight file is a model-load error too, never a tier
+failure.
+
 Pre-quantized checkpoints (GPTQ, AWQ, compressed-tensors, FP8 ...) carry a
 ``quantization_config`` in ``config.json``; transformers picks the matching
 quantizer itself. When that quantizer's kernel package is missing, the
@@ -15,8 +22,12 @@ quantizer itself. When that quantizer's kernel package is missing, the
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +165,102 @@ def _load_config(source: str, spec: ModelSpec, common: dict[str, Any]) -> Any:
         raise ModelLoadError(f"cannot read the config of {source}: {_first_line(exc)}") from None
 
 
+#: Names shown per kind in the one-line refusal of incomplete weights.
+_SHOWN_KEYS = 3
+#: How to get past that refusal (the fix, or the explicit opt-in).
+INCOMPLETE_WEIGHTS_HINT = (
+    "fix config.json or the weight files; only an explicit allow_incomplete_weights "
+    "measures such a model"
+)
+
+
+@dataclass(frozen=True)
+class WeightsReport:
+    """What transformers found when matching the checkpoint's tensors to the model.
+
+    ``missing``: the model has them, the checkpoint does not (they were freshly
+    initialized). ``unexpected``: the checkpoint has them, the model does not
+    use them. ``mismatched``: both have them, with different shapes.
+    """
+
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+    mismatched: tuple[str, ...] = ()
+
+    @classmethod
+    def from_loading_info(cls, info: Mapping[str, Any] | None) -> WeightsReport:
+        """From ``from_pretrained(..., output_loading_info=True)``'s dict (sets or lists)."""
+        info = info or {}
+
+        def names(key: str) -> tuple[str, ...]:
+            raw = info.get(key) or ()
+            return tuple(sorted(str(k[0] if isinstance(k, tuple) else k) for k in raw))
+
+        return cls(names("missing_keys"), names("unexpected_keys"), names("mismatched_keys"))
+
+    @property
+    def complete(self) -> bool:
+        """Every tensor of the model came from the checkpoint, and nothing was left over."""
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def summary(self) -> str:
+        """``2 missing (a, b), 1 unexpected (c)``: counts with the first few names."""
+        parts = []
+        for kind, keys in (
+            ("missing", self.missing),
+            ("unexpected", self.unexpected),
+            ("of another shape", self.mismatched),
+        ):
+            if keys:
+                shown = ", ".join(keys[:_SHOWN_KEYS])
+                more = ", ..." if len(keys) > _SHOWN_KEYS else ""
+                parts.append(f"{len(keys)} {kind} ({shown}{more})")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Counts and names, for the backend's provenance."""
+        return {
+            "missing": list(self.missing),
+            "unexpected": list(self.unexpected),
+            "mismatched": list(self.mismatched),
+        }
+
+
+def _check_weights(source: str, report: WeightsReport, allow_incomplete: bool) -> None:
+    if report.complete or allow_incomplete:
+        return
+    raise ModelLoadError(
+        f"the weights of {source} do not match its config: tensors {report.summary()}",
+        INCOMPLETE_WEIGHTS_HINT,
+    )
+
+
+class _NoLoadReport(logging.Filter):
+    """Drops transformers' table of missing/unexpected tensors (:func:`_check_weights` names them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _without_load_report() -> Iterator[None]:
+    logger = logging.getLogger("transformers.modeling_utils")
+    quiet = _NoLoadReport()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
+def _corrupt_weights(exc: BaseException) -> bool:
+    """Whether ``exc`` is a weight file that cannot be parsed (truncated, bad header)."""
+    return type(exc).__module__.startswith("safetensors") or "deserializ" in str(exc).lower()
+
+
 def _load_model(
     source: str, spec: ModelSpec, recipe: Recipe, common: dict[str, Any], method: str | None
-) -> Any:
+) -> tuple[Any, WeightsReport]:
     import transformers
     from transformers import AutoModelForCausalLM
 
@@ -167,13 +271,29 @@ def _load_model(
     major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
     kwargs["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = dtype
     kwargs.update(load_kwargs(recipe))
+    # transformers reports missing/unexpected/mismatched tensors instead of raising;
+    # _check_weights judges them (and names them in one line), so its log table is dropped.
+    kwargs["output_loading_info"] = True
+    kwargs["ignore_mismatched_sizes"] = True
     try:
-        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        with _without_load_report():
+            loaded: Any = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        model, info = loaded  # (model, loading info) with output_loading_info=True
+        return model, WeightsReport.from_loading_info(info)
     except GateError:
         raise
     except ImportError as exc:
         raise _import_error(exc, method or _recipe_method(recipe), source) from None
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+    except Exception as exc:
+        if _corrupt_weights(exc):
+            raise ModelLoadError(
+                f"cannot load {source}: a weight file is corrupt or truncated ({_first_line(exc)})",
+                "copy or download the model again",
+            ) from None
+        if not isinstance(exc, (OSError, ValueError, RuntimeError, KeyError)):
+            raise ModelLoadError(
+                f"cannot load {source}: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
         message = str(exc)
         no_safetensors = (
             "use_safetensors" in message or "no file named model.safetensors" in message
@@ -204,7 +324,7 @@ def _load_tokenizer(source: str, common: dict[str, Any]) -> Any:
         raise
     except ImportError as exc:
         raise _import_error(exc, None, source) from None
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # a corrupt tokenizer file raises the tokenizers library's own type
         raise ModelLoadError(f"cannot load the tokenizer of {source}: {_first_line(exc)}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -226,11 +346,16 @@ def load_backend(
     recipe: Recipe | str | None = None,
     *,
     calibration: list[str] | None = None,
+    allow_incomplete_weights: bool = False,
 ) -> HFBackend:
     """Load ``spec`` with ``recipe`` applied and return a ready, eval-mode backend.
 
     ``calibration`` holds plain-text prompts for recipes that need activations
     (``prune-wanda``); they are tokenized without special tokens.
+    ``allow_incomplete_weights`` measures a model whose checkpoint lacks tensors
+    (freshly initialized), has unused ones or ones of another shape; by default
+    that refuses the model (:class:`ModelLoadError`, exit 3). When allowed, the
+    backend's provenance lists them under ``incomplete_weights``.
     """
     recipe = parse_recipe(recipe)
     definition = get_recipe(recipe.name)
@@ -247,7 +372,8 @@ def load_backend(
             "use --recipe none (or delay) for a pre-quantized checkpoint",
         )
     tokenizer = _load_tokenizer(source, common)
-    model = _load_model(source, spec, recipe, common, method)
+    model, weights = _load_model(source, spec, recipe, common, method)
+    _check_weights(source, weights, allow_incomplete_weights)
     model.eval()
     tokens = None
     if definition.needs_calibration and calibration:
@@ -258,5 +384,11 @@ def load_backend(
         parameter.requires_grad_(False)
     files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
     return HFBackend(
-        model, tokenizer, spec=spec, recipe=recipe, files_dir=files_dir, quant_method=method
+        model,
+        tokenizer,
+        spec=spec,
+        recipe=recipe,
+        files_dir=files_dir,
+        quant_method=method,
+        incomplete_weights=None if weights.complete else weights.to_dict(),
     )
