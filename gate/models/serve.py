@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shlex
 import signal
 import socket
@@ -42,7 +43,7 @@ from gate import progress
 from gate.errors import ConfigError, ModelLoadError
 
 #: Lines of the server log quoted in an error.
-LOG_TAIL_LINES = 5
+LOG_TAIL_LINES = 3
 _WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 
 
@@ -97,18 +98,32 @@ def with_address(argv: Sequence[str]) -> tuple[list[str], str, int]:
     return out, connect, port
 
 
+_ERROR_LINE = re.compile(r"\w*(Error|Exception): |\berror: |\bfailed\b", re.IGNORECASE)
+
+
 def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
-    """The last ``count`` non-empty lines of a text file (empty if unreadable)."""
+    """The last ``count`` lines of a server log worth quoting.
+
+    The last lines that name an error (``...Error``, ``Exception``, ``failed``)
+    when there are any, since an engine's final lines are often shutdown
+    warnings; otherwise the last non-empty lines. Empty if unreadable.
+    """
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 64_000))
+            fh.seek(max(0, size - 256_000))
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return []
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    return lines[-count:]
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    errors: list[str] = []
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line) and line not in errors:
+            errors.append(line)
+        if len(errors) == count:
+            break
+    return list(reversed(errors)) if errors else lines[-count:]
 
 
 def group_members(pgid: int) -> list[int]:
@@ -182,6 +197,13 @@ class ManagedServer:
     def command_text(self) -> str:
         """The command line as run (for provenance; it holds no credential unless given one)."""
         return shlex.join(self.argv)
+
+    @property
+    def program(self) -> str:
+        """What the command runs, for messages: the module after ``-m``, else the executable's name."""
+        if "-m" in self.argv[:-1]:
+            return self.argv[self.argv.index("-m") + 1]
+        return Path(self.argv[0]).name
 
     @property
     def pgid(self) -> int | None:
@@ -264,9 +286,7 @@ class ManagedServer:
     def _wait_healthy(self) -> None:
         started = time.monotonic()
         deadline = started + self.startup_timeout
-        what = (
-            f"server {Path(self.argv[0]).name} on port {self.port}: waiting for {self.health_path}"
-        )
+        what = f"server {self.program} on port {self.port}: waiting for {self.health_path}"
         with progress.task(what, total=int(self.startup_timeout)) as step:
             waited = 0
             while True:
