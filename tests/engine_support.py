@@ -26,8 +26,8 @@ MAX_MODEL_LEN = 1024
 #: Tokens the engine's scheduler takes per step: prompts longer than this are
 #: prefilled in several chunks (a prompt "longer than one batch").
 MAX_BATCHED_TOKENS = 256
-#: Log-probs per position the server allows (the demo pack's k is 32).
-MAX_LOGPROBS = 32
+#: Log-probs per position the server allows (twice the demo pack's k of 32).
+MAX_LOGPROBS = 64
 
 _PYTHON: list[str] = []
 

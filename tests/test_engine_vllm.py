@@ -27,6 +27,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,20 @@ def served_fp8(
     )
 
 
+def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
+    """Share of output positions where the server's top-k covers the pack's top-k ids."""
+    scored = [j for j in range(count) if len(pack.output_ids(j))]
+    requests = [
+        ScoreRequest(pack.prompt_ids(j).tolist(), pack.output_ids(j).tolist()) for j in scored
+    ]
+    covered = []
+    for j, scores in zip(scored, backend.score(requests, top_k=k), strict=True):
+        base_ids = pack.topk(j)[0]
+        for returned, wanted in zip(scores.topk_ids, base_ids, strict=True):
+            covered.append(set(wanted.tolist()) <= set(returned.tolist()))
+    return float(np.mean(covered))
+
+
 def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) -> None:
     settings = _fidelity_settings()
     pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
@@ -278,24 +293,32 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) 
     served_values = {
         m.name: m for m in fidelity.measure(served_fp8, pack, settings, prompts=prompts)
     }
+    wide = HTTPBackend(replace(served_fp8.settings, full_top_k=64), served_fp8.spec)
+    wide_values = {m.name: m for m in fidelity.measure(wide, pack, settings, prompts=prompts)}
     bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
     local_values = {m.name: m for m in fidelity.measure(bf16, pack, settings, prompts=prompts)}
     severity = _verdict(list(served_values.values()))
+    count = settings.limit or len(pack)
     figures = {
         "served_fp8_cga": served_values["fidelity.cga"].value,
         "served_fp8_kl_mean": served_values["fidelity.kl_mean"].value,
+        "served_fp8_kl_mean_top64": wide_values["fidelity.kl_mean"].value,
+        "served_fp8_top32_covers_pack_top32": _coverage(served_fp8, pack, count, 32),
+        "served_fp8_top64_covers_pack_top32": _coverage(served_fp8, pack, count, 64),
         "inprocess_bf16_cga": local_values["fidelity.cga"].value,
         "inprocess_bf16_kl_mean": local_values["fidelity.kl_mean"].value,
         "served_fp8_verdict": severity.name,
     }
     _figures("fp8 served vs bf16 in process", **figures)
     assert served_fp8.provenance()["quantization"] == "fp8_per_channel"
+    # CGA does not depend on the rows' rebuilt tail: the same at k = 32 and 64
+    assert wide_values["fidelity.cga"].value == figures["served_fp8_cga"]
     # a genuinely compressed build: no longer identical to the baseline ...
     assert figures["served_fp8_kl_mean"] > 1e-4
     assert figures["served_fp8_cga"] < 1.0
     # ... and within the stated tolerance of the in-process bfloat16 build
     assert abs(figures["served_fp8_cga"] - figures["inprocess_bf16_cga"]) <= 0.05
-    assert figures["served_fp8_kl_mean"] <= 10 * figures["inprocess_bf16_kl_mean"]
+    assert figures["served_fp8_kl_mean_top64"] <= 10 * figures["inprocess_bf16_kl_mean"]
 
 
 def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_fp8: HTTPBackend) -> None:

@@ -17,9 +17,15 @@ from gate.metrics.serving import (
 )
 
 
-def test_token_times_repeat_a_chunk_per_token() -> None:
+def test_token_times_spread_merged_chunks_over_their_gap() -> None:
     # role chunk (0 tokens), 1 token, a merged chunk of 2, a usage chunk (0)
-    assert token_times([(0.1, 0), (0.25, 1), (0.4, 2), (0.41, 0)]) == (0.25, 0.4, 0.4)
+    assert token_times([(0.1, 0), (0.25, 1), (0.45, 2), (0.46, 0)]) == pytest.approx(
+        (0.25, 0.35, 0.45)
+    )
+    # a first chunk with 2 tokens: both at its arrival; then one chunk of 3 over 0.3 s
+    times = token_times([(0.2, 2), (0.5, 3)])
+    assert times == pytest.approx((0.2, 0.2, 0.3, 0.4, 0.5))
+    assert times[-1] - times[0] == pytest.approx(0.3)  # ITLs still add up to E - TTFT
     with pytest.raises(DataError):
         token_times([(0.3, 1), (0.2, 1)])
     with pytest.raises(DataError):

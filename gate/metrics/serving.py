@@ -5,11 +5,16 @@ response arrives as chunks; chunk ``c`` arrives at ``a_c`` carrying ``n_c >= 0``
 generated tokens (counted from the chunk's token ids or log-probs, never from
 its text, which can merge or hold back tokens). With ``N = sum_c n_c`` tokens:
 
-* token ``j`` (``j = 0 .. N-1``) is available at ``t_j``, the arrival of the
-  chunk that carried it, so tokens of one chunk share a time;
-* ``TTFT = t_0``; ``ITL_j = t_j - t_{j-1}`` for ``j = 1 .. N-1`` (a token that
-  arrived in the same chunk as the previous one has ``ITL = 0``, so the ITLs
-  always add up to ``t_{N-1} - t_0``);
+* token times ``t_j`` (``j = 0 .. N-1``): the tokens of the first chunk that
+  carries any count at its arrival; the ``n`` tokens of a later chunk arriving
+  at ``a`` after the previous token-carrying chunk at ``a'`` are spread evenly
+  over that gap, ``t = a' + (a - a') i / n`` for ``i = 1 .. n``, so the last
+  one is the chunk's arrival. An engine that falls behind merges several
+  decoding steps into one chunk; spreading them keeps the ITL an estimate of
+  the decoding step (instead of one long gap and ``n - 1`` zeros) while TTFT,
+  E2E and the sum of the ITLs stay exactly as observed;
+* ``TTFT = t_0``; ``ITL_j = t_j - t_{j-1}`` for ``j = 1 .. N-1`` (they add up
+  to ``t_{N-1} - t_0``);
 * end-to-end ``E = t_{N-1}`` (the last token's arrival), and
   ``TPOT = (E - TTFT) / (N - 1)`` for ``N >= 2``.
 
@@ -94,21 +99,30 @@ class StreamTiming:
 
 
 def token_times(chunks: Sequence[tuple[float, int]]) -> tuple[float, ...]:
-    """Per-token arrival times from ``(arrival, tokens in chunk)`` pairs, in order.
+    """Per-token times from ``(arrival, tokens in chunk)`` pairs, in arrival order.
 
-    A chunk with ``n`` tokens contributes ``n`` copies of its arrival time;
-    chunks with no token (role, usage or keep-alive chunks) contribute none.
-    Arrivals must not decrease (they are read from one stream).
+    The first token-carrying chunk's tokens all count at its arrival; a later
+    chunk's ``n`` tokens are spread evenly over the gap since the previous
+    token-carrying chunk (see the module docstring). Chunks with no token
+    (role, usage or keep-alive chunks) contribute none. Arrivals must not decrease.
     """
     out: list[float] = []
     last = -np.inf
+    previous: float | None = None
     for arrival, count in chunks:
         if count < 0:
             raise DataError(f"a stream chunk reported {count} tokens", "counts must be >= 0")
         if arrival < last:
             raise DataError("stream chunk arrival times decrease", "read chunks in arrival order")
         last = arrival
-        out.extend([float(arrival)] * count)
+        if count == 0:
+            continue
+        if previous is None:
+            out.extend([float(arrival)] * count)
+        else:
+            gap = float(arrival) - previous
+            out.extend(previous + gap * i / count for i in range(1, count + 1))
+        previous = float(arrival)
     return tuple(out)
 
 

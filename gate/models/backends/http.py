@@ -52,6 +52,7 @@ from gate.metrics.serving import (
     arrival_offsets,
     load_summary,
     step_times,
+    token_times,
 )
 from gate.models.backends import tokens
 from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
@@ -521,9 +522,14 @@ class HTTPBackend:
         new_tokens: int,
         *,
         start: float,
-        on_token: Callable[[], None] | None = None,
+        sent: float | None = None,
     ) -> StreamTiming:
-        """One streamed request of exactly ``new_tokens`` tokens; times relative to its send."""
+        """One streamed request of exactly ``new_tokens`` tokens.
+
+        Token times (:func:`gate.metrics.serving.token_times`) are seconds
+        since ``sent`` (a ``perf_counter`` value; default: when this request is
+        sent); ``start`` is recorded as the request's offset in a load run.
+        """
         payload = {
             "model": model,
             "prompt": [int(t) for t in prompt],
@@ -535,8 +541,8 @@ class HTTPBackend:
             "return_token_ids": True,
             **GREEDY,
         }
-        sent = time.perf_counter()
-        times: list[float] = []
+        origin = time.perf_counter() if sent is None else sent
+        chunks: list[tuple[float, int]] = []
         counted_by_text = False
         usage: Mapping[str, Any] | None = None
         async for arrival, event in client.stream("/completions", payload):
@@ -550,10 +556,8 @@ class HTTPBackend:
             if count is None:  # no ids, no log-probs: one token per non-empty chunk
                 counted_by_text = True
                 count = 1 if choice.get("text") else 0
-            times.extend([arrival - sent] * count)
-            for _ in range(count):
-                if on_token is not None:
-                    on_token()
+            chunks.append((arrival - origin, count))
+        times = token_times(chunks)
         reported = usage.get("completion_tokens") if usage is not None else None
         prompt_tokens = usage.get("prompt_tokens") if usage is not None else None
         if isinstance(reported, int) and reported != len(times):
@@ -566,7 +570,7 @@ class HTTPBackend:
                 f"the stream carried {len(times)} tokens but its usage reports {reported}"
             )
         return StreamTiming(
-            token_times=tuple(times),
+            token_times=times,
             prompt_tokens=int(prompt_tokens) if isinstance(prompt_tokens, int) else len(prompt),
             start=start,
         )
@@ -579,48 +583,34 @@ class HTTPBackend:
         new_tokens: int,
         clock: StepClock,
     ) -> TimedGeneration:
-        """``batch_size`` concurrent streams of exactly ``new_tokens`` tokens; a mark per batch step.
+        """``batch_size`` concurrent streams of exactly ``new_tokens`` tokens, timed from the streams.
 
-        Step ``j`` is marked when every stream has delivered token ``j``
-        (:func:`gate.metrics.serving.step_times`); give a host clock
-        (``PerfCounterClock``), since the work happens in another process.
+        All streams are sent at one moment ``t0``; step ``j`` is when every
+        stream has token ``j`` (:func:`gate.metrics.serving.step_times`), in
+        seconds since ``t0`` on the host's ``perf_counter``. The work happens in
+        another process, so the times come from the streams, not from ``clock``
+        (started for the record only; its marks could not place tokens that
+        arrive merged in one chunk).
         """
         if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
             raise DataError(
                 "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
             )
         model = self.model
-        received = [0] * batch_size
-        marked = 0
-
-        def token_arrived(b: int) -> None:
-            nonlocal marked
-            received[b] += 1
-            while marked < min(received):
-                clock.mark()
-                marked += 1
 
         async def main(client: EndpointClient) -> list[StreamTiming]:
             clock.start()
+            t0 = time.perf_counter()
             return await gather_bounded(
                 [
-                    partial(
-                        self._stream_one,
-                        client,
-                        model,
-                        prompt,
-                        new_tokens,
-                        start=0.0,
-                        on_token=partial(token_arrived, b),
-                    )
-                    for b in range(batch_size)
+                    partial(self._stream_one, client, model, prompt, new_tokens, start=0.0, sent=t0)
+                    for _ in range(batch_size)
                 ],
                 batch_size,
             )
 
         streams: list[StreamTiming] = self._run(main)
-        steps = tuple(clock.elapsed())
-        own = step_times([s.token_times for s in streams])
+        steps = step_times([s.token_times for s in streams])
         return TimedGeneration(
             batch_size=batch_size,
             prompt_tokens=len(prompt),
@@ -629,7 +619,6 @@ class HTTPBackend:
             end_to_end=steps[-1] if steps else 0.0,
             details={
                 "device": f"server {public_url(self.settings.base_url)}",
-                "stream_step_times": own,
                 "per_stream_ttft": [s.ttft for s in streams if s.token_times],
             },
         )
