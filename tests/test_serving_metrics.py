@@ -69,7 +69,7 @@ def test_load_summary_by_hand() -> None:
 
 
 def test_load_summary_refuses_a_run_with_no_completion() -> None:
-    with pytest.raises(DataError, match="no request of the load run completed.*HTTP 500"):
+    with pytest.raises(DataError, match=r"no request of the load run completed.*HTTP 500"):
         load_summary([StreamTiming((), 3, error="HTTP 500")])
 
 

@@ -96,8 +96,8 @@ class EngineSpec:
     startup_timeout_s: float = 900.0
     #: Extra tries of a request answered 429/502/503/504.
     max_retries: int = 4
-    #: Log-probs asked per position when full rows are needed (the pack's k or more).
-    full_top_k: int = 32
+    #: Log-probs asked per position when full rows are needed (twice the pack's k).
+    full_top_k: int = 64
     #: ``auto``, ``prompt_logprobs`` or ``echo``.
     scoring_api: ScoringApi = "auto"
     #: Extra environment of a started server (e.g. ``VLLM_CPU_KVCACHE_SPACE``).

@@ -103,8 +103,9 @@ class EndpointSettings:
     max_retries: int = 4
     #: First wait before a retry (doubles each time).
     retry_backoff: float = 0.5
-    #: Top-k asked per position when the caller wants full rows (``score(full=True)``).
-    full_top_k: int = 32
+    #: Top-k asked per position when the caller wants full rows (``score(full=True)``);
+    #: twice the reference pack's k, so the returned ids cover the pack's top-k set.
+    full_top_k: int = 64
     #: ``prompt_logprobs`` (vLLM, SGLang), ``echo`` (legacy) or ``auto`` (try both, in that order).
     scoring_api: ScoringApi = "auto"
 

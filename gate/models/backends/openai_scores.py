@@ -32,9 +32,11 @@ metrics against a pack with top-K ids ``S``: CGA, CGA@k (k <= returned k) and
 delta-p are exact; the top-K + tail KL is exact at every position where the
 returned ids cover ``S`` (then the candidate's tail over the complement of
 ``S`` is exactly ``1 - sum_S p``); a baseline id outside the candidate's
-returned set gets the even share of the unreturned mass instead of its own.
-Ask for ``k >= K`` (``EndpointSettings.full_top_k``) so this only happens
-where the two distributions already differ in their top-K.
+returned set gets the even share of the unreturned mass instead of its own,
+which biases the KL. Ask for twice the pack's k (``EndpointSettings.full_top_k``,
+default 64): on the demo model's FP8 build the server's top-32 covered the
+pack's top-32 set at 47 % of the positions (mean KL 5.6e-3 from rebuilt rows)
+and its top-64 at 100 % (mean KL 7.0e-4, exact).
 """
 
 from __future__ import annotations
