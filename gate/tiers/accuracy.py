@@ -250,11 +250,15 @@ def score_questions(
     """Option log-likelihoods of every question (ids are ``prefix + question.id``).
 
     Single-token questions cost one request each (full next-token row, read at
-    the options' ids); the rest cost one request per option.
+    the options' ids) when the backend's full rows are exact; the rest, and
+    every question on a backend whose full rows are rebuilt from a top-k (a
+    serving engine, ``exact_full_rows = False``), cost one request per option,
+    whose log-likelihood is then the option's own target log-prob.
     """
     encoded = [_encode_question(backend, q, prefix + q.id) for q in questions]
     lls: dict[str, list[float]] = {}
-    single = [e for e in encoded if e.single_token]
+    exact_rows = bool(getattr(backend, "exact_full_rows", True))
+    single = [e for e in encoded if e.single_token and exact_rows]
     for start in range(0, len(single), _FULL_CHUNK):
         chunk = single[start : start + _FULL_CHUNK]
         reqs = [ScoreRequest(context=e.context, continuation=e.options[0]) for e in chunk]
@@ -267,7 +271,7 @@ def score_questions(
                 )
             row = np.asarray(s.full_logprobs[0], dtype=np.float64)
             lls[e.qid] = [float(row[o[0]]) for o in e.options]
-    multi = [e for e in encoded if not e.single_token]
+    multi = [e for e in encoded if not (e.single_token and exact_rows)]
     reqs = [ScoreRequest(context=e.context, continuation=o) for e in multi for o in e.options]
     flat = iter(backend.score(reqs, top_k=1, batch_size=batch_size)) if reqs else iter(())
     for e in multi:

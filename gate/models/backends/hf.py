@@ -38,6 +38,7 @@ import torch
 
 from gate.errors import DataError
 from gate.measurement import TimedGeneration
+from gate.models.backends import tokens
 from gate.models.backends.base import ScoreRequest, StepClock, TokenScores
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.provenance import (
@@ -108,25 +109,15 @@ class HFBackend:
 
     def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
         """Ids of a user turn through the chat template (with the assistant prefix) if any."""
-        if chat and getattr(self.tokenizer, "chat_template", None):
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}],
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-            if isinstance(ids, dict) or hasattr(ids, "keys"):
-                ids = ids["input_ids"]
-            return [int(i) for i in ids]
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
+        return tokens.encode_prompt(self.tokenizer, text, chat=chat)
 
     def encode_text(self, text: str) -> list[int]:
         """Plain ids, no template, no special tokens."""
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        return tokens.encode_text(self.tokenizer, text)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids with special tokens skipped."""
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        return tokens.decode(self.tokenizer, ids)
 
     # -- greedy generation ----------------------------------------------------
 

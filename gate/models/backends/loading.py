@@ -392,3 +392,18 @@ def load_backend(
         quant_method=method,
         incomplete_weights=None if weights.complete else weights.to_dict(),
     )
+
+
+def load_tokenizer(spec: ModelSpec) -> tuple[Any, Any, Path | None]:
+    """``(tokenizer, config, files directory)`` of ``spec``, without loading its weights.
+
+    For backends that run the model elsewhere (a serving engine) but tokenize
+    locally; the directory (None when unknown) is what provenance hashes.
+    """
+    local = spec.local_dir
+    source = str(local) if local is not None else spec.source
+    common = _common_kwargs(spec, local)
+    config = _load_config(source, spec, common)
+    tokenizer = _load_tokenizer(source, common)
+    files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
+    return tokenizer, config, files_dir

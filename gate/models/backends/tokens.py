@@ -1,0 +1,42 @@
+"""Token ids from text and back, the same way for every backend.
+
+A gate backend always tokenizes locally with the model's own tokenizer (an
+in-process model and a served one alike), so prompts become the same ids as
+the reference pack's:
+
+* :func:`encode_prompt` — a user turn through the chat template, with the
+  assistant prefix (``add_generation_prompt``), when the tokenizer has a
+  template; otherwise the text with the tokenizer's special tokens;
+* :func:`encode_text` — plain ids, no template and no special tokens (corpora);
+* :func:`decode` — text of ids, special tokens skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def encode_prompt(tokenizer: Any, text: str, *, chat: bool = True) -> list[int]:
+    """Ids of a user turn through the chat template (with the assistant prefix) if any."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+    return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Plain ids, no template, no special tokens."""
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    """Text of ids with special tokens skipped."""
+    return str(tokenizer.decode(list(ids), skip_special_tokens=True))

@@ -1,0 +1,159 @@
+"""Point gate at a serving engine: an existing endpoint, or a server gate runs itself.
+
+:class:`EngineSpec` is what a run config (``gate.toml``) or the command line
+says about the engine; :func:`open_engine` turns it, with the
+:class:`~gate.models.spec.ModelSpec` whose tokenizer the reference pack was
+recorded with, into a connected :class:`~gate.models.backends.http.HTTPBackend`:
+
+* ``endpoint = "http://host:8000/v1"``: a server someone else runs; gate
+  connects, checks the tokenizer and records provenance;
+* ``serve = "python -m vllm.entrypoints.openai.api_server --model ... -tp 8"``:
+  gate starts the command (:class:`~gate.models.serve.ManagedServer`: own
+  process group, ``/health`` wait, the log kept as ``<log_dir>/server.log``)
+  and stops it when the ``with`` block ends, however it ends.
+
+The served settings gate can read from a ``serve`` command line (quantization,
+dtype, parallel sizes, context length, KV-cache dtype) go into provenance
+beside what the server reports itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ConfigError
+from gate.models.backends.http import HTTPBackend
+from gate.models.backends.openai_client import EndpointSettings, ScoringApi
+from gate.models.serve import ManagedServer
+from gate.models.spec import ModelSpec
+
+#: Server log file name inside ``log_dir`` (a report artifact).
+SERVER_LOG = "server.log"
+
+#: Command-line options of vLLM (and SGLang, where they agree) recorded as served settings.
+_SERVED_OPTIONS: Mapping[str, tuple[str, ...]] = {
+    "quantization": ("--quantization", "-q"),
+    "dtype": ("--dtype",),
+    "kv_cache_dtype": ("--kv-cache-dtype",),
+    "tensor_parallel_size": ("--tensor-parallel-size", "-tp", "--tp-size", "--tp"),
+    "pipeline_parallel_size": ("--pipeline-parallel-size", "-pp", "--pp-size"),
+    "data_parallel_size": ("--data-parallel-size", "-dp", "--dp-size"),
+    "max_model_len": ("--max-model-len", "--context-length"),
+    "max_logprobs": ("--max-logprobs",),
+    "model": ("--model", "--model-path"),
+    "served_model_name": ("--served-model-name",),
+}
+_SERVED_FLAGS: Mapping[str, str] = {"enforce_eager": "--enforce-eager"}
+
+
+def served_settings(argv: Sequence[str]) -> dict[str, Any]:
+    """The served settings a server command line states (``--name value`` or ``--name=value``)."""
+    out: dict[str, Any] = {}
+    for key, names in _SERVED_OPTIONS.items():
+        for i, arg in enumerate(argv):
+            for name in names:
+                if arg == name and i + 1 < len(argv):
+                    out[key] = argv[i + 1]
+                elif arg.startswith(name + "="):
+                    out[key] = arg.split("=", 1)[1]
+    for key, flag in _SERVED_FLAGS.items():
+        if flag in argv:
+            out[key] = True
+    for key in (
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "max_model_len",
+        "max_logprobs",
+    ):
+        if key in out:
+            with contextlib.suppress(ValueError):
+                out[key] = int(out[key])
+    return out
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """A serving engine to gate: exactly one of ``endpoint`` and ``serve``."""
+
+    #: OpenAI base URL of a running server (``http://host:8000/v1``).
+    endpoint: str | None = None
+    #: Command line of a server gate starts and stops itself.
+    serve: str | None = None
+    #: Served model name (None: the first model the server lists).
+    model: str | None = None
+    #: Environment variable holding the API key (never the key itself).
+    api_key_env: str | None = None
+    #: Requests in flight at once.
+    max_concurrency: int = 8
+    #: Seconds to wait for one response (or the next chunk of a stream).
+    request_timeout_s: float = 300.0
+    #: Seconds a started server has to answer ``/health``.
+    startup_timeout_s: float = 900.0
+    #: Extra tries of a request answered 429/502/503/504.
+    max_retries: int = 4
+    #: Log-probs asked per position when full rows are needed (twice the pack's k).
+    full_top_k: int = 64
+    #: ``auto``, ``prompt_logprobs`` or ``echo``.
+    scoring_api: ScoringApi = "auto"
+    #: Extra environment of a started server (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.endpoint is None) == (self.serve is None):
+            raise ConfigError(
+                "an engine needs exactly one of endpoint and serve",
+                "give --endpoint URL for a running server or --serve COMMAND to start one",
+            )
+        if self.startup_timeout_s <= 0:
+            raise ConfigError("startup_timeout_s must be positive")
+        self.settings_for(self.endpoint or "http://127.0.0.1:1/v1")  # validates the rest
+
+    def settings_for(self, url: str) -> EndpointSettings:
+        """The client settings for the server at ``url``."""
+        return EndpointSettings(
+            url=url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            max_concurrency=self.max_concurrency,
+            request_timeout=self.request_timeout_s,
+            max_retries=self.max_retries,
+            full_top_k=self.full_top_k,
+            scoring_api=self.scoring_api,
+        )
+
+
+@contextlib.contextmanager
+def open_engine(
+    tokenizer_spec: ModelSpec, engine: EngineSpec, *, log_dir: Path
+) -> Iterator[HTTPBackend]:
+    """A connected backend for ``engine``; a server started here is stopped on exit.
+
+    ``tokenizer_spec`` names the model whose tokenizer gate uses locally (the
+    reference pack's); the server must agree with it (BaselineError, exit 4).
+    """
+    if engine.serve is None:
+        assert engine.endpoint is not None
+        backend = HTTPBackend(engine.settings_for(engine.endpoint), tokenizer_spec)
+        backend.connect()
+        yield backend
+        return
+    with ManagedServer(
+        engine.serve,
+        log_path=Path(log_dir) / SERVER_LOG,
+        startup_timeout=engine.startup_timeout_s,
+        env=engine.env,
+    ) as server:
+        backend = HTTPBackend(
+            engine.settings_for(server.base_url),
+            tokenizer_spec,
+            liveness=server.failure,
+            serve_command=server.argv,
+            served_settings=served_settings(server.argv),
+        )
+        backend.connect()
+        yield backend

