@@ -60,7 +60,8 @@ def test_critical_candidate_blocks_and_names_metric_delta_bound(
     by_key = {v.key: v for v in results.verdicts}
     assert by_key["accuracy.mcq_acc"].severity.label == "critical"
     assert by_key["accuracy.mcq_acc"].delta == pytest.approx(-0.09)
-    assert by_key["accuracy.mcq_acc"].threshold["critical"] == 0.05
+    threshold = by_key["accuracy.mcq_acc"].threshold
+    assert threshold is not None and threshold.bound.critical == 0.05
     assert results.candidate["recipe"] == "quanto-int2"
 
 
