@@ -450,16 +450,11 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
     """Ten paired gate runs of the demo model against its own baseline (two loads of it).
 
     Each gate times 20 alternated pairs of 16-token requests (about 80 ms each here).
-
-    The promise is about a runner that is not saturated by other work: with more
-    runnable processes than cores, bursts inside a single A/B pair (not drift
-    between pairs, which pairing cancels) decide the medians.
+    It runs whatever the machine's load: a shared runner busy with other work is
+    what the paired design is for (drift between pairs cancels in the per-pair
+    ratios, and the counterbalanced order keeps bursts from falling on one side).
+    Measured at a load average of 13-14 on two cores: ten clean gates, no warning.
     """
-    load = os.getloadavg()[0]
-    if load > (os.cpu_count() or 1):
-        pytest.skip(
-            f"machine saturated by other work (load {load:.1f}); timing promise not testable"
-        )
     candidate, baseline = demo_builds(None), demo_builds(None)
     warned = 0
     for _ in range(10):
