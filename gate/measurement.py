@@ -14,6 +14,8 @@ say how sure it is:
 
 :class:`TimedGeneration` is the raw record of one timed request (per-step
 timestamps) that a backend returns and the latency metrics turn into numbers.
+``details`` is free-form; the entries that another layer reads are named by
+:class:`MeasurementDetail`, which both the writer and the readers use.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from gate.errors import DataError
 
@@ -161,3 +163,33 @@ class TimedGeneration:
     step_times: tuple[float, ...]
     end_to_end: float
     details: dict[str, Any] = field(default_factory=dict)
+
+
+class MeasurementDetail:
+    """Keys of the ``Measurement.details`` entries that a layer other than the writer reads.
+
+    The tier (or metric function) that writes an entry and every reader use
+    these names; the strings are part of the measurements, baseline and
+    results JSON and stay as they are.
+    """
+
+    #: In-session baseline of a REPEATED timing, latency tier (paired mode) -> compare:
+    #: ``{"against", "value", "samples", "model", "recipe"}``.
+    PAIRED_REFERENCE: Final = "paired_reference"
+    #: How the fidelity tier computed KL (``"exact"`` or top-k + tail bucket) -> HTML plots.
+    KL_METHOD: Final = "kl"
+    #: ``accuracy.flips`` per baseline top-margin bucket, ``[{"lo", "hi", "n", "rate"}]``
+    #: (:func:`gate.metrics.accuracy.pair_measurements`) -> HTML plots.
+    BY_MARGIN: Final = "by_margin"
+    #: Batch size of the latency tier's timed runs -> HTML plots.
+    BATCH_SIZE: Final = "batch_size"
+    #: Median tokens/s per batch size of the throughput sweep, ``{"8": 812.5, ...}`` -> plots.
+    PER_BATCH: Final = "per_batch"
+    #: First batch size of the sweep that ran out of memory (``None``: none did) -> plots.
+    OOM_BATCH: Final = "oom_batch"
+    #: The hardware fingerprint of a timing (:class:`gate.hw.fingerprint.Fingerprint` as a
+    #: dict) -> the latency tier's baseline check and the HTML provenance.
+    FINGERPRINT: Final = "fingerprint"
+    #: ``Fingerprint.hash`` and ``Fingerprint.hardware_hash`` of that fingerprint -> HTML.
+    FINGERPRINT_HASH: Final = "fingerprint_hash"
+    HARDWARE_HASH: Final = "hardware_hash"

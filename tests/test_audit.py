@@ -74,19 +74,33 @@ def test_step_at_week_7_is_reported(tmp_path: Path) -> None:
         assert "week 7" in d.reason
 
 
-def test_flat_noisy_history_reports_nothing(tmp_path: Path) -> None:
+TIMINGS = {"latency.e2e_p50", "latency.tokens_per_s"}
+
+
+def test_flat_noisy_history_audits_both_timings_and_passes_them(tmp_path: Path) -> None:
     for seed in range(5):
         directory = tmp_path / str(seed)
         write_weeks(directory, noisy(0.40, 12, 10 + seed, 0.03), noisy(80.0, 12, 20 + seed, 0.03))
         records, _ = history.read(history.histories(directory)[0])
-        for d in audit(records, all_metrics(), window=4):
+        drifts = audit(records, all_metrics(), window=4)
+        assert {d.metric for d in drifts} == TIMINGS
+        for d in drifts:
             assert d.severity.label == "pass", (seed, d.metric, d.reason)
 
 
-def test_improvement_is_not_drift(tmp_path: Path) -> None:
+def test_faster_and_higher_throughput_history_audits_both_timings_and_passes_them(
+    tmp_path: Path,
+) -> None:
     write_weeks(tmp_path, noisy(0.40, 6, 1) + noisy(0.25, 6, 2), noisy(80, 6, 3) + noisy(120, 6, 4))
     records, _ = history.read(history.histories(tmp_path)[0])
-    assert all(d.severity.label == "pass" for d in audit(records, all_metrics()))
+    drifts = audit(records, all_metrics())
+    assert {d.metric for d in drifts} == TIMINGS
+    assert [d.severity.label for d in drifts] == ["pass", "pass"], [d.reason for d in drifts]
+    # the same step the other way round is drift: the audit can tell the two apart
+    worse = tmp_path / "worse"
+    write_weeks(worse, noisy(0.25, 6, 1) + noisy(0.40, 6, 2), noisy(120, 6, 3) + noisy(80, 6, 4))
+    records, _ = history.read(history.histories(worse)[0])
+    assert {d.severity.label for d in audit(records, all_metrics())} == {"critical"}
 
 
 def test_corrupt_and_partial_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:

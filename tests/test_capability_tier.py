@@ -147,7 +147,7 @@ def test_oracle_passes_everything() -> None:
     assert set(ms[0].breakdown) == {"op:+", "op:-", "op:*"}
 
 
-def test_damaged_build_is_blocked_and_identical_build_passes() -> None:
+def test_damaged_arithmetic_is_blocked_and_an_identical_build_passes_every_family() -> None:
     thresholds = parse_thresholds(
         {
             "metrics": {
@@ -159,7 +159,11 @@ def test_damaged_build_is_blocked_and_identical_build_passes() -> None:
     )
     base = measure(OracleBackend(), FAST, families=ORACLE_FAMILIES)
     same = measure(OracleBackend(), FAST, families=ORACLE_FAMILIES)
-    assert all(v.severity is Severity.PASS for v in compare(same, base, thresholds))
+    unchanged = compare(same, base, thresholds)
+    assert {v.key for v in unchanged if v.slice is None} == {
+        f"capability.{f}" for f in ORACLE_FAMILIES
+    }
+    assert all(v.severity is Severity.PASS for v in unchanged), [v.reason for v in unchanged]
 
     damaged = measure(OracleBackend(damage=3), FAST, families=ORACLE_FAMILIES)
     verdicts = {v.key: v for v in compare(damaged, base, thresholds)}

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from gate.cli import main
 from gate.report.results_json import results_from_json
+from gate.store.atomic import is_temporary
+from gate.store.baseline import BaselineStore
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 THRESHOLDS = str(EXAMPLES / "thresholds.toml")
@@ -60,7 +64,8 @@ def test_critical_candidate_blocks_and_names_metric_delta_bound(
     by_key = {v.key: v for v in results.verdicts}
     assert by_key["accuracy.mcq_acc"].severity.label == "critical"
     assert by_key["accuracy.mcq_acc"].delta == pytest.approx(-0.09)
-    assert by_key["accuracy.mcq_acc"].threshold["critical"] == 0.05
+    threshold = by_key["accuracy.mcq_acc"].threshold
+    assert threshold is not None and threshold.bound.critical == 0.05
     assert results.candidate["recipe"] == "quanto-int2"
 
 
@@ -88,11 +93,112 @@ def test_store_refs_and_several_baselines(
     assert "vs" in out and "prev-prod" in out and "fp16" in out
 
 
-def test_sigkill_safe_add_reports_json_with_numbers(tmp_path: Path) -> None:
-    # a gate run's results JSON is valid strict JSON (no NaN literals)
-    out_json = tmp_path / "r.json"
-    main(_compare("candidate-equal.json", "--json", str(out_json)))
-    json.loads(out_json.read_text(), parse_constant=lambda c: pytest.fail(f"literal {c}"))
+# ----------------------------------------------------------------------------- crash safety
+
+#: Runs ``gate ARGS`` with every file opened for writing in DIR wrapped so that its
+#: first write puts only CUT (a fraction) of the bytes on disk, fsyncs them, says
+#: READY on stderr and waits to be killed: a SIGKILL in the middle of the write,
+#: whatever file (temporary or final) the command writes through.
+_KILL_MID_WRITE = textwrap.dedent(
+    """
+    import builtins, io, os, sys, time
+
+    target_dir, cut, args = os.path.realpath(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+    real_open = io.open
+
+    class Stalling:
+        def __init__(self, handle):
+            self._handle = handle
+
+        def write(self, data):
+            self._handle.write(data[: int(len(data) * cut)])
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            print("READY", file=sys.stderr, flush=True)
+            time.sleep(120)
+
+        def __getattr__(self, name):
+            return getattr(self._handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self._handle.__exit__(*exc)
+
+    def stalling_open(file, mode="r", *rest, **kwargs):
+        handle = real_open(file, mode, *rest, **kwargs)
+        name = os.readlink(f"/proc/self/fd/{file}") if isinstance(file, int) else file
+        writing = any(flag in mode for flag in "wax+")
+        if writing and os.path.dirname(os.path.realpath(name)) == target_dir:
+            return Stalling(handle)
+        return handle
+
+    io.open = builtins.open = stalling_open
+    from gate.cli import main
+    main(args)
+    """
+)
+
+
+def _kill_mid_write(directory: Path, cut: float, argv: list[str]) -> None:
+    """Run ``gate argv`` until it is part-way through writing into ``directory``; SIGKILL it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILL_MID_WRITE, str(directory), str(cut), *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        seen = []
+        for line in proc.stderr:  # until the write stalls (or the command ends without one)
+            if line.strip() == "READY":
+                break
+            seen.append(line)
+        else:
+            pytest.fail(f"gate {argv[0]} wrote nothing into {directory}: {''.join(seen)}")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _published(directory: Path) -> dict[str, bytes]:
+    """The files a reader sees: everything but the temporaries of interrupted writes."""
+    return {p.name: p.read_bytes() for p in directory.iterdir() if not is_temporary(p.name)}
+
+
+@pytest.mark.slow
+def test_results_json_killed_mid_write_is_absent_or_the_previous_complete_file(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / "results.json"
+    argv = _compare("candidate-critical.json", "--json", str(target))
+    _kill_mid_write(out, 0.5, argv)
+    assert _published(out) == {}  # the first write died: no results file at all
+    assert main(argv) == 1
+    complete = target.read_bytes()
+    assert json.loads(complete)["verdict"] == "block"
+    for cut in (0.0, 0.5, 1.0):  # a rewrite killed early, halfway, with every byte written
+        _kill_mid_write(out, cut, _compare("candidate-equal.json", "--json", str(target)))
+        assert _published(out) == {"results.json": complete}, cut
+
+
+@pytest.mark.slow
+def test_baseline_add_killed_mid_write_stores_nothing_and_numbers_stay(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    add = ["baseline", "add", BASELINE, "--model", "m", "--store", str(store), "--ref", "prod"]
+    assert main([*add, "--label", "v1"]) == 0
+    before = _published(store / "m")
+    assert {"0001-v1.json", "refs.json"} <= set(before)
+    for cut in (0.5, 1.0):
+        _kill_mid_write(store / "m", cut, [*add, "--label", "v2"])
+        assert _published(store / "m") == before, cut
+    assert main([*add, "--label", "v2"]) == 0
+    assert BaselineStore(store).resolve("prod", "m").number == 2  # numbering carried on
 
 
 # ----------------------------------------------------------------------------- bad input

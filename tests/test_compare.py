@@ -10,15 +10,17 @@ import pytest
 from scipy import stats as sps
 
 from gate.errors import DataError
-from gate.gating.compare import compare, compare_many
+from gate.gating.compare import compare, compare_many, judge
+from gate.gating.decision import Basis, Decision, Evidence, Method, Pairing, Reference, describe
 from gate.gating.thresholds import (
     Thresholds,
     load_thresholds,
     packaged_thresholds_path,
     parse_thresholds,
 )
-from gate.gating.verdict import Severity, decide
+from gate.gating.verdict import Bound, Severity, VerdictThreshold, decide
 from gate.measurement import Measurement, from_samples
+from gate.metrics.registry import all_metrics
 from gate.metrics.spec import MetricSpec, SampleKind
 
 
@@ -80,7 +82,7 @@ def test_past_critical_is_critical_and_named(th: Thresholds) -> None:
     assert v.test == "McNemar exact"
     assert v.p_value == pytest.approx(sps.binomtest(40, 40, alternative="greater").pvalue)
     assert v.ci is not None and v.ci[0] <= -0.1 <= v.ci[1]
-    assert v.threshold["critical"] == 0.04
+    assert v.threshold is not None and v.threshold.bound.critical == 0.04
     for part in ("accuracy.mcq_acc", "0.7 vs 0.8", "-0.1", "past critical -0.04", "McNemar"):
         assert part in v.reason, v.reason
     assert decide([v]).exit_code == 1
@@ -158,9 +160,10 @@ def test_breakdown_slices_use_category_overrides(th: Thresholds) -> None:
         "category:chat": pytest.approx(0.99),
     }
     assert v_math.slice == "category:math" and v_math.severity is Severity.CRITICAL
-    assert v_math.threshold["category_override"] is True
+    assert v_math.threshold is not None and v_math.threshold.category_override
     assert "fidelity.cga[category:math]" in v_math.reason and "critical -0.06" in v_math.reason
-    assert v_chat.severity is Severity.PASS and v_chat.threshold["category_override"] is False
+    assert v_chat.severity is Severity.PASS
+    assert v_chat.threshold is not None and not v_chat.threshold.category_override
     assert v_math.key == "fidelity.cga[category:math]"
 
 
@@ -308,6 +311,128 @@ def test_relative_mode_at_zero_reference() -> None:
     assert v.severity is Severity.CRITICAL and "undefined at reference 0" in v.reason
     (ok,) = compare([Measurement("x.err", 0.0)], [], th, specs={"x.err": spec})
     assert ok.severity is Severity.PASS
+
+
+# ------------------------------------------------------------------ typed decisions
+
+
+def _decide(cand: Measurement, base: Measurement | None, th: Thresholds) -> Decision:
+    spec = all_metrics()[cand.name]
+    return judge(cand, base, spec, th.for_metric(cand.name), th)
+
+
+def test_decisions_name_their_basis_and_the_deciding_test(th: Thresholds) -> None:
+    cand, base = _accuracy_pair(400, lost=40)
+    supported = _decide(cand, base, th)
+    assert (supported.basis, supported.point, supported.severity) == (
+        Basis.SUPPORTED,
+        Severity.CRITICAL,
+        Severity.CRITICAL,
+    )
+    assert supported.evidence is not None and supported.evidence.method is Method.MCNEMAR
+    assert supported.evidence.discordant == (40, 0)
+    assert supported.reference is not None and supported.reference.kind == "baseline"
+    assert supported.threshold == VerdictThreshold(
+        Bound(warn=0.02, critical=0.04), alpha=th.alpha, min_samples=th.min_samples
+    )
+
+    cand, base = _accuracy_pair(200, lost=15, gained=5)
+    weak = _decide(cand, base, th)
+    assert (weak.basis, weak.point, weak.severity) == (
+        Basis.NOT_SIGNIFICANT,
+        Severity.CRITICAL,
+        Severity.PASS,
+    )
+
+    cand, base = _accuracy_pair(5, lost=1)
+    few = _decide(cand, base, th)
+    assert (few.basis, few.severity, few.n) == (Basis.FEW_SAMPLES, Severity.CRITICAL, 5)
+
+    point = _decide(
+        Measurement("latency.param_bytes", 1.05e9), Measurement("latency.param_bytes", 1e9), th
+    )
+    assert (point.basis, point.severity, point.untested) == (
+        Basis.POINT_VALUE,
+        Severity.CRITICAL,
+        "point metric",
+    )
+    assert point.evidence is None
+
+    alone = _decide(_accuracy_pair(100, lost=50)[0], None, th)
+    assert (alone.basis, alone.reference, alone.delta) == (Basis.NO_REFERENCE, None, None)
+
+    ungated = _decide(Measurement("fidelity.kl_max", 9.0), None, th)
+    assert (ungated.basis, ungated.threshold, ungated.delta) == (Basis.NOT_GATED, None, 9.0)
+    assert ungated.reference is not None and ungated.reference.kind == "ideal"
+
+
+def test_repeated_decisions_record_the_margin_that_decided(th: Thresholds) -> None:
+    """The noisy and the tight run sets of the warn-bound test above, as decisions."""
+    rng = np.random.default_rng(5)
+    base = _runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.15, 30))
+    noisy = _runs("latency.e2e_p50", 0.056 * rng.lognormal(0, 0.15, 30))
+    warn_only = _decide(noisy, base, th)
+    assert (warn_only.basis, warn_only.point, warn_only.severity) == (
+        Basis.WARN_ONLY,
+        Severity.CRITICAL,
+        Severity.WARN,
+    )
+    assert warn_only.evidence is not None and warn_only.evidence.margin == 0.0
+    assert warn_only.evidence.method is Method.MANN_WHITNEY
+    assert warn_only.evidence.runs == (30, 30)
+    tight = _runs("latency.e2e_p50", 0.056 * rng.lognormal(0, 0.01, 30))
+    critical = _decide(tight, _runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30)), th)
+    assert (critical.basis, critical.severity) == (Basis.SUPPORTED, Severity.CRITICAL)
+    bound = th.metrics["latency.e2e_p50"].bound
+    assert critical.evidence is not None and critical.evidence.margin == bound.warn
+    (v,) = compare([tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th)
+    assert v.test == f"Mann-Whitney U for +{bound.warn:.1%}"
+
+
+def test_describe_words_a_decision_without_comparing() -> None:
+    threshold = VerdictThreshold(Bound(warn=0.02, critical=0.04), alpha=0.01, min_samples=20)
+    evidence = Evidence(
+        method=Method.MCNEMAR,
+        p_worse=0.3,
+        ci=(-0.1, 0.02),
+        n=150,
+        pairing=Pairing.COMMON_IDS,
+        discordant=(9, 4),
+    )
+    decision = Decision(
+        metric="accuracy.mcq_acc",
+        slice="category:law",
+        value=0.7,
+        higher_is_better=True,
+        reference=Reference(0.75, None, "baseline"),
+        threshold=threshold,
+        point=Severity.CRITICAL,
+        severity=Severity.PASS,
+        basis=Basis.NOT_SIGNIFICANT,
+        evidence=evidence,
+        n=150,
+    )
+    assert describe(decision) == (
+        "accuracy.mcq_acc[category:law] 0.7 vs 0.75: -0.05 past critical -0.04 but not "
+        "significant (McNemar exact p=0.3, n=150, b=9, c=4, 150 common items >= alpha 0.01)"
+    )
+    in_session = Decision(
+        metric="latency.e2e_p50",
+        slice=None,
+        value=0.12,
+        higher_is_better=False,
+        reference=Reference(0.1, None, "in-session"),
+        threshold=VerdictThreshold(Bound(0.1, 0.2, "relative"), alpha=0.01, min_samples=10),
+        point=Severity.WARN,
+        severity=Severity.WARN,
+        basis=Basis.SUPPORTED,
+        evidence=Evidence(Method.WILCOXON_PAIRS, 0.001, (0.01, 0.03), 12, runs=(12, 12)),
+        n=12,
+    )
+    assert describe(in_session) == (
+        "latency.e2e_p50 0.12 vs 0.1 (in-session baseline): +20.0% past warn +10.0% "
+        "(Wilcoxon signed-rank (pairs) p=0.001, n=12/12)"
+    )
 
 
 @pytest.mark.slow

@@ -23,13 +23,13 @@ import pytest
 # pytester's in-process runs drop modules first imported inside them; C extensions
 # (numpy, psutil, torch) cannot be imported twice, so the suite's imports come first.
 from gate.errors import DataError
-from gate.gating.compare import PAIRED_REFERENCE, compare
+from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.hw.fingerprint import Fingerprint, collect
 from gate.hw.memory import MemoryTracker
 from gate.hw.timing import PerfCounterClock
-from gate.measurement import Measurement
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import summarize
 from gate.session.options import SessionOptions
 from gate.session.runner import build_args, suites_dir
@@ -118,16 +118,16 @@ def test_paired_mode_alternates_after_the_memory_runs() -> None:
         x.replace("1", "2") for p in pairs[:rounds] for x in p
     ]
     e2e = by_name["latency.e2e_p50"]
-    paired = e2e.details[PAIRED_REFERENCE]
+    paired = e2e.details[MeasurementDetail.PAIRED_REFERENCE]
     assert (paired["against"], paired["model"], paired["recipe"]) == ("fp16", "m", None)
     # the reference is the baseline build's own runs: 20 ms + 1 ms, then 11 ms per step
     assert paired["value"] == pytest.approx(0.021 + 7 * 0.011)
     assert len(paired["samples"]) == SMALL.runs
     assert e2e.value == pytest.approx(2 * paired["value"])
-    best = by_name["latency.best_tokens_per_s"].details[PAIRED_REFERENCE]
+    best = by_name["latency.best_tokens_per_s"].details[MeasurementDetail.PAIRED_REFERENCE]
     assert best["best_batch"] == 2
     # memory is the candidate's alone and has nothing in-session to compare with
-    assert PAIRED_REFERENCE not in by_name["latency.peak_rss_bytes"].details
+    assert MeasurementDetail.PAIRED_REFERENCE not in by_name["latency.peak_rss_bytes"].details
     assert by_name["latency.param_bytes"].details["paired"] is True
 
 
@@ -147,8 +147,10 @@ def test_paired_reference_matches_summarize_of_the_baseline_runs() -> None:
     for m in to_measurements(result):
         key = m.name.removeprefix("latency.")
         if key in expected:
-            assert m.details[PAIRED_REFERENCE]["value"] == expected[key].value
-            assert m.details[PAIRED_REFERENCE]["samples"] == list(expected[key].samples)
+            assert m.details[MeasurementDetail.PAIRED_REFERENCE]["value"] == expected[key].value
+            assert m.details[MeasurementDetail.PAIRED_REFERENCE]["samples"] == list(
+                expected[key].samples
+            )
 
 
 def test_in_session_baseline_cancels_drift_and_still_catches_a_slow_build() -> None:
@@ -182,7 +184,7 @@ def _timing(name: str, centre: float, seed: int, **details: Any) -> Measurement:
 def test_compare_uses_the_in_session_baseline_only_for_its_ref() -> None:
     ref = _timing("latency.e2e_p50", 0.20, 1)
     paired = {"against": "fp16", "value": ref.value, "samples": list(ref.samples or ())}
-    cand = _timing("latency.e2e_p50", 0.20, 2, **{PAIRED_REFERENCE: paired})
+    cand = _timing("latency.e2e_p50", 0.20, 2, **{MeasurementDetail.PAIRED_REFERENCE: paired})
     stored = [_timing("latency.e2e_p50", 0.10, 3)]  # timed when the machine was twice as fast
     fp16 = _severities([cand], stored, "fp16")["latency.e2e_p50"]
     assert fp16.severity is Severity.PASS and fp16.baseline_value == ref.value
@@ -192,16 +194,21 @@ def test_compare_uses_the_in_session_baseline_only_for_its_ref() -> None:
     # no stored value at all: the in-session baseline still judges
     alone = _severities([cand], [], "fp16")["latency.e2e_p50"]
     assert alone.severity is Severity.PASS and alone.baseline_value == ref.value
-    slower = _timing("latency.e2e_p50", 0.30, 4, **{PAIRED_REFERENCE: paired})
+    slower = _timing("latency.e2e_p50", 0.30, 4, **{MeasurementDetail.PAIRED_REFERENCE: paired})
     assert _severities([slower], [], "fp16")["latency.e2e_p50"].severity is Severity.CRITICAL
 
 
 def test_malformed_in_session_baseline_is_a_data_error() -> None:
-    bad = _timing("latency.e2e_p50", 0.2, 1, **{PAIRED_REFERENCE: {"value": "fast"}})
+    bad = _timing(
+        "latency.e2e_p50", 0.2, 1, **{MeasurementDetail.PAIRED_REFERENCE: {"value": "fast"}}
+    )
     with pytest.raises(DataError, match="in-session baseline"):
         _severities([bad], [], "fp16")
     nan = _timing(
-        "latency.e2e_p50", 0.2, 1, **{PAIRED_REFERENCE: {"value": 0.2, "samples": [float("nan")]}}
+        "latency.e2e_p50",
+        0.2,
+        1,
+        **{MeasurementDetail.PAIRED_REFERENCE: {"value": 0.2, "samples": [float("nan")]}},
     )
     with pytest.raises(DataError, match="non-finite"):
         _severities([nan], [], "fp16")
@@ -446,16 +453,11 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
     """Ten paired gate runs of the demo model against its own baseline (two loads of it).
 
     Each gate times 20 alternated pairs of 16-token requests (about 80 ms each here).
-
-    The promise is about a runner that is not saturated by other work: with more
-    runnable processes than cores, bursts inside a single A/B pair (not drift
-    between pairs, which pairing cancels) decide the medians.
+    It runs whatever the machine's load: a shared runner busy with other work is
+    what the paired design is for (drift between pairs cancels in the per-pair
+    ratios, and the counterbalanced order keeps bursts from falling on one side).
+    Measured at a load average of 13-14 on two cores: ten clean gates, no warning.
     """
-    load = os.getloadavg()[0]
-    if load > (os.cpu_count() or 1):
-        pytest.skip(
-            f"machine saturated by other work (load {load:.1f}); timing promise not testable"
-        )
     candidate, baseline = demo_builds(None), demo_builds(None)
     warned = 0
     for _ in range(10):
@@ -524,6 +526,6 @@ def test_gate_run_with_a_paired_run_config(
     e2e = metrics["latency.e2e_p50"]
     assert e2e["severity"] == "critical"
     assert e2e["details"]["reference"] == "in-session"
-    assert e2e["details"][PAIRED_REFERENCE]["recipe"] is None
+    assert e2e["details"][MeasurementDetail.PAIRED_REFERENCE]["recipe"] is None
     assert metrics["latency.param_bytes"]["severity"] == "pass"  # stored, same weights
     assert len(list((tmp_path / "hist").glob("*.jsonl"))) == 1

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from gate.errors import DataError, ExitCode
-from gate.gating.compare import NOT_SIGNIFICANT
-from gate.gating.verdict import Severity, Verdict, decide
+from gate.gating.compare import compare
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold, decide
+from gate.measurement import Measurement, from_samples
 from gate.report.console import make_console, order, render, summary_line
 from gate.report.results_json import build_results, results_from_json, write_results
 
@@ -29,7 +31,7 @@ def _verdict(metric: str, severity: Severity, delta: float, **kw: object) -> Ver
         n=200,
         reason=f"{metric} moved by {delta:+g}",
         ci=(delta - 0.01, delta + 0.01),
-        threshold={"warn": 0.02, "critical": 0.05, "mode": "absolute"},
+        threshold=VerdictThreshold(Bound(warn=0.02, critical=0.05), alpha=0.01, min_samples=10),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -88,7 +90,7 @@ def test_passing_slices_are_folded_findings_and_near_misses_shown() -> None:
             Severity.PASS,
             -0.03,
             slice="subject:math",
-            details={NOT_SIGNIFICANT: "warn"},
+            details={VerdictDetail.NOT_SIGNIFICANT: "warn"},
         ),
         _verdict("fidelity.cga", Severity.PASS, 0.0, slice="category:chat"),
     ]
@@ -167,6 +169,56 @@ def test_results_from_json_rejects_bad_files(tmp_path: Path) -> None:
         results_from_json(path)
     path.write_text('{"kind": "baseline"}')
     with pytest.raises(DataError, match="not a gate results file"):
+        results_from_json(path)
+
+
+def test_typed_threshold_and_detail_keys_keep_the_results_json_format(tmp_path: Path) -> None:
+    """compare -> results JSON: the ``threshold`` object and compare's ``details`` keys are
+    the flat, string-keyed form the format has always had, and read back to equal verdicts."""
+    th = load_thresholds(packaged_thresholds_path())
+    ids = [f"q{i}" for i in range(200)]
+    base = [1.0] * 160 + [0.0] * 40
+    cand = [0.0] * 15 + [1.0] * 145 + [1.0] * 5 + [0.0] * 35  # -5 points, b=15, c=5: n.s.
+    verdicts = compare(
+        [
+            from_samples("accuracy.mcq_acc", cand, ids, groups={"category:law": range(20)}),
+            Measurement("fidelity.kl_max", 2.0),  # ungated
+        ],
+        [from_samples("accuracy.mcq_acc", base, ids, groups={"category:law": range(20)})],
+        th,
+    )
+    path = tmp_path / "r.json"
+    write_results(path, build_results(decide(verdicts)))
+    raw = {(m["name"], m["slice"]): m for m in json.loads(path.read_text())["metrics"]}
+    acc = raw[("accuracy.mcq_acc", None)]
+    assert acc["threshold"] == {
+        "warn": 0.02,
+        "critical": 0.04,
+        "mode": "absolute",
+        "alpha": th.alpha,
+        "min_samples": th.min_samples,
+        "category_override": False,
+    }
+    assert acc["severity"] == "pass"
+    assert acc["details"] == {"reference": "baseline", "not_significant": "critical"}
+    assert raw[("fidelity.kl_max", None)]["threshold"] == {}
+    assert raw[("fidelity.kl_max", None)]["details"] == {"reference": "ideal"}
+    assert set(raw[("accuracy.mcq_acc", "category:law")]["threshold"]) == set(acc["threshold"])
+    assert results_from_json(path).verdicts == verdicts
+    back = {v.key: v for v in results_from_json(path).verdicts}
+    assert back["fidelity.kl_max"].threshold is None
+    assert back["accuracy.mcq_acc"].threshold == VerdictThreshold(
+        Bound(0.02, 0.04), alpha=th.alpha, min_samples=th.min_samples
+    )
+    assert VerdictDetail.NOT_SIGNIFICANT in back["accuracy.mcq_acc"].details
+
+
+def test_malformed_threshold_object_is_a_data_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    doc = build_results(decide(VERDICTS))
+    doc["metrics"][0]["threshold"] = {"warn": 0.02, "mode": "sideways"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match="malformed metrics entry"):
         results_from_json(path)
 
 

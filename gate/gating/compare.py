@@ -35,7 +35,7 @@ unit, ``[r (e^lo - 1), r (e^hi - 1)]``; for REPEATED metrics it is the
 bootstrap interval of the relative change of the median scaled by ``|r|``.
 
 In-session reference (paired A/B runs). A REPEATED candidate measurement may
-carry ``details["paired_reference"]`` (:data:`PAIRED_REFERENCE`)::
+carry ``details["paired_reference"]`` (:attr:`MeasurementDetail.PAIRED_REFERENCE`)::
 
     {"against": "fp16", "value": 0.041, "samples": [0.040, 0.043, ...],
      "model": "demo", "recipe": null}
@@ -54,15 +54,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from gate.errors import DataError
 from gate.gating import stats
-from gate.gating.thresholds import Bound, MetricThreshold, Thresholds
-from gate.gating.verdict import Severity, Verdict
-from gate.measurement import Measurement
+from gate.gating.decision import (
+    Basis,
+    Decision,
+    Evidence,
+    Method,
+    Pairing,
+    Reference,
+    describe,
+    describe_test,
+)
+from gate.gating.thresholds import MetricThreshold, Thresholds
+from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.registry import all_metrics, suggest
 from gate.metrics.spec import MetricSpec, SampleKind
 
@@ -70,31 +80,6 @@ from gate.metrics.spec import MetricSpec, SampleKind
 N_RESAMPLES = 2000
 #: Resamples for the CI of repeated runs (its p-value is Mann-Whitney's, not resampled).
 N_RESAMPLES_REPEATED = 1000
-#: ``Measurement.details`` key of an in-session baseline of a REPEATED metric (paired runs).
-PAIRED_REFERENCE = "paired_reference"
-#: Verdict detail set when a crossed bound was not escalated (value: the bound crossed).
-NOT_SIGNIFICANT = "not_significant"
-
-
-@dataclass(frozen=True)
-class _Evidence:
-    """Result of the statistical test for one comparison."""
-
-    test: str
-    p_worse: float
-    ci: tuple[float, float]
-    n: int
-    n_text: str
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class _Reference:
-    value: float
-    measurement: Measurement | None  # None: the ideal stands in
-    label: str
-    #: In-session runs alternated with the candidate's: run ``i`` pairs with run ``i``.
-    paired_runs: bool = False
 
 
 def _index(
@@ -115,9 +100,9 @@ def _index(
     return out
 
 
-def _in_session(cand: Measurement, spec: MetricSpec, against: str) -> _Reference | None:
+def _in_session(cand: Measurement, spec: MetricSpec, against: str) -> Reference | None:
     """The candidate's in-session baseline for ``against`` (see the module docstring), if any."""
-    raw = cand.details.get(PAIRED_REFERENCE)
+    raw = cand.details.get(MeasurementDetail.PAIRED_REFERENCE)
     if raw is None or spec.sample_kind is not SampleKind.REPEATED:
         return None
     hint = 'details["paired_reference"] needs a numeric "value" and a list of "samples"'
@@ -132,23 +117,29 @@ def _in_session(cand: Measurement, spec: MetricSpec, against: str) -> _Reference
         raise DataError(f"{cand.name}: malformed in-session baseline", hint) from None
     reference = Measurement(cand.name, value, samples=samples or None)
     reference.validate()
-    return _Reference(value, reference, f"{_fmt(value)} (in-session baseline)", paired_runs=True)
+    return Reference(value, reference, "in-session")
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+def _reference(
+    cand: Measurement, base: Measurement | None, spec: MetricSpec, against: str
+) -> Reference | None:
+    """The in-session baseline, else the stored baseline's value, else the metric's ideal."""
+    in_session = _in_session(cand, spec, against)
+    if in_session is not None:
+        return in_session
+    if base is not None:
+        return Reference(base.value, base, "baseline")
+    if spec.ideal is not None:
+        return Reference(spec.ideal, None, "ideal")
+    return None
 
 
-def _signed(x: float, relative: bool) -> str:
-    return f"{x * 100:+.1f}%" if relative else f"{x:+.4g}"
-
-
-def _pair(cand: Measurement, ref: _Reference) -> tuple[np.ndarray, np.ndarray, str] | str:
+def _pair(cand: Measurement, ref: Reference) -> tuple[np.ndarray, np.ndarray, Pairing] | str:
     """Aligned per-item arrays (candidate, reference), or why they cannot be paired."""
     assert cand.samples is not None
     c = np.asarray(cand.samples, dtype=np.float64)
     if ref.measurement is None:
-        return c, np.full_like(c, ref.value), ""
+        return c, np.full_like(c, ref.value), Pairing.ALIGNED
     base = ref.measurement
     if not base.samples:
         return "baseline has no per-sample values"
@@ -159,16 +150,16 @@ def _pair(cand: Measurement, ref: _Reference) -> tuple[np.ndarray, np.ndarray, s
         if not ci_idx:
             return "no sample ids in common with the baseline"
         bi_idx = [where[cand.sample_ids[i]] for i in ci_idx]
-        note = "" if len(ci_idx) == len(c) == len(b) else f"{len(ci_idx)} common items"
-        return c[ci_idx], b[bi_idx], note
+        aligned = len(ci_idx) == len(c) == len(b)
+        return c[ci_idx], b[bi_idx], Pairing.ALIGNED if aligned else Pairing.COMMON_IDS
     if len(c) == len(b):
-        return c, b, "paired by position"
+        return c, b, Pairing.BY_POSITION
     return "samples cannot be paired (no sample ids, different counts)"
 
 
 def _repeated_evidence(
-    cand: Measurement, ref: _Reference, spec: MetricSpec, n_resamples: int, margin: float
-) -> _Evidence | str:
+    cand: Measurement, ref: Reference, spec: MetricSpec, n_resamples: int, margin: float
+) -> Evidence | str:
     """REPEATED runs: is the candidate worse than the reference by more than ``margin``?
 
     ``margin`` is relative (``0.1``: 10 % worse). Runs alternated with an
@@ -194,22 +185,19 @@ def _repeated_evidence(
     except ValueError as exc:
         return str(exc)
     scale = abs(ref.value)
-    name = "Wilcoxon signed-rank (pairs)" if paired else "Mann-Whitney U"
-    if margin > 0.0:
-        worse = -margin if spec.higher_is_better else margin
-        name += f" for {_signed(worse, True)}"
-    return _Evidence(
-        test=name,
+    return Evidence(
+        method=Method.WILCOXON_PAIRS if paired else Method.MANN_WHITNEY,
         p_worse=rep.p_worse,
         ci=(rep.ci[0] * scale, rep.ci[1] * scale),
         n=min(rep.n_cand, rep.n_base),
-        n_text=f"n={rep.n_cand}/{rep.n_base}",
+        margin=max(margin, 0.0),
+        runs=(rep.n_cand, rep.n_base),
     )
 
 
 def _evidence(
-    cand: Measurement, ref: _Reference, spec: MetricSpec, n_resamples: int, margin: float = 0.0
-) -> _Evidence | str:
+    cand: Measurement, ref: Reference, spec: MetricSpec, n_resamples: int, margin: float = 0.0
+) -> Evidence | str:
     """Run the test of ``spec.sample_kind``; a string says why there is none.
 
     ``margin`` (relative) only applies to REPEATED metrics, see
@@ -225,7 +213,7 @@ def _evidence(
     paired = _pair(cand, ref)
     if isinstance(paired, str):
         return paired
-    c, b, note = paired
+    c, b, pairing = paired
     if kind is SampleKind.PAIRED_BINARY:
         if not (np.all((c == 0) | (c == 1)) and np.all((b == 0) | (b == 1))):
             raise DataError(
@@ -233,13 +221,13 @@ def _evidence(
                 "a paired-binary metric stores one 0/1 outcome per item",
             )
         mc = stats.mcnemar(c, b, higher_is_better=spec.higher_is_better)
-        return _Evidence(
-            test="McNemar exact",
+        return Evidence(
+            method=Method.MCNEMAR,
             p_worse=mc.p_worse,
             ci=stats.paired_binary_ci(c, b, n_resamples=n_resamples),
             n=mc.n,
-            n_text=f"n={mc.n}, b={mc.b}, c={mc.c}",
-            note=note,
+            pairing=pairing,
+            discordant=(mc.b, mc.c),
         )
     boot = stats.paired_bootstrap(
         c, b, higher_is_better=spec.higher_is_better, n_resamples=n_resamples
@@ -247,32 +235,21 @@ def _evidence(
     ci = boot.ci
     if spec.log_samples:  # mean-log difference x -> value difference r (e^x - 1)
         ci = (ref.value * math.expm1(ci[0]), ref.value * math.expm1(ci[1]))
-    return _Evidence(
-        test="paired bootstrap",
-        p_worse=boot.p_worse,
-        ci=ci,
-        n=boot.n,
-        n_text=f"n={boot.n}",
-        note=note,
+    return Evidence(
+        method=Method.PAIRED_BOOTSTRAP, p_worse=boot.p_worse, ci=ci, n=boot.n, pairing=pairing
     )
-
-
-def _reference_kind(ref: _Reference, in_session: _Reference | None) -> str:
-    if in_session is not None:
-        return "in-session"
-    return "ideal" if ref.measurement is None else "baseline"
 
 
 def _against_bounds(
     cand: Measurement,
-    ref: _Reference,
+    ref: Reference,
     spec: MetricSpec,
     bound: Bound,
     point: Severity,
     alpha: float,
     n_resamples: int,
-    fallback: _Evidence,
-) -> tuple[_Evidence, Severity]:
+    fallback: Evidence,
+) -> tuple[Evidence, Severity]:
     """REPEATED metrics: the highest level (up to ``point``) the runs support.
 
     CRITICAL needs the runs to show the candidate worse by more than the warn
@@ -286,7 +263,7 @@ def _against_bounds(
         if level > point or limit < 0.0 or (spec.higher_is_better and limit >= 1.0):
             continue
         ev = _evidence(cand, ref, spec, n_resamples, margin=limit)
-        if not isinstance(ev, _Evidence):
+        if not isinstance(ev, Evidence):
             return fallback, point if fallback.p_worse < alpha else Severity.PASS
         if ev.p_worse < alpha:
             return ev, level
@@ -294,129 +271,157 @@ def _against_bounds(
     return last, Severity.PASS
 
 
-def _judge(
+def _weigh(
+    cand: Measurement,
+    ref: Reference,
+    spec: MetricSpec,
+    threshold: VerdictThreshold,
+    point: Severity,
+    evidence: Evidence,
+    *,
+    whole_metric: bool,
+    n_resamples: int,
+) -> tuple[Evidence, Severity, Basis]:
+    """The severity the evidence supports, the test that says so, and how it was reached.
+
+    A crossed bound stands when the test is significant at ``alpha``; REPEATED
+    metrics with relative bounds are tested against the bounds themselves
+    (:func:`_against_bounds`). Without support, a whole metric with fewer than
+    ``min_samples`` samples keeps its point severity; anything else, a small
+    slice included (one flipped answer in nine would block a build), passes.
+    """
+    alpha = threshold.alpha
+    relative = threshold.bound.mode == "relative"
+    if point is not Severity.PASS and spec.sample_kind is SampleKind.REPEATED and relative:
+        evidence, supported = _against_bounds(
+            cand, ref, spec, threshold.bound, point, alpha, n_resamples, evidence
+        )
+    elif point is Severity.PASS or evidence.p_worse < alpha:
+        supported = point
+    else:
+        supported = Severity.PASS
+    if supported is point:
+        return evidence, point, Basis.SUPPORTED
+    if evidence.n < threshold.min_samples and whole_metric:
+        return evidence, point, Basis.FEW_SAMPLES
+    if supported is not Severity.PASS:
+        return evidence, supported, Basis.WARN_ONLY
+    return evidence, Severity.PASS, Basis.NOT_SIGNIFICANT
+
+
+def judge(
     cand: Measurement,
     base: Measurement | None,
     spec: MetricSpec,
     threshold: MetricThreshold | None,
     thresholds: Thresholds,
     *,
-    slice: str | None,
-    against: str,
-    n_resamples: int,
-) -> Verdict:
-    label = f"{spec.name}[{slice}]" if slice else spec.name
-    verdict = Verdict(
+    slice: str | None = None,
+    against: str = "baseline",
+    n_resamples: int = N_RESAMPLES,
+) -> Decision:
+    """Judge one metric (or one ``slice`` of it) against one reference; see the module docstring."""
+    ref = _reference(cand, base, spec, against)
+    if ref is None:
+        return Decision(
+            metric=spec.name,
+            slice=slice,
+            value=cand.value,
+            higher_is_better=spec.higher_is_better,
+            reference=None,
+            threshold=None,
+            point=Severity.PASS,
+            severity=Severity.PASS,
+            basis=Basis.NO_REFERENCE,
+            evidence=None,
+            n=cand.n,
+        )
+    first = _evidence(cand, ref, spec, n_resamples)
+    evidence = first if isinstance(first, Evidence) else None
+    untested = first if isinstance(first, str) else ""
+    decision = Decision(
         metric=spec.name,
-        tier=spec.tier,
-        severity=Severity.PASS,
-        value=cand.value,
-        baseline_value=None,
-        delta=None,
-        relative_delta=None,
-        higher_is_better=spec.higher_is_better,
-        n=cand.n,
-        reason=f"{label} {_fmt(cand.value)}: no baseline value",
-        against=against,
         slice=slice,
-        unit=spec.unit,
-        details=dict(cand.details),  # the candidate's extras reach the reports
-    )
-    in_session = _in_session(cand, spec, against)
-    if in_session is not None:
-        ref = in_session
-    elif base is not None:
-        ref = _Reference(base.value, base, _fmt(base.value))
-    elif spec.ideal is not None:
-        ref = _Reference(spec.ideal, None, f"{_fmt(spec.ideal)} (ideal)")
-    else:
-        return verdict
-    delta = cand.value - ref.value
-    rel = delta / abs(ref.value) if ref.value != 0.0 else None
-    ev = _evidence(cand, ref, spec, n_resamples)
-    evidence = ev if isinstance(ev, _Evidence) else None
-    verdict = replace(
-        verdict,
-        baseline_value=ref.value,
-        delta=delta,
-        relative_delta=rel,
+        value=cand.value,
+        higher_is_better=spec.higher_is_better,
+        reference=ref,
+        threshold=None,
+        point=Severity.PASS,
+        severity=Severity.PASS,
+        basis=Basis.NOT_GATED,
+        evidence=evidence,
         n=evidence.n if evidence else cand.n,
-        ci=evidence.ci if evidence else None,
-        p_value=evidence.p_worse if evidence else None,
-        test=evidence.test if evidence else None,
-        details={**cand.details, "reference": _reference_kind(ref, in_session)},
+        untested=untested,
     )
-    head = f"{label} {_fmt(cand.value)} vs {ref.label}"
     if threshold is None:
-        return replace(verdict, reason=f"{head}: {_signed(delta, False)}, not gated")
+        return decision
     bound = threshold.bound_for(slice)
-    relative = bound.mode == "relative"
+    applied = VerdictThreshold(
+        bound=bound,
+        alpha=thresholds.alpha,
+        min_samples=threshold.min_samples,
+        category_override=slice is not None and slice in threshold.categories,
+    )
     point = bound.severity(
         bound.degradation(ref.value, cand.value, higher_is_better=spec.higher_is_better)
     )
-    sign = -1.0 if spec.higher_is_better else 1.0
-    shown = _signed(rel, True) if relative and rel is not None else _signed(delta, False)
-    if point is Severity.PASS:
-        text = f"{head}: {shown} within warn {_signed(sign * bound.warn, relative)}"
-    else:
-        which = "critical" if point is Severity.CRITICAL else "warn"
-        limit = bound.critical if point is Severity.CRITICAL else bound.warn
-        text = f"{head}: {shown} past {which} {_signed(sign * limit, relative)}"
-        if relative and rel is None:
-            text += " (relative change undefined at reference 0)"
-    severity = point
-    downgraded = False
-    if evidence is not None:
-        if point is not Severity.PASS and spec.sample_kind is SampleKind.REPEATED and relative:
-            evidence, supported = _against_bounds(
-                cand, ref, spec, bound, point, thresholds.alpha, n_resamples, evidence
-            )
-        elif point is Severity.PASS or evidence.p_worse < thresholds.alpha:
-            supported = point
-        else:
-            supported = Severity.PASS
-        test_text = f"{evidence.test} p={evidence.p_worse:.2g}, {evidence.n_text}"
-        if evidence.note:
-            test_text += f", {evidence.note}"
-        if supported is point:
-            text += f" ({test_text})"
-        elif evidence.n < threshold.min_samples and slice is None:
-            text += (
-                f" ({test_text}; n < min_samples {threshold.min_samples}: "
-                "judged on the point value)"
-            )
-        elif supported is not Severity.PASS:
-            severity = supported
-            text += f" but shown only past warn ({test_text})"
-        else:
-            # Not significant. A small slice (n < min_samples) is never judged on its
-            # point value: one flipped answer in nine would block a build.
-            severity = Severity.PASS
-            downgraded = True
-            text += f" but not significant ({test_text} >= alpha {thresholds.alpha:g})"
-    elif point is not Severity.PASS:
-        text += f" (judged on the point value: {ev})"
-    threshold_info = {
-        **bound.to_dict(),
-        "alpha": thresholds.alpha,
-        "min_samples": threshold.min_samples,
-        "category_override": slice is not None and slice in threshold.categories,
-    }
-    details = dict(verdict.details)
-    if downgraded:
-        # The point value crossed a bound but the evidence did not support it:
-        # reports show it as "pass (n.s.)" so a reader sees the near miss.
-        details[NOT_SIGNIFICANT] = point.label
+    if evidence is None:
+        return replace(
+            decision, threshold=applied, point=point, severity=point, basis=Basis.POINT_VALUE
+        )
+    evidence, severity, basis = _weigh(
+        cand,
+        ref,
+        spec,
+        applied,
+        point,
+        evidence,
+        whole_metric=slice is None,
+        n_resamples=n_resamples,
+    )
     return replace(
-        verdict,
+        decision,
+        threshold=applied,
+        point=point,
         severity=severity,
-        reason=text,
-        threshold=threshold_info,
-        details=details,
-        # REPEATED metrics may have been decided by a test against a bound (above)
+        basis=basis,
+        evidence=evidence,
+    )
+
+
+def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against: str) -> Verdict:
+    """The verdict of a decision: its numbers, the reason (:func:`describe`) and details.
+
+    ``details`` are the candidate's own, plus :attr:`VerdictDetail.REFERENCE`
+    once there is a reference and :attr:`VerdictDetail.NOT_SIGNIFICANT` when a
+    crossed bound was not escalated (reports show it as ``PASS (n.s.)``).
+    """
+    details = dict(cand.details)  # the candidate's extras reach the reports
+    ref = decision.reference
+    if ref is not None:
+        details[VerdictDetail.REFERENCE] = ref.kind
+    if decision.basis is Basis.NOT_SIGNIFICANT:
+        details[VerdictDetail.NOT_SIGNIFICANT] = decision.point.label
+    evidence = decision.evidence
+    return Verdict(
+        metric=spec.name,
+        tier=spec.tier,
+        severity=decision.severity,
+        value=cand.value,
+        baseline_value=None if ref is None else ref.value,
+        delta=decision.delta,
+        relative_delta=decision.relative_delta,
+        higher_is_better=spec.higher_is_better,
+        n=decision.n,
+        reason=describe(decision),
+        against=against,
+        slice=decision.slice,
+        unit=spec.unit,
         ci=evidence.ci if evidence else None,
         p_value=evidence.p_worse if evidence else None,
-        test=evidence.test if evidence else None,
+        test=describe_test(evidence, higher_is_better=spec.higher_is_better) if evidence else None,
+        threshold=decision.threshold,
+        details=details,
     )
 
 
@@ -445,32 +450,25 @@ def compare(
         spec = known[name]
         threshold = thresholds.for_metric(name)
         base = bases.get(name)
-        overall = _judge(
-            cand,
-            base,
-            spec,
-            threshold,
-            thresholds,
-            slice=None,
-            against=against,
-            n_resamples=n_resamples,
+        decision = judge(
+            cand, base, spec, threshold, thresholds, against=against, n_resamples=n_resamples
         )
+        overall = to_verdict(decision, cand, spec, against)
         slices = {k: part.value for k, part in cand.breakdown.items()}
         verdicts.append(_with_breakdown(overall, slices))
         for slice_name, part in cand.breakdown.items():
             base_part = base.breakdown.get(slice_name) if base is not None else None
-            verdicts.append(
-                _judge(
-                    part,
-                    base_part,
-                    spec,
-                    threshold,
-                    thresholds,
-                    slice=slice_name,
-                    against=against,
-                    n_resamples=n_resamples,
-                )
+            decision = judge(
+                part,
+                base_part,
+                spec,
+                threshold,
+                thresholds,
+                slice=slice_name,
+                against=against,
+                n_resamples=n_resamples,
             )
+            verdicts.append(to_verdict(decision, part, spec, against))
     return verdicts
 
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gate.gating import stats
-from gate.gating.thresholds import Bound, Thresholds
-from gate.gating.verdict import Severity
+from gate.gating.thresholds import Thresholds
+from gate.gating.verdict import Bound, Severity
 from gate.metrics.spec import MetricSpec
 from gate.store.history import HistoryRecord
 

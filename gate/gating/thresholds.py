@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from gate.errors import ConfigError
-from gate.gating.verdict import Severity
+from gate.gating.verdict import Bound, Mode
 from gate.metrics.registry import all_metrics, check_tier, suggest
 from gate.metrics.spec import MetricSpec
 
@@ -47,52 +47,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 T = TypeVar("T")
 
-Mode = Literal["relative", "absolute"]
-
 #: Default level of the one-sided tests and default minimum sample count.
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_SAMPLES = 20
 #: Name of the user's file, looked up in the working directory.
 THRESHOLDS_FILE = "thresholds.toml"
-
-
-@dataclass(frozen=True)
-class Bound:
-    """Warn and critical bounds on the *degradation* ``d`` (``d > 0`` means worse).
-
-    ``mode="absolute"``: ``d`` in the metric's unit; ``mode="relative"``: ``d``
-    divided by ``|reference value|``. A bound is crossed when ``d > bound``.
-    """
-
-    warn: float
-    critical: float
-    mode: Mode = "absolute"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form for reports."""
-        return {"warn": self.warn, "critical": self.critical, "mode": self.mode}
-
-    def degradation(self, reference: float, value: float, *, higher_is_better: bool) -> float:
-        """``d``: the change from ``reference`` to ``value`` in the worse direction.
-
-        ``value - reference`` (negated when higher is better), divided by
-        ``|reference|`` in relative mode; a worsening from a reference of 0 is
-        ``inf`` there, anything else from 0 is 0.
-        """
-        d = (reference - value) if higher_is_better else (value - reference)
-        if self.mode == "absolute":
-            return d
-        if reference == 0.0:
-            return math.inf if d > 0 else 0.0
-        return d / abs(reference)
-
-    def severity(self, d: float) -> Severity:
-        """The highest bound ``d`` is past: CRITICAL, WARN or PASS."""
-        if d > self.critical:
-            return Severity.CRITICAL
-        if d > self.warn:
-            return Severity.WARN
-        return Severity.PASS
 
 
 @dataclass(frozen=True)

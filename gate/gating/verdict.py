@@ -1,12 +1,25 @@
-"""Verdict types: what :mod:`gate.gating.compare` produces and every report consumes."""
+"""Verdict types: what :mod:`gate.gating.compare` produces and every report consumes.
+
+A :class:`Verdict` carries the bound it was judged by as a typed
+:class:`VerdictThreshold` (the results JSON writes it as the ``threshold``
+object), and compare's own ``details`` entries are named by
+:class:`VerdictDetail`.
+"""
 
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
 from gate.errors import ExitCode
+
+#: How a bound reads a degradation: in the metric's unit, or as a fraction of ``|reference|``.
+Mode = Literal["relative", "absolute"]
+#: What a verdict's candidate was compared with (``details[VerdictDetail.REFERENCE]``).
+ReferenceKind = Literal["baseline", "ideal", "in-session"]
 
 
 class Severity(enum.IntEnum):
@@ -20,6 +33,103 @@ class Severity(enum.IntEnum):
     def label(self) -> str:
         """Lower-case name used in the results JSON (``pass|warn|critical``)."""
         return self.name.lower()
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Warn and critical bounds on the *degradation* ``d`` (``d > 0`` means worse).
+
+    ``mode="absolute"``: ``d`` in the metric's unit; ``mode="relative"``: ``d``
+    divided by ``|reference value|``. A bound is crossed when ``d > bound``.
+    """
+
+    warn: float
+    critical: float
+    mode: Mode = "absolute"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for reports."""
+        return {"warn": self.warn, "critical": self.critical, "mode": self.mode}
+
+    def degradation(self, reference: float, value: float, *, higher_is_better: bool) -> float:
+        """``d``: the change from ``reference`` to ``value`` in the worse direction.
+
+        ``value - reference`` (negated when higher is better), divided by
+        ``|reference|`` in relative mode; a worsening from a reference of 0 is
+        ``inf`` there, anything else from 0 is 0.
+        """
+        d = (reference - value) if higher_is_better else (value - reference)
+        if self.mode == "absolute":
+            return d
+        if reference == 0.0:
+            return math.inf if d > 0 else 0.0
+        return d / abs(reference)
+
+    def severity(self, d: float) -> Severity:
+        """The highest bound ``d`` is past: CRITICAL, WARN or PASS."""
+        if d > self.critical:
+            return Severity.CRITICAL
+        if d > self.warn:
+            return Severity.WARN
+        return Severity.PASS
+
+
+@dataclass(frozen=True)
+class VerdictThreshold:
+    """The threshold one verdict was judged by: its bound and the test settings.
+
+    ``category_override``: the bound is the slice's own (``categories`` in
+    ``thresholds.toml``), not the metric's. The results JSON writes it as one
+    flat object, ``{"warn", "critical", "mode", "alpha", "min_samples",
+    "category_override"}`` (:meth:`to_dict`; :meth:`from_dict` reads it back).
+    """
+
+    bound: Bound
+    alpha: float
+    min_samples: int
+    category_override: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results JSON ``threshold`` object."""
+        return {
+            **self.bound.to_dict(),
+            "alpha": self.alpha,
+            "min_samples": self.min_samples,
+            "category_override": self.category_override,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerdictThreshold | None:
+        """Inverse of :meth:`to_dict`; ``None`` for the empty object of an ungated metric.
+
+        Raises ``KeyError``/``TypeError``/``ValueError`` on a malformed object.
+        """
+        if not data:
+            return None
+        mode = data.get("mode", "absolute")
+        if mode not in ("relative", "absolute"):
+            raise ValueError(f"threshold mode {mode!r}")
+        bound = Bound(warn=float(data["warn"]), critical=float(data["critical"]), mode=mode)
+        return cls(
+            bound=bound,
+            alpha=float(data["alpha"]),
+            min_samples=int(data["min_samples"]),
+            category_override=bool(data.get("category_override", False)),
+        )
+
+
+class VerdictDetail:
+    """Keys :mod:`gate.gating.compare` adds to ``Verdict.details`` (beside the candidate's own).
+
+    Writers and readers both use these names; the strings are part of the
+    results JSON and stay as they are.
+    """
+
+    #: What the candidate was compared with, a :data:`ReferenceKind`.
+    REFERENCE: Final = "reference"
+    #: Present when a crossed bound was not escalated for lack of evidence (the
+    #: report's ``PASS (n.s.)``); value: the label of the bound crossed (``"warn"``).
+    NOT_SIGNIFICANT: Final = "not_significant"
 
 
 @dataclass(frozen=True)
@@ -49,7 +159,8 @@ class Verdict:
     ci: tuple[float, float] | None = None
     p_value: float | None = None
     test: str | None = None
-    threshold: dict[str, Any] = field(default_factory=dict)
+    #: The bound the verdict was judged by; ``None`` when the metric is not gated.
+    threshold: VerdictThreshold | None = None
     #: Slice values (``"category:code" -> value``) for the results JSON ``breakdown``.
     breakdown: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)

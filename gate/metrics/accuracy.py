@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from gate.errors import DataError
-from gate.measurement import Measurement, from_samples
+from gate.measurement import Measurement, MeasurementDetail, from_samples
 
 #: Edges of the baseline-margin buckets of the flips-vs-margin table.
 MARGIN_EDGES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -472,7 +472,7 @@ def pair_measurements(
         details={
             "right_to_wrong": right_to_wrong,
             "wrong_to_right": wrong_to_right,
-            "by_margin": [
+            MeasurementDetail.BY_MARGIN: [
                 {"lo": b.lo, "hi": b.hi, "n": b.n, "flips": b.flips, "rate": b.rate} for b in table
             ],
         },

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gate.gating.compare import NOT_SIGNIFICANT
-from gate.gating.verdict import GateOutcome, Severity, Verdict
+from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictDetail, VerdictThreshold
 from gate.report.results_json import final_words
 
 SEVERITY_STYLE = {
@@ -83,14 +82,14 @@ def fmt_delta(verdict: Verdict) -> str:
     return text
 
 
-def fmt_bound(threshold: dict[str, Any]) -> str:
-    """``warn / critical`` of a threshold dict (``%`` when relative); ``-`` when ungated."""
-    if "warn" not in threshold or "critical" not in threshold:
+def fmt_bound(threshold: VerdictThreshold | None) -> str:
+    """``warn / critical`` of a verdict's bound (``%`` when relative); ``-`` when ungated."""
+    if threshold is None:
         return "-"
-    warn, critical = float(threshold["warn"]), float(threshold["critical"])
-    if threshold.get("mode") == "relative":
-        return f"{warn:.1%} / {critical:.1%}"
-    return f"{warn:.4g} / {critical:.4g}"
+    bound = threshold.bound
+    if bound.mode == "relative":
+        return f"{bound.warn:.1%} / {bound.critical:.1%}"
+    return f"{bound.warn:.4g} / {bound.critical:.4g}"
 
 
 def fmt_ci(ci: tuple[float, float] | None) -> str:
@@ -133,7 +132,7 @@ def order(verdicts: Sequence[Verdict]) -> list[Verdict]:
 
 def near_miss(verdict: Verdict) -> bool:
     """A pass only for lack of evidence: the point estimate crossed a bound (``PASS (n.s.)``)."""
-    return verdict.severity == Severity.PASS and NOT_SIGNIFICANT in verdict.details
+    return verdict.severity == Severity.PASS and VerdictDetail.NOT_SIGNIFICANT in verdict.details
 
 
 def severity_text(verdict: Verdict) -> Text:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
+from gate.measurement import MeasurementDetail
 from gate.report.console import number_cells, order
 from gate.report.markdown import (
     baseline_text,
@@ -258,7 +259,7 @@ def _candidate_items(candidate: Mapping[str, Any]) -> list[tuple[str, Any]]:
 def fingerprint(results: Results) -> Mapping[str, Any] | None:
     """The latency tier's hardware fingerprint, when the run has one."""
     for v in results.verdicts:
-        found = v.details.get("fingerprint")
+        found = v.details.get(MeasurementDetail.FINGERPRINT)
         if isinstance(found, Mapping):
             return found
     return None
@@ -284,10 +285,12 @@ def provenance_section(results: Results) -> str:
     blocks.append(f"<div><h3>Environment</h3>{key_values(env_items)}</div>")
     found = fingerprint(results)
     if found is not None:
-        holder = next(v for v in results.verdicts if v.details.get("fingerprint") is found)
+        holder = next(
+            v for v in results.verdicts if v.details.get(MeasurementDetail.FINGERPRINT) is found
+        )
         hashes = [
-            ("fingerprint hash", holder.details.get("fingerprint_hash")),
-            ("hardware hash", holder.details.get("hardware_hash")),
+            ("fingerprint hash", holder.details.get(MeasurementDetail.FINGERPRINT_HASH)),
+            ("hardware hash", holder.details.get(MeasurementDetail.HARDWARE_HASH)),
         ]
         blocks.append(
             "<div><h3>Hardware fingerprint (latency)</h3>"

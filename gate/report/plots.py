@@ -37,6 +37,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gate.gating.verdict import Severity, Verdict
+from gate.measurement import MeasurementDetail
 
 SEVERITY_COLOUR = {
     Severity.PASS: "#2e7d32",
@@ -149,10 +150,10 @@ def kl_distribution(verdicts: Sequence[Verdict]) -> Plot | None:
     ax.bar(xs, values, color=[SEVERITY_COLOUR[v.severity] for _, v in stats], width=0.6)
     for x, (_, v) in zip(xs, stats, strict=True):
         ax.annotate(f"{v.value:.3g}", (x, max(v.value, 1e-6)), ha="center", va="bottom", fontsize=7)
-        bound = v.threshold
-        if bound.get("mode", "absolute") == "absolute" and "critical" in bound:
+        bound = v.threshold.bound if v.threshold is not None else None
+        if bound is not None and bound.mode == "absolute":
             ax.hlines(
-                [float(bound["warn"]), float(bound["critical"])],
+                [bound.warn, bound.critical],
                 x - 0.4,
                 x + 0.4,
                 colors=[SEVERITY_COLOUR[Severity.WARN], SEVERITY_COLOUR[Severity.CRITICAL]],
@@ -163,7 +164,8 @@ def kl_distribution(verdicts: Sequence[Verdict]) -> Plot | None:
     ax.set_xticks(xs, [KL_LABELS.get(s, s) for s, _ in stats])
     ax.set_ylabel("KL (nats / token)")
     ax.grid(axis="y", alpha=0.3)
-    note = next((v.details.get("kl") for _, v in stats if v.details.get("kl")), None)
+    kl_method = MeasurementDetail.KL_METHOD
+    note = next((v.details.get(kl_method) for _, v in stats if v.details.get(kl_method)), None)
     return Plot(
         "kl",
         "Per-token KL(baseline || candidate) distribution",
@@ -176,7 +178,7 @@ def kl_distribution(verdicts: Sequence[Verdict]) -> Plot | None:
 def _margin_rows(verdicts: Sequence[Verdict]) -> list[tuple[float, float, int, float]]:
     """``(lo, hi, n, rate)`` per margin bucket: from ``details['by_margin']`` or the slices."""
     flips = _find(verdicts, "accuracy.flips")
-    table: Any = flips.details.get("by_margin") if flips is not None else None
+    table: Any = flips.details.get(MeasurementDetail.BY_MARGIN) if flips is not None else None
     if isinstance(table, list) and table:
         try:
             return [
@@ -256,7 +258,7 @@ def latency_percentiles(verdicts: Sequence[Verdict]) -> Plot | None:
         ax.grid(axis="y", alpha=0.3)
         if i == 0:
             ax.legend(fontsize=7)
-    batch = next((v.details.get("batch_size") for _, v in families[0][1]), None)
+    batch = next((v.details.get(MeasurementDetail.BATCH_SIZE) for _, v in families[0][1]), None)
     return Plot(
         "latency",
         "Latency percentiles over repeated runs",
@@ -269,7 +271,7 @@ def latency_percentiles(verdicts: Sequence[Verdict]) -> Plot | None:
 def throughput_by_batch(verdicts: Sequence[Verdict]) -> Plot | None:
     """Median tokens/s per batch size of the sweep (``latency.best_tokens_per_s`` details)."""
     best = _find(primary(verdicts), "latency.best_tokens_per_s")
-    per_batch: Any = best.details.get("per_batch") if best is not None else None
+    per_batch: Any = best.details.get(MeasurementDetail.PER_BATCH) if best is not None else None
     if not isinstance(per_batch, dict) or not per_batch:
         return None
     try:
@@ -284,7 +286,7 @@ def throughput_by_batch(verdicts: Sequence[Verdict]) -> Plot | None:
     ax.set_xlabel("batch size")
     ax.set_ylabel("tokens / s (median)")
     ax.grid(alpha=0.3)
-    oom = best.details.get("oom_batch") if best is not None else None
+    oom = best.details.get(MeasurementDetail.OOM_BATCH) if best is not None else None
     return Plot(
         "throughput",
         "Throughput per batch size",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import DataError, ExitCode
-from gate.gating.verdict import GateOutcome, Severity, Verdict
+from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictThreshold
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json, read_json
 from gate.store.schema import check_schema_version
@@ -56,7 +56,7 @@ def verdict_to_dict(verdict: Verdict) -> dict[str, Any]:
         "n": verdict.n,
         "higher_is_better": verdict.higher_is_better,
         "severity": verdict.severity.label,
-        "threshold": dict(verdict.threshold),
+        "threshold": verdict.threshold.to_dict() if verdict.threshold is not None else {},
         "breakdown": {k: _finite(v) for k, v in verdict.breakdown.items()},
         "reason": verdict.reason,
         "unit": verdict.unit,
@@ -87,7 +87,7 @@ def verdict_from_dict(entry: Mapping[str, Any]) -> Verdict:
             ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,
             p_value=_opt_float(entry.get("p_value")),
             test=entry.get("test"),
-            threshold=dict(entry.get("threshold") or {}),
+            threshold=VerdictThreshold.from_dict(entry.get("threshold") or {}),
             breakdown={
                 str(k): float(v) for k, v in (entry.get("breakdown") or {}).items() if v is not None
             },

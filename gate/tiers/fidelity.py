@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gate.errors import DataError, ModelLoadError
-from gate.measurement import Measurement, from_samples
+from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
 from gate.store.reference import (
@@ -367,7 +367,9 @@ def measurements(
     }
     kl_details = {
         **common,
-        "kl": "exact" if exact else f"top-{k} + tail bucket (lower bound of the exact KL)",
+        MeasurementDetail.KL_METHOD: (
+            "exact" if exact else f"top-{k} + tail bucket (lower bound of the exact KL)"
+        ),
         "k": k,
         "token_mean": float(kl_all.mean()),
         "tail_mass_mean": tail_mass_mean,

@@ -45,11 +45,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from gate.errors import ConfigError, ModelLoadError
-from gate.gating.compare import PAIRED_REFERENCE
 from gate.gating.thresholds import build_dataclass
 from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
-from gate.measurement import Measurement
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.models.backends.base import Backend, StepClock
 
@@ -105,8 +104,8 @@ def settings_from(mapping: Mapping[str, Any]) -> LatencySettings:
 def fingerprint_of(measurements: Mapping[str, Measurement]) -> Fingerprint | None:
     """The fingerprint a stored set of latency measurements was taken on (None if absent)."""
     for name, m in measurements.items():
-        if name.startswith("latency.") and "fingerprint" in m.details:
-            return Fingerprint.from_dict(m.details["fingerprint"])
+        if name.startswith("latency.") and MeasurementDetail.FINGERPRINT in m.details:
+            return Fingerprint.from_dict(m.details[MeasurementDetail.FINGERPRINT])
     return None
 
 
@@ -407,7 +406,10 @@ def _peak(values: Iterator[int | None]) -> tuple[int, list[int]] | None:
 
 
 def _paired(reference: PairedReference, value: float, samples: Sequence[float]) -> dict[str, Any]:
-    """The ``details[PAIRED_REFERENCE]`` entry of one timed metric (see :mod:`gate.gating.compare`)."""
+    """The ``details[MeasurementDetail.PAIRED_REFERENCE]`` entry of one timed metric.
+
+    (see :mod:`gate.gating.compare`)
+    """
     return {
         "against": reference.against,
         "model": reference.model,
@@ -421,15 +423,15 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
     """The tier's Measurements; every one carries the fingerprint in ``details``.
 
     In paired mode every timed (REPEATED) metric also carries the in-session
-    baseline's value and per-run samples under ``details[PAIRED_REFERENCE]``,
+    baseline's value and per-run samples under ``details[MeasurementDetail.PAIRED_REFERENCE]``,
     computed by the same :func:`summarize` over the baseline build's runs.
     """
     s = result.settings
     common: dict[str, Any] = {
-        "fingerprint": result.fingerprint.to_dict(),
-        "fingerprint_hash": result.fingerprint.hash,
-        "hardware_hash": result.fingerprint.hardware_hash,
-        "batch_size": s.batch_sizes[0],
+        MeasurementDetail.FINGERPRINT: result.fingerprint.to_dict(),
+        MeasurementDetail.FINGERPRINT_HASH: result.fingerprint.hash,
+        MeasurementDetail.HARDWARE_HASH: result.fingerprint.hardware_hash,
+        MeasurementDetail.BATCH_SIZE: s.batch_sizes[0],
         "new_tokens": s.new_tokens,
         "runs": s.runs,
         "warmup": s.warmup,
@@ -442,19 +444,23 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
     for key, stat in summarize(result.runs).items():
         details = dict(common)
         if ref is not None:
-            details[PAIRED_REFERENCE] = _paired(ref, ref_stats[key].value, ref_stats[key].samples)
+            details[MeasurementDetail.PAIRED_REFERENCE] = _paired(
+                ref, ref_stats[key].value, ref_stats[key].samples
+            )
         out.append(Measurement(f"latency.{key}", stat.value, samples=stat.samples, details=details))
     best = result.sweep.best_batch
     best_samples = result.sweep.tokens_per_s[best]
     best_details: dict[str, Any] = {
         **common,
         "best_batch": best,
-        "oom_batch": result.sweep.oom_batch,
-        "per_batch": {str(b): percentile(v, 50) for b, v in result.sweep.tokens_per_s.items()},
+        MeasurementDetail.OOM_BATCH: result.sweep.oom_batch,
+        MeasurementDetail.PER_BATCH: {
+            str(b): percentile(v, 50) for b, v in result.sweep.tokens_per_s.items()
+        },
     }
     if ref is not None:
         ref_best = ref.sweep.tokens_per_s[ref.sweep.best_batch]
-        best_details[PAIRED_REFERENCE] = {
+        best_details[MeasurementDetail.PAIRED_REFERENCE] = {
             **_paired(ref, percentile(ref_best, 50), ref_best),
             "best_batch": ref.sweep.best_batch,
         }
