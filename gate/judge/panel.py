@@ -1,0 +1,136 @@
+"""Asking judges about pairs: questions in both orders, validity, one retry, the panel.
+
+:func:`judge_pairs` runs the protocol of :mod:`gate.judge.protocol` for one judge over
+many pairs at once:
+
+1. both responses of every pair pass :func:`gate.judge.normalize.normalize_response`;
+2. each pair becomes two pairwise questions (candidate as reply A, then as reply B)
+   and, when a validity template is given, one validity question per response;
+   fields are clipped to the judge's field limits when it has them;
+3. all questions go to the judge through its cache (:class:`gate.judge.cache.CachedJudge`)
+   in one batch; answers that do not parse are asked again as attempt 2, in one
+   more batch; answers that fail twice count as parse failures;
+4. each pair's answers are combined by :func:`gate.judge.protocol.judge_outcome`.
+
+:func:`judge_panel` does this for every judge of a panel and combines the judges
+pair by pair with :func:`gate.judge.protocol.panel_outcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gate.judge.cache import CachedJudge, Order, Question
+from gate.judge.normalize import normalize_response
+from gate.judge.protocol import (
+    JudgeOutcome,
+    PanelOutcome,
+    Validity,
+    Verdict,
+    judge_outcome,
+    panel_outcome,
+    parse_validity,
+    parse_verdict,
+)
+from gate.judge.template import JudgeTemplate
+
+__all__ = ["JudgeTemplates", "Pair", "judge_pairs", "judge_panel"]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A user prompt with the candidate's and the baseline's responses."""
+
+    prompt: str
+    candidate: str
+    baseline: str
+
+
+@dataclass(frozen=True)
+class JudgeTemplates:
+    """The pairwise template and the validity template (``None``: no validity question)."""
+
+    pairwise: JudgeTemplate
+    validity: JudgeTemplate | None = None
+
+
+def _pairwise(
+    judge: CachedJudge, template: JudgeTemplate, prompt: str, a: str, b: str, order: Order
+) -> Question:
+    fields = {"prompt": prompt, "response_a": a, "response_b": b}
+    text = template.render(fields, judge.judge.field_limits, judge.judge.codec)
+    return Question(text, template.version, "pairwise", prompt, a, b, order)
+
+
+def _validity(judge: CachedJudge, template: JudgeTemplate, prompt: str, response: str) -> Question:
+    fields = {"prompt": prompt, "response": response}
+    text = template.render(fields, judge.judge.field_limits, judge.judge.codec)
+    return Question(text, template.version, "validity", prompt, response, "", "single")
+
+
+def _ask_parsed(
+    judge: CachedJudge, questions: Sequence[Question], parse: Sequence[Callable[[str], Any]]
+) -> list[Any]:
+    """Parsed answers; unparseable ones asked again (attempt 2), then counted as failures."""
+    values = [p(a.text) for p, a in zip(parse, judge.ask(questions), strict=True)]
+    again = [i for i, v in enumerate(values) if v is None]
+    if again:
+        retry = [
+            Question(
+                questions[i].text,
+                questions[i].template_version,
+                questions[i].kind,
+                questions[i].prompt,
+                questions[i].response_a,
+                questions[i].response_b,
+                questions[i].order,
+                attempt=2,
+            )
+            for i in again
+        ]
+        for i, answer in zip(again, judge.ask(retry), strict=True):
+            values[i] = parse[i](answer.text)
+            if values[i] is None:
+                judge.stats.parse_failures += 1
+    return values
+
+
+def judge_pairs(
+    judge: CachedJudge, templates: JudgeTemplates, pairs: Sequence[Pair]
+) -> list[JudgeOutcome]:
+    """One judge's outcome for every pair (see the module docstring)."""
+    questions: list[Question] = []
+    parsers: list[Callable[[str], Any]] = []
+    per_pair = 4 if templates.validity is not None else 2
+    for pair in pairs:
+        cand = normalize_response(pair.candidate)
+        base = normalize_response(pair.baseline)
+        questions.append(_pairwise(judge, templates.pairwise, pair.prompt, cand, base, "AB"))
+        questions.append(_pairwise(judge, templates.pairwise, pair.prompt, base, cand, "BA"))
+        parsers += [parse_verdict, parse_verdict]
+        if templates.validity is not None:
+            questions.append(_validity(judge, templates.validity, pair.prompt, cand))
+            questions.append(_validity(judge, templates.validity, pair.prompt, base))
+            parsers += [parse_validity, parse_validity]
+    values = _ask_parsed(judge, questions, parsers)
+    out: list[JudgeOutcome] = []
+    for k in range(len(pairs)):
+        row = values[k * per_pair : (k + 1) * per_pair]
+        first: Verdict | None = row[0]
+        second: Verdict | None = row[1]
+        cand_valid: Validity | None = row[2] if per_pair == 4 else None
+        base_valid: Validity | None = row[3] if per_pair == 4 else None
+        out.append(judge_outcome(first, second, cand_valid, base_valid))
+    return out
+
+
+def judge_panel(
+    judges: Sequence[CachedJudge], templates: JudgeTemplates, pairs: Sequence[Pair]
+) -> list[PanelOutcome]:
+    """Every judge's outcomes, combined pair by pair into the panel's outcome."""
+    if not judges:
+        raise ValueError("judge_panel: no judge")
+    per_judge = [judge_pairs(j, templates, pairs) for j in judges]
+    return [panel_outcome([outcomes[i] for outcomes in per_judge]) for i in range(len(pairs))]
