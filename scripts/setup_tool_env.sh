@@ -9,7 +9,9 @@
 #
 #   bash scripts/setup_tool_env.sh llmcompressor   # GPTQ / AWQ / SparseGPT checkpoints
 #   bash scripts/setup_tool_env.sh kvpress         # reference KV-cache presses
-#   bash scripts/setup_tool_env.sh gptqmodel       # GPTQModel (needs a CUDA toolchain)
+#
+# (GPTQModel 7.7 is not offered: it requires torch>=2.14.1 and builds its
+# kernels from source; llm-compressor makes the same GPTQ/AWQ checkpoints.)
 #
 # torch is installed first, at gate's version (GATE_TORCH_VERSION, default
 # 2.13.0), so the tool does not pull in another (CUDA) build. A stamp file is
@@ -23,6 +25,8 @@ TORCH_VERSION=${GATE_TORCH_VERSION:-2.13.0}
 CACHE=${GATE_TOOL_CACHE:-$HOME/.cache/gate-tools}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[tool-env] %s\n' "$*" >&2; }
+# pip, quieted: its notes about absent local index folders are noise here
+pip_install() { "$VPY" -m pip install -q "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
 
 # NAME -> version and the pip requirements installed after torch.
 case "$NAME" in
@@ -36,13 +40,8 @@ case "$NAME" in
     REQUIREMENTS=("kvpress==$VERSION")
     CHECK="import kvpress, transformers; print('kvpress', '$VERSION', 'transformers', transformers.__version__)"
     ;;
-  gptqmodel)
-    VERSION=7.7.0
-    REQUIREMENTS=("gptqmodel==$VERSION")
-    CHECK="import gptqmodel, transformers; print('gptqmodel', gptqmodel.__version__, 'transformers', transformers.__version__)"
-    ;;
   *)
-    echo "usage: bash scripts/setup_tool_env.sh {llmcompressor|kvpress|gptqmodel}" >&2
+    echo "usage: bash scripts/setup_tool_env.sh {llmcompressor|kvpress}" >&2
     exit 4
     ;;
 esac
@@ -60,11 +59,11 @@ rm -rf "$VENV"
 mkdir -p "$CACHE"
 "$PYTHON" -m venv "$VENV"
 VPY="$VENV/bin/python"
-"$VPY" -m pip install -q --upgrade pip >&2
+pip_install --upgrade pip >&2
 log "torch $TORCH_VERSION first (so the tool keeps this build)"
-"$VPY" -m pip install -q "torch==$TORCH_VERSION" >&2
+pip_install "torch==$TORCH_VERSION" >&2
 log "pip install ${REQUIREMENTS[*]}"
-"$VPY" -m pip install -q "${REQUIREMENTS[@]}" "torch==$TORCH_VERSION" >&2
+pip_install "${REQUIREMENTS[@]}" "torch==$TORCH_VERSION" >&2
 "$VPY" -c "$CHECK" >&2
 "$VPY" -m pip freeze > "$VENV/requirements.lock"
 date -u +%Y-%m-%dT%H:%M:%SZ > "$STAMP"

@@ -17,7 +17,7 @@ A cache method acts on the cache a generation builds, never on the weights:
 
 The presses, for a prompt of ``n`` tokens and compression ratio ``r`` (the
 fraction of pairs removed, kvpress's ``compression_ratio``), keep
-``n_kept = int(n (1 - r))`` pairs per key/value head, chosen per head:
+``n_kept = max(1, int(n (1 - r)))`` pairs per key/value head, chosen per head:
 
 * **SnapKV** (Li et al. 2024): the last ``w`` prompt queries (the observation
   window) attend to the keys before them; a key's score is its attention
@@ -199,8 +199,8 @@ class ScorePress(Press):
             )
 
     def n_kept(self, n: int) -> int:
-        """Pairs kept of ``n``."""
-        return int(n * (1.0 - self.compression_ratio))
+        """Pairs kept of ``n``: ``max(1, int(n (1 - ratio)))``."""
+        return max(1, int(n * (1.0 - self.compression_ratio)))
 
     def select(
         self,
@@ -212,7 +212,7 @@ class ScorePress(Press):
     ) -> torch.Tensor | None:
         n = layer.held()
         kept = self.n_kept(n)
-        if not prefill or kept >= n or kept < 1:
+        if not prefill or kept >= n:
             return None
         scores = self.scores(module, layer, hidden, position_embeddings, kept)
         return scores.topk(kept, dim=-1).indices
