@@ -1,0 +1,174 @@
+"""Teacher forcing through a compressed KV cache, in chunks.
+
+One batched pass over ``context + continuation`` is exact for compressed
+weights and replaced attention, but a KV-cache method only acts while the
+cache is built. Here each request runs as generation would:
+
+1. **prefill** ``context`` into an empty cache of the method, with its press
+   active (it compresses the prompt's cache after each layer's attention, as
+   in generation). Row 0 is ``log_softmax`` of the last prompt position:
+   ``log p(y_0 | c)``, computed from the uncompressed prompt, as the first
+   generated token is.
+2. **teacher-force** ``y_0 .. y_{T-2}`` through that cache, ``chunk_size``
+   tokens per forward call. A chunk's queries see the held (compressed) pairs
+   and the chunk's own earlier tokens; after each call the press acts again
+   when it acts during decoding. Row ``i`` is ``log p(y_i | c, y_<i)`` as the
+   compressed cache gives it.
+
+``chunk_size = 1`` is the per-token definition: exactly the step-by-step
+generation loop. Larger chunks are exact too (to float rounding) for methods
+that only act at the prefill (SnapKV, observed attention, a prefill-only
+StreamingLLM), because nothing changes the cache between steps; for methods
+that act during decoding (a rolling window, the quantized cache's residual)
+a chunk sees up to ``chunk_size - 1`` pairs the per-token loop would already
+have evicted or quantized. The default (``chunk_size=None``) is therefore the
+exact one for every method: 1 when the method acts during decoding, the
+whole continuation in one chunk otherwise.
+
+Requests run one at a time (batch 1, no padding), as a press selects pairs per
+sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gate.errors import DataError
+from gate.models.backends.base import ScoreRequest, TokenScores
+from gate.models.compress.kvcache import CacheMethod
+
+
+def token_scores(
+    rows: torch.Tensor, continuation: Sequence[int], top_k: int, full: bool
+) -> TokenScores:
+    """:class:`TokenScores` from ``[T, V]`` float32 log-softmax rows of a continuation."""
+    steps = len(continuation)
+    k = min(top_k, int(rows.shape[-1]))
+    if steps == 0:
+        return TokenScores(
+            target_logprobs=np.zeros(0, dtype=np.float32),
+            topk_ids=np.zeros((0, k), np.int64),
+            topk_logprobs=np.zeros((0, k), np.float32),
+            full_logprobs=rows if full else None,
+        )
+    top = rows.topk(k, dim=-1)
+    target = torch.tensor(list(continuation), dtype=torch.long)
+    return TokenScores(
+        target_logprobs=rows.gather(1, target.unsqueeze(1)).squeeze(1).numpy(),
+        topk_ids=top.indices.numpy(),
+        topk_logprobs=top.values.numpy(),
+        full_logprobs=rows if full else None,
+    )
+
+
+def exact_chunk_size(method: CacheMethod, steps: int) -> int:
+    """The default chunk: 1 where the method acts during decoding, else the whole continuation."""
+    return 1 if method.acts_in_decoding else max(1, steps)
+
+
+def _forward(
+    model: Any, ids: Sequence[int], cache: Any, device: Any, last_only: bool
+) -> torch.Tensor:
+    extra = {"logits_to_keep": 1} if last_only else {}
+    out = model(
+        input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device),
+        past_key_values=cache,
+        use_cache=True,
+        **extra,
+    )
+    return out.logits[0]
+
+
+@torch.no_grad()
+def cache_logprobs(
+    model: Any, method: CacheMethod, request: ScoreRequest, *, chunk_size: int | None = None
+) -> torch.Tensor:
+    """``[T, V]`` float32 log-probs of ``request.continuation`` through ``method``'s cache."""
+    if len(request.context) == 0:
+        raise DataError("a score request has an empty context", "give >= 1 context token")
+    steps = len(request.continuation)
+    chunk = chunk_size if chunk_size is not None else exact_chunk_size(method, steps)
+    if chunk < 1:
+        raise DataError(f"chunk size {chunk} is not >= 1", "give a chunk size of 1 or more")
+    device = model.get_input_embeddings().weight.device
+    cache = method.new_cache(model)
+    rows: list[torch.Tensor] = []
+    with method.active(model):
+        rows.append(_forward(model, request.context, cache, device, last_only=True)[-1:])
+        feed = list(request.continuation[: max(0, steps - 1)])
+        for start in range(0, len(feed), chunk):
+            rows.append(
+                _forward(model, feed[start : start + chunk], cache, device, last_only=False)
+            )
+    logits = torch.cat(rows, dim=0)[:steps]
+    return logits.float().log_softmax(dim=-1).cpu()
+
+
+def score_through_cache(
+    model: Any,
+    method: CacheMethod,
+    requests: Sequence[ScoreRequest],
+    *,
+    top_k: int = 32,
+    full: bool = False,
+    chunk_size: int | None = None,
+) -> list[TokenScores]:
+    """Teacher-forced scores of each request through ``method``'s cache (see the module doc)."""
+    method.check(model)
+    return [
+        token_scores(
+            cache_logprobs(model, method, r, chunk_size=chunk_size), r.continuation, top_k, full
+        )
+        for r in requests
+    ]
+
+
+@torch.no_grad()
+def generate_through_cache(
+    model: Any,
+    method: CacheMethod,
+    prompt: Sequence[int],
+    *,
+    max_new_tokens: int,
+    eos_ids: Sequence[int] = (),
+) -> list[int]:
+    """Greedy continuation of ``prompt`` with ``method``'s cache (transformers' ``generate``)."""
+    from transformers import GenerationConfig
+
+    method.check(model)
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        eos_token_id=list(eos_ids) or None,
+        pad_token_id=(list(eos_ids) or [0])[0],
+    )
+    with method.active(model):
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            past_key_values=method.new_cache(model),
+            generation_config=config,
+        )
+    new = [int(t) for t in out[0, ids.shape[1] :].tolist()]
+    for i, token in enumerate(new):
+        if token in eos_ids:
+            return new[: i + 1]
+    return new
+
+
+__all__ = [
+    "cache_logprobs",
+    "exact_chunk_size",
+    "generate_through_cache",
+    "score_through_cache",
+    "token_scores",
+]
