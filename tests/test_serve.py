@@ -169,3 +169,21 @@ def test_signal_to_gate_stops_the_server(tmp_path: Path, sig: signal.Signals) ->
         if gate.poll() is None:
             gate.kill()
     assert _wait_gone(pgid) == []
+
+
+def test_log_tail_quotes_error_lines_not_warnings(tmp_path: Path) -> None:
+    from gate.models.serve import tail_lines
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        "INFO starting\n"
+        "(APIServer) WARNING ulimit: failed to automatically increase\n"
+        "RuntimeError: Worker failed: FP8 KV cache needs AVX-512\n"
+        "INFO shutting down\n"
+        "UserWarning: leaked shared_memory objects\n"
+    )
+    assert tail_lines(log) == ["RuntimeError: Worker failed: FP8 KV cache needs AVX-512"]
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("a\nb\n\nc\nd\n")
+    assert tail_lines(quiet) == ["b", "c", "d"]
+    assert tail_lines(tmp_path / "missing.log") == []

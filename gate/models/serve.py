@@ -98,15 +98,19 @@ def with_address(argv: Sequence[str]) -> tuple[list[str], str, int]:
     return out, connect, port
 
 
+_WARNING = re.compile(r"\bWARN(ING)?\b|Warning: |warnings\.warn")
+#: Characters of one quoted log line.
+_QUOTE = 240
 _ERROR_LINE = re.compile(r"\w*(Error|Exception): |\berror: |\bfailed\b", re.IGNORECASE)
 
 
 def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
     """The last ``count`` lines of a server log worth quoting.
 
-    The last lines that name an error (``...Error``, ``Exception``, ``failed``)
-    when there are any, since an engine's final lines are often shutdown
-    warnings; otherwise the last non-empty lines. Empty if unreadable.
+    The last lines that name an error (``...Error:``, ``Exception:``,
+    ``failed``; warnings excluded) when there are any, since an engine's final
+    lines are often shutdown warnings; otherwise the last non-empty lines.
+    Each is cut to 240 characters. Empty if unreadable.
     """
     try:
         with path.open("rb") as fh:
@@ -116,10 +120,10 @@ def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
             text = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return []
-    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    lines = [" ".join(line.split())[:_QUOTE] for line in text.splitlines() if line.strip()]
     errors: list[str] = []
     for line in reversed(lines):
-        if _ERROR_LINE.search(line) and line not in errors:
+        if _ERROR_LINE.search(line) and not _WARNING.search(line) and line not in errors:
             errors.append(line)
         if len(errors) == count:
             break
