@@ -8,7 +8,6 @@ report, after it returned, whether a model library was imported: a bad
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
@@ -296,11 +295,6 @@ def test_dry_run_validates_and_loads_nothing(tmp_path: Path) -> None:
     assert not (workdir / "out").exists()
 
 
-@pytest.mark.xfail(
-    importlib.util.find_spec("gate.models.recipes") is None,
-    reason="recipe parsing imports torch until it has a torch-free module (gate.models.recipes)",
-    strict=True,
-)
 def test_dry_run_with_recipes_imports_no_model_library(tmp_path: Path) -> None:
     workdir = _dry_run_workdir(tmp_path, recipes=True)
     proc = _gate(workdir, "run", "--config", "gate.toml", "--dry-run", "--json", "out/results.json")
