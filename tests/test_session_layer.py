@@ -1,8 +1,10 @@
 """The session layer: one option table, typed tier settings, up-front checks, ``--dry-run``.
 
 The CLI cases run the real ``gate`` entry point in a fresh interpreter and
-report, after it returned, whether a model library was imported: a bad
-``[tiers.*]`` key and a dry run must be answered without one.
+report, after it returned, what it imported: a bad ``[tiers.*]`` key and a dry
+run must be answered without a model library, without starting a pytest
+session, and without scipy.stats (whose import alone costs more than the rest
+of the check, which takes well under a second).
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ PROBE = textwrap.dedent(
     loaded = sorted(m for m in ("torch", "transformers") if m in sys.modules)
     print("MODEL-LIBRARIES", ",".join(loaded) or "none")
     print("PYTEST-SESSION", "yes" if "pytest" in sys.modules else "no")
+    print("SCIPY-STATS", "yes" if "scipy.stats" in sys.modules else "no")
     sys.exit(code)
     """
 )
@@ -250,6 +253,7 @@ def test_tier_settings_typo_fails_before_anything_loads(tmp_path: Path, where: s
     assert line == f"gate: error: {bad}: tiers.latency: unknown key 'rnus' (did you mean 'runs'?)"
     assert "MODEL-LIBRARIES none" in proc.stdout
     assert "PYTEST-SESSION no" in proc.stdout
+    assert "SCIPY-STATS no" in proc.stdout
 
 
 def _dry_run_workdir(tmp_path: Path, recipes: bool) -> Path:
@@ -286,6 +290,7 @@ def _check_dry_run(proc: subprocess.CompletedProcess[str], names: tuple[str, str
     assert "gate: dry run OK (exit 0)" in out
     assert "MODEL-LIBRARIES none" in out
     assert "PYTEST-SESSION no" in out
+    assert "SCIPY-STATS no" in out
 
 
 def test_dry_run_validates_and_loads_nothing(tmp_path: Path) -> None:
@@ -335,4 +340,5 @@ def test_unwritable_report_is_refused_before_the_run(tmp_path: Path) -> None:
     assert "--markdown gate.toml/comment.md: gate.toml is not a directory" in _error_line(proc)
     assert "MODEL-LIBRARIES none" in proc.stdout
     assert "PYTEST-SESSION no" in proc.stdout
+    assert "SCIPY-STATS no" in proc.stdout
     assert sorted(p.name for p in workdir.iterdir()) == ["gate.toml"]

@@ -38,7 +38,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats as sps
+
+# scipy.stats is imported inside the functions that use it: importing it costs more
+# than the rest of a ``gate`` start, and input checks (``gate run --dry-run``, a
+# misspelt ``[tiers.*]`` key) must answer in well under a second without it.
 
 Statistic = Callable[..., Any]
 
@@ -119,6 +122,8 @@ def bootstrap_ci(
     ``stat`` must accept ``axis=`` (numpy reductions do). With one sample, or
     all samples equal, the interval collapses to the point value.
     """
+    from scipy import stats as sps
+
     x = _as_1d(samples, "bootstrap_ci")
     point = float(stat(x, axis=-1))
     if x.size < 2 or np.ptp(x) == 0.0:
@@ -153,6 +158,8 @@ def paired_bootstrap(
     ``(1 + #{w <= 0}) / (B + 1)``: the smallest level at which a one-sided
     percentile interval excludes "not worse".
     """
+    from scipy import stats as sps
+
     c = _as_1d(cand, "paired_bootstrap cand")
     b = _as_1d(base, "paired_bootstrap base")
     if c.shape != b.shape:
@@ -196,6 +203,8 @@ def mcnemar(
     candidate alone is worse. ``p_worse = P[Binom(b + c, 1/2) >= b]``; with no
     discordant pair both p-values are 1.
     """
+    from scipy import stats as sps
+
     c_arr = _binary(cand_correct, "mcnemar cand")
     b_arr = _binary(base_correct, "mcnemar base")
     if c_arr.shape != b_arr.shape:
@@ -280,6 +289,8 @@ def repeated_runs_test(
     bootstraps both samples independently (it does not depend on ``margin``).
     Medians must be positive for the relative change to mean anything.
     """
+    from scipy import stats as sps
+
     c = _as_1d(cand, "repeated_runs_test cand")
     b = _as_1d(base, "repeated_runs_test base")
     med_b = float(np.median(b))
@@ -334,6 +345,8 @@ def paired_runs_test(
     ``ci`` is the percentile bootstrap interval of ``exp(median(r)) - 1`` over
     resampled pairs. Values must be positive (times, rates).
     """
+    from scipy import stats as sps
+
     c = _as_1d(cand, "paired_runs_test cand")
     b = _as_1d(base, "paired_runs_test base")
     if c.shape != b.shape:
