@@ -1,9 +1,9 @@
 """``gate demo``: gate a panel of compressed builds of the demo model.
 
 The packaged demo model (``gate/assets/demo_model``) has a committed baseline
-(ref ``fp16``) with its reference pack in the packaged store
-``gate/assets/baselines``. The demo builds one candidate per recipe, runs the
-gate on each exactly as ``gate run --candidate demo --recipe R --against fp16``
+(ref ``fp32``: recorded in the model's own float32) with its reference pack in
+the packaged store ``gate/assets/baselines``. The demo builds one candidate per recipe, runs the
+gate on each exactly as ``gate run --candidate demo --recipe R --against fp32``
 would (same suites, plugin, comparison and report), then prints one summary
 table. Blocked candidates are the point of the demo: a run in which some
 builds are blocked is a successful demo (exit 0). It fails (nonzero) when a
@@ -44,7 +44,8 @@ BASELINE_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
 #: loaded machine `--tiers fidelity` keeps it short.
 DEFAULT_TIERS: tuple[str, ...] = BASELINE_TIERS
 CONTROL = "none"
-BASELINE_REF = "fp16"
+#: Ref and label of the committed baseline: the demo model is stored and recorded in float32.
+BASELINE_REF = "fp32"
 MODEL = "demo"
 
 #: ``[tiers.<name>]`` settings of the demo run config (and of its committed baseline).
@@ -245,7 +246,7 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
     shown = [
         (name, label) for name, label in HEADLINES if any(name in c.values for c in candidates)
     ]
-    table = Table(title="gate demo: candidates against the fp16 baseline")
+    table = Table(title=f"gate demo: candidates against the {BASELINE_REF} baseline")
     table.add_column("candidate")
     for _, label in shown:
         table.add_column(label, justify="right")
@@ -259,7 +260,7 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
 
 
 def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_TIERS) -> ExitCode:
-    """Record the demo model's baseline (ref ``fp16``) with the demo settings (maintainers)."""
+    """Record the demo model's baseline (ref ``fp32``) with the demo settings (maintainers)."""
     from gate.session.runner import SessionOptions, run_pytest
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
