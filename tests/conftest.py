@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from gate.models.backends.hf import HFBackend
 
 pytest_plugins = ["pytester"]
 
@@ -92,3 +96,30 @@ def make_tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int 
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama (hidden 64, 2 layers) with a chat template, on disk."""
     return make_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_model_dir: Path) -> HFBackend:
+    """The tiny Llama loaded once as the gate loads it (float32, CPU), for every test.
+
+    Shared: a test may read it, or change it and restore it before returning
+    (a hook, a config value); a test that damages a model loads its own copy.
+    """
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
+
+    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
+
+
+@pytest.fixture(scope="session")
+def demo_backend() -> HFBackend:
+    """The committed demo model loaded once as the gate loads it (skips when not committed).
+
+    Shared like :func:`tiny_backend`: read it, never damage it.
+    """
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec, demo_model_dir
+
+    if not (demo_model_dir() / "model.safetensors").is_file():
+        pytest.skip("the demo model is not committed")
+    return load_backend(ModelSpec.parse("demo"))

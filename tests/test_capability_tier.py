@@ -185,16 +185,9 @@ def test_settings_validation() -> None:
         settings_from({"code": 0})
 
 
-def _hf_backend(path: Path) -> Any:
-    from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
-
-    return load_backend(ModelSpec.parse(str(path)))
-
-
 @pytest.mark.slow
-def test_tier_on_a_real_tiny_model_is_deterministic(tiny_model_dir: Path) -> None:
-    backend = _hf_backend(tiny_model_dir)
+def test_tier_on_a_real_tiny_model_is_deterministic(tiny_backend: Any) -> None:
+    backend = tiny_backend
     first = measure(backend, TINY)
     second = measure(backend, TINY, families=("arithmetic_easy", "instruction_following"))
     assert [m.name for m in first] == [
@@ -221,8 +214,8 @@ def test_tier_on_a_real_tiny_model_is_deterministic(tiny_model_dir: Path) -> Non
 @pytest.mark.skipif(
     not (DEMO / "model.safetensors").exists(), reason="the demo model is not committed yet"
 )
-def test_demo_model_scores_clearly_above_zero() -> None:
-    backend = _hf_backend(DEMO)
+def test_demo_model_scores_clearly_above_zero(demo_backend: Any) -> None:
+    backend = demo_backend
     settings = CapabilitySettings(
         arithmetic_easy=60,
         arithmetic_medium=40,

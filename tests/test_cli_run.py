@@ -178,7 +178,7 @@ def _demo_baseline_present() -> bool:
     if not (demo_model_dir() / "model.safetensors").is_file():
         return False
     try:
-        BaselineStore(ROOT / "baselines").resolve("fp16", "demo")
+        BaselineStore(ROOT / "baselines").resolve("fp32", "demo")
     except BaselineError:
         return False
     return True
@@ -186,13 +186,13 @@ def _demo_baseline_present() -> bool:
 
 @pytest.mark.skipif(
     not _demo_baseline_present(),
-    reason="needs the committed demo model and its fp16 baseline in baselines/demo",
+    reason="needs the committed demo model and its fp32 baseline in baselines/demo",
 )
 @pytest.mark.parametrize(("recipe", "code"), [("quanto-int2", 1), ("none", 0)])
 def test_demo_model_end_to_end(tmp_path: Path, recipe: str, code: int) -> None:
     result = _gate(
         ROOT, "run", "--candidate", "demo", "--recipe", recipe, "--tiers", "fidelity",
-        "--against", "fp16", "--json", str(tmp_path / "r.json"),
+        "--against", "fp32", "--json", str(tmp_path / "r.json"),
     )  # fmt: skip
     assert result.returncode == code, result.stdout[-3000:] + result.stderr[-2000:]
     verdict = json.loads((tmp_path / "r.json").read_text())["verdict"]

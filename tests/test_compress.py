@@ -46,9 +46,9 @@ Loader = Callable[[str], HFBackend]
 
 
 @pytest.fixture(scope="module")
-def load(tiny_model_dir: Path) -> Loader:
+def load(tiny_model_dir: Path, tiny_backend: HFBackend) -> Loader:
     torch.set_num_threads(1)
-    cache: dict[str, HFBackend] = {}
+    cache: dict[str, HFBackend] = {"none": tiny_backend}
 
     def get(recipe: str) -> HFBackend:
         if recipe not in cache:
@@ -286,10 +286,10 @@ def _agreement(base: HFBackend, cand: HFBackend, prompts: list[list[int]]) -> fl
 
 @pytest.mark.slow
 @pytest.mark.skipif(not DEMO_READY, reason="the demo model is not committed yet")
-def test_every_recipe_on_the_demo_model() -> None:
+def test_every_recipe_on_the_demo_model(demo_backend: HFBackend) -> None:
     torch.set_num_threads(1)
     spec = ModelSpec.parse("demo")
-    base = load_backend(spec)
+    base = demo_backend
     prompts = [base.encode_prompt(t) for t in [*TEXTS, "Hello, how are you?", "What is 3 plus 4?"]]
     figures: dict[str, float] = {}
     for name in recipe_names():

@@ -51,8 +51,8 @@ SETTINGS = tier.FidelitySettings(max_new_tokens=12, top_k=32, batch_size=4)
 
 
 @pytest.fixture(scope="module")
-def base(tiny_model_dir: Path) -> HFBackend:
-    return load_backend(ModelSpec.parse(str(tiny_model_dir)))
+def base(tiny_backend: HFBackend) -> HFBackend:
+    return tiny_backend
 
 
 @pytest.fixture(scope="module")
@@ -356,10 +356,12 @@ _needs_demo = pytest.mark.skipif(not _DEMO_READY, reason="the demo model is not 
 
 
 @pytest.fixture(scope="module")
-def demo_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[HFBackend, ReferencePack]:
+def demo_setup(
+    demo_backend: HFBackend, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[HFBackend, ReferencePack]:
     from gate.data.prompt_set import load_prompt_set
 
-    backend = load_backend(ModelSpec.parse("demo"))
+    backend = demo_backend
     prompts = load_prompt_set(None)[:12]
     settings = tier.FidelitySettings(max_new_tokens=48, top_k=32, batch_size=4)
     path = tier.record(backend, prompts, settings, tmp_path_factory.mktemp("demo") / "ref.st")

@@ -405,33 +405,26 @@ REAL = LatencySettings(
 
 
 @pytest.fixture(scope="module")
-def tiny_builds(tiny_model_dir: Path) -> Iterator[Callable[[str | None], Any]]:
+def one_thread() -> Iterator[None]:
+    """Time with one torch thread: 2 threads on 2 shared cores stall on every preemption."""
     import torch
 
-    from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
-
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # 2 threads on 2 shared cores stall on every preemption
-    spec = ModelSpec(str(tiny_model_dir), device="cpu", dtype="float32")
-    yield lambda recipe: load_backend(spec, recipe)
+    torch.set_num_threads(1)
+    yield
     torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
-def demo_builds() -> Iterator[Callable[[str | None], Any]]:
-    """Builds of the committed demo model (the model the must-show promises name)."""
-    import torch
+def demo_builds(demo_backend: Any, one_thread: None) -> Callable[[str | None], Any]:
+    """Candidate builds of the committed demo model (the model the must-show promises name).
 
+    Each call loads a build of its own; the baseline side is ``demo_backend``.
+    """
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec, demo_model_dir
+    from gate.models.spec import ModelSpec
 
-    if not (demo_model_dir() / "model.safetensors").is_file():
-        pytest.skip("the demo model is not committed")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield lambda recipe: load_backend(ModelSpec.parse("demo"), recipe)
-    torch.set_num_threads(threads)
+    return lambda recipe: load_backend(ModelSpec.parse("demo"), recipe)
 
 
 def _real(candidate: Any, baseline: Any) -> list[Measurement]:
@@ -448,7 +441,7 @@ def _real(candidate: Any, baseline: Any) -> list[Measurement]:
 
 @pytest.mark.slow
 def test_real_same_build_ten_gates_in_a_row_never_regress(
-    demo_builds: Callable[[str | None], Any],
+    demo_builds: Callable[[str | None], Any], demo_backend: Any
 ) -> None:
     """Ten paired gate runs of the demo model against its own baseline (two loads of it).
 
@@ -458,7 +451,7 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
     ratios, and the counterbalanced order keeps bursts from falling on one side).
     Measured at a load average of 13-14 on two cores: ten clean gates, no warning.
     """
-    candidate, baseline = demo_builds(None), demo_builds(None)
+    candidate, baseline = demo_builds(None), demo_backend
     warned = 0
     for _ in range(10):
         verdicts = _severities(_real(candidate, baseline), [])
@@ -470,10 +463,10 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
 
 @pytest.mark.slow
 def test_real_delay_recipe_is_critical_in_paired_mode(
-    demo_builds: Callable[[str | None], Any],
+    demo_builds: Callable[[str | None], Any], demo_backend: Any
 ) -> None:
     """``delay:5ms`` before every forward (2.2-2.4x on the demo model here) is blocked."""
-    verdicts = _severities(_real(demo_builds("delay:5ms"), demo_builds(None)), [])
+    verdicts = _severities(_real(demo_builds("delay:5ms"), demo_backend), [])
     e2e = verdicts["latency.e2e_p50"]
     assert e2e.value / (e2e.baseline_value or 1.0) > 1.5, e2e.reason
     # TTFT holds one delayed forward (the prefill), E2E eight: the decode figures carry it
@@ -486,10 +479,10 @@ def test_real_delay_recipe_is_critical_in_paired_mode(
 
 @pytest.mark.slow
 def test_gate_run_with_a_paired_run_config(
-    tiny_model_dir: Path, tiny_builds: Callable[[str | None], Any], tmp_path: Path
+    tiny_model_dir: Path, tiny_backend: Any, one_thread: None, tmp_path: Path
 ) -> None:
     """``gate run --config X.toml`` with ``paired = true``: the baseline build is timed in-session."""
-    baseline = tiny_builds(None)
+    baseline = tiny_backend
     result = run_tier(
         baseline,
         REAL,

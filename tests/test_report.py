@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,15 @@ def test_typed_threshold_and_detail_keys_keep_the_results_json_format(tmp_path: 
         Bound(0.02, 0.04), alpha=th.alpha, min_samples=th.min_samples
     )
     assert VerdictDetail.NOT_SIGNIFICANT in back["accuracy.mcq_acc"].details
+
+
+def test_non_finite_verdict_numbers_are_written_as_null_in_strict_json(tmp_path: Path) -> None:
+    inf = float("inf")
+    odd = replace(_verdict("accuracy.perplexity", Severity.CRITICAL, inf), ci=(-inf, float("nan")))
+    path = tmp_path / "r.json"
+    write_results(path, build_results(decide([odd])))
+    entry = json.loads(path.read_text(), parse_constant=pytest.fail)["metrics"][0]
+    assert (entry["value"], entry["delta"], entry["ci"]) == (None, None, [None, None])
 
 
 def test_malformed_threshold_object_is_a_data_error(tmp_path: Path) -> None:

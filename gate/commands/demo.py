@@ -34,7 +34,7 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--record-baseline",
     is_flag=True,
-    help="Maintainers: re-record the committed demo baseline (ref fp16) with the demo settings.",
+    help="Maintainers: re-record the committed demo baseline (ref fp32) with the demo settings.",
 )
 def demo(
     recipes: str | None, tiers: str | None, json_dir: Path | None, record_baseline: bool
@@ -43,7 +43,7 @@ def demo(
 
     Each build (bnb-int8, bnb-nf4, quanto-int4, quanto-int2, 50 % magnitude
     pruning, two dropped layers, and the unmodified model as a control) is
-    measured and compared with the committed fp16 baseline and its reference
+    measured and compared with the committed fp32 baseline and its reference
     pack, exactly as `gate run` would; every build's report is printed, then
     one summary table (candidate, CGA, mean KL, headline metrics, verdict).
 

@@ -1,9 +1,9 @@
 """``gate demo``: gate a panel of compressed builds of the demo model.
 
 The packaged demo model (``gate/assets/demo_model``) has a committed baseline
-(ref ``fp16``) with its reference pack in the packaged store
+(ref ``fp32``) with its reference pack in the packaged store
 ``gate/assets/baselines``. The demo is a run config (:func:`write_config`: one
-``[[candidates]]`` entry per recipe, ``[run]`` against ``fp16`` in the packaged
+``[[candidates]]`` entry per recipe, ``[run]`` against ``fp32`` in the packaged
 store, ``[tiers.*]`` = :data:`DEMO_SETTINGS`) handed to the same planner, checks
 and candidate loop as ``gate run --config`` (:mod:`gate.session.plan`,
 :func:`gate.session.multirun.run_candidates`): same suites, plugin,
@@ -50,7 +50,8 @@ BASELINE_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
 #: loaded machine `--tiers fidelity` keeps it short.
 DEFAULT_TIERS: tuple[str, ...] = BASELINE_TIERS
 CONTROL = "none"
-BASELINE_REF = "fp16"
+#: Ref and label of the committed baseline: the demo model is stored and recorded in float32.
+BASELINE_REF = "fp32"
 MODEL = "demo"
 
 #: ``[tiers.<name>]`` settings of the demo run config (and of its committed baseline).
@@ -275,7 +276,7 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
     shown = [
         (name, label) for name, label in HEADLINES if any(name in c.values for c in candidates)
     ]
-    table = Table(title="gate demo: candidates against the fp16 baseline")
+    table = Table(title=f"gate demo: candidates against the {BASELINE_REF} baseline")
     table.add_column("candidate")
     for _, label in shown:
         table.add_column(label, justify="right")
@@ -289,7 +290,7 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
 
 
 def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_TIERS) -> ExitCode:
-    """Record the demo model's baseline (ref ``fp16``) with the demo settings (maintainers)."""
+    """Record the demo model's baseline (ref ``fp32``) with the demo settings (maintainers)."""
     from gate.session.options import SessionOptions
     from gate.session.runner import run_pytest
 
