@@ -204,11 +204,11 @@ def test_logprobs_refusal_names_the_server_option(
     local: HFBackend, spec: ModelSpec, requests_: list[ScoreRequest]
 ) -> None:
     with FakeOpenAIServer(local, max_logprobs=20) as server:
-        backend = HTTPBackend(_settings(server.url, full_top_k=32), spec)
+        backend = HTTPBackend(_settings(server.url), spec)  # full rows: 64 per position
         with pytest.raises(ConfigError) as info:
             backend.score(requests_[:1], top_k=1, full=True)
     line = _one_line(info.value, ExitCode.USAGE_ERROR)
-    assert "refuses prompt_logprobs above 20" in line and "--max-logprobs 32" in line
+    assert "refuses prompt_logprobs above 20" in line and "--max-logprobs 64" in line
 
 
 def test_5xx_storm_is_retried_then_exit_3(

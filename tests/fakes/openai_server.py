@@ -45,7 +45,7 @@ class FakeOpenAIServer:
         prompt_logprobs: bool = True,
         echo: bool = True,
         tokenize: str = "ok",
-        max_logprobs: int = 20,
+        max_logprobs: int = 64,
         fault: str | None = None,
         api_key: str | None = None,
     ) -> None:
