@@ -10,7 +10,8 @@ Figures (JSON on stdout and in ``--out``):
 
 * ``agreement`` per damage kind and for ties: the share of pairs whose outcome (both
   orders agreeing) is the known truth (intact wins, or tie); a swap-inconsistent or
-  unparsed pair counts as a miss. ``agreement_if_consistent``: the same among
+  unparsed pair counts as a miss. Tie pairs (identical replies) are put to the judge
+  here, although the tier scores them as ties without asking. ``agreement_if_consistent``: the same among
   swap-consistent pairs; ``single_order_accuracy``: each of the two questions alone;
 * ``swap_consistency``: the share of pairs whose verdict is the same in both orders;
 * ``validity_accuracy``: intact replies called valid, corrupted ones corrupted;
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         cases += [g[0] for g in groups]
         validity_cases += vcases
     pairs = [Pair(c.prompt, c.response_a, c.response_b) for c in cases]
-    outcomes = judge_pairs(cached, pair_only, pairs)
+    outcomes = judge_pairs(cached, pair_only, pairs, ask_identical=True)
     per: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for case, out in zip(cases, outcomes, strict=True):
         truth = Outcome.TIE if case.label == "tie" else Outcome.WIN
@@ -194,9 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     # real damaged builds against the baseline, as the tier scores them
     builds: dict[str, Any] = {}
     prompts = fidelity[: args.build_prompts]
-    base = model_replies(args.work, "none", prompts, args.gen_tokens, 16)
+    base = base_replies[: len(prompts)]
     for recipe in ["none", *[b for b in args.builds.split(",") if b]]:
-        cand = model_replies(args.work, recipe, prompts, args.gen_tokens, 16)
+        cand = (
+            base
+            if recipe == "none"
+            else model_replies(args.work, recipe, prompts, args.gen_tokens, 16)
+        )
         outs = judge_pairs(
             cached, templates, [Pair(p, c, b) for p, c, b in zip(prompts, cand, base, strict=True)]
         )
@@ -205,10 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         scored = [p.outcome for p in panel if p.outcome is not None]
         entry: dict[str, Any] = {
             "prompts": len(prompts),
-            "identical_replies": sum(
-                normalize_response(c) == normalize_response(b)
-                for c, b in zip(cand, base, strict=True)
-            ),
+            "identical_replies": t.identical,
             "candidate_wins": t.wins,
             "candidate_losses": t.losses,
             "ties": t.ties,

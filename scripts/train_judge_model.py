@@ -5,30 +5,35 @@ or ``tie``; validity: ``valid`` or ``corrupted``) about replies to real and synt
 prompts. Its training data has a known truth (:mod:`gate.judge.pairs`): an intact reply
 against a copy damaged by :mod:`gate.judge.damage` (truncated, repeated, shuffled,
 wrong number, unrelated, empty), in both orders, the reply against itself (tie), and
-intact or corrupted single replies (validity).
+intact or corrupted single replies (validity); and, preferred by construction, the
+demo model's reply against a broken build's reply to the same prompt (degraded).
 
 Deterministic given ``--seed``: data, order, and the number of optimizer steps are fixed
 (no wall-clock budget). Resumable: ``--ckpt-every`` writes ``<out>/checkpoint.pt``
 (weights, optimizer, step) and a rerun of the same command continues from it; the
-demo model's generated replies are kept in ``<out>/work/`` and reused.
+demo model's generated replies are kept in ``--work`` (a temp folder by default) and
+reused. ``--drop-layers`` starts from a shallower copy of the demo model (a smaller,
+differently trained second judge); ``--save-dtype float16`` halves the saved file.
 
 Steps:
 1. intact replies (train side only): synthetic dialogues of :mod:`gate.data.synthetic`
    drawn with ``--seed``; first user/assistant turns of the ShareGPT train split (the
    held-out split of :func:`gate.data.sharegpt.is_heldout` is never read); the demo
-   model's own greedy replies to ``--model-prompts`` ShareGPT train prompts;
-2. cases: ``--pairs`` pairwise groups (both orders) and ``--validity`` validity cases,
-   per origin in the ``--mix`` shares, damage kinds in ``--kinds`` weights;
+   model's own greedy replies to ``--model-prompts`` ShareGPT train prompts, and those of
+   a damaged build of it (``--degraded-build``, ``drop-layers:1``) to the same prompts;
+2. cases: ``--steps x --batch`` examples, ``--validity-share`` of them validity cases,
+   the rest pairwise groups (both orders), per origin in the ``--mix`` shares, damage
+   kinds in ``--kinds`` weights;
 3. every case is rendered exactly as the in-process judge renders a question
    (:class:`gate.judge.judges.TransformersJudge`): both replies normalized
    (:mod:`gate.judge.normalize`), fields clipped to ``--prompt-tokens`` /
    ``--response-tokens``, the template filled, the chat template applied;
 4. AdamW on the answer tokens and the end token only (the prompt is context, not
    target), linear warm-up then cosine decay, batches of similar length;
-5. the weights, tokenizer, generation config and ``judge_config.json`` (field limits,
-   template versions, answers) are written to ``--out``.
+5. the weights, tokenizer, generation config, ``judge_config.json`` (field limits,
+   template versions, answer cap) and ``training_metrics.json`` are written to ``--out``.
 
-Run (one thread; the figures in gate/assets/judge_model/TRAINING.md):
+Run (one thread; commands and figures in gate/assets/judge_model/TRAINING.md):
     OMP_WAIT_POLICY=PASSIVE python scripts/train_judge_model.py --out gate/assets/judge_model
 """
 
@@ -40,6 +45,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,14 +66,18 @@ from gate.judge.judges import JUDGE_CONFIG, answer_ids, question_ids
 from gate.judge.normalize import normalize_response
 from gate.judge.pairs import PairwiseCase, Source, ValidityCase, draw_cases
 from gate.judge.template import FieldLimits, JudgeTemplate, default_template
+from gate.models.compress import apply_recipe, parse_recipe
+from gate.models.compress.layers import drop_last_layers
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / "gate" / "assets" / "demo_model"
 
 #: Default damage-kind weights of the pairwise cases (``tie``: a reply against itself).
-DEFAULT_KINDS = "truncated=1,repeated=1,shuffled=1,wrong_number=0.6,unrelated=0.6,empty=0.4,tie=1.2"
+DEFAULT_KINDS = (
+    "truncated=1,repeated=1,shuffled=1,wrong_number=0.6,unrelated=0.6,degraded=1,empty=0.4,tie=2"
+)
 #: Default shares of the three origins of intact replies.
-DEFAULT_MIX = "synthetic=0.4,sharegpt=0.25,model=0.35"
+DEFAULT_MIX = "synthetic=0.4,sharegpt=0.15,model=0.45"
 
 
 def parse_weights(text: str) -> dict[str, float]:
@@ -288,6 +298,16 @@ def first_token_accuracy(model: LlamaForCausalLM, rows: list[Example], pad: int)
     return hits / max(1, len(rows))
 
 
+def _portable(value: object) -> str:
+    """An argument as text, paths inside the repository written relative to it."""
+    if isinstance(value, Path):
+        try:
+            return str(value.resolve().relative_to(REPO))
+        except ValueError:
+            return str(value)
+    return str(value)
+
+
 def save_checkpoint(path: Path, model: Any, opt: Any, step: int) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
@@ -299,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--init-from", type=Path, default=DEMO_MODEL)
     ap.add_argument("--seed", type=int, default=4242)
-    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--stop-after", type=int, default=None, help="stop early (schedule unchanged)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -310,15 +330,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", default=DEFAULT_MIX, help="origin shares synthetic/sharegpt/model")
     ap.add_argument("--prompt-tokens", type=int, default=96)
     ap.add_argument("--response-tokens", type=int, default=128)
-    ap.add_argument("--model-prompts", type=int, default=256)
+    ap.add_argument("--model-prompts", type=int, default=384)
     ap.add_argument("--gen-tokens", type=int, default=96)
     ap.add_argument("--gen-batch", type=int, default=16)
+    ap.add_argument(
+        "--degraded-build",
+        default="drop-layers:1",
+        help="recipe of the damaged demo build whose replies are 'degraded' cases ('none': off)",
+    )
+    ap.add_argument(
+        "--drop-layers",
+        type=int,
+        default=0,
+        help="start from the init model without its last N decoder layers (a smaller judge)",
+    )
+    ap.add_argument(
+        "--save-dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="dtype of the saved weights (float16 halves the file; loaded back as float32)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--eval-every", type=int, default=100)
-    ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--metrics", type=Path, default=None)
+    ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument(
-        "--work", type=Path, default=None, help="generated replies are kept here (<out>/work)"
+        "--metrics", type=Path, default=None, help="metrics JSON (<out>/training_metrics.json)"
+    )
+    ap.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="the demo model's generated replies are kept here (default: a temp folder)",
     )
     args = ap.parse_args(argv)
 
@@ -331,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.init_from)
     pairwise, validity = default_template("pairwise"), default_template("validity")
     encoder = Encoder(tokenizer, pairwise, validity, limits)
-    work = args.work or args.out / "work"
+    work = args.work or Path(tempfile.gettempdir()) / "gate-judge-work"
 
     # 1. intact replies, train side only
     convs, _ = load_sharegpt(warn=False)
@@ -352,13 +394,25 @@ def main(argv: list[str] | None = None) -> int:
         "sharegpt": sharegpt_sources(train[args.model_prompts :], 4000, 1500),
     }
     model = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
+    if args.drop_layers:
+        drop_last_layers(model, args.drop_layers)
     model_prompts = sharegpt_sources(train[: args.model_prompts], args.model_prompts, 1500)
     t_gen = time.perf_counter()
-    replies = cached_replies(
-        work / "model_replies.jsonl", model, tokenizer, [s.prompt for s in model_prompts], args
-    )
+    prompts = [s.prompt for s in model_prompts]
+    replies = cached_replies(work / "model_replies.jsonl", model, tokenizer, prompts, args)
+    degraded: list[str | None] = [None] * len(prompts)
+    if args.degraded_build != "none":
+        broken = LlamaForCausalLM.from_pretrained(args.init_from, dtype=torch.float32)
+        apply_recipe(broken, parse_recipe(args.degraded_build))
+        name = args.degraded_build.replace(":", "_")
+        degraded = list(
+            cached_replies(work / f"replies_{name}.jsonl", broken, tokenizer, prompts, args)
+        )
+        del broken
     sources["model"] = [
-        Source(s.prompt, r, "model") for s, r in zip(model_prompts, replies, strict=True) if r
+        Source(p, r, "model", degraded=d)
+        for p, r, d in zip(prompts, replies, degraded, strict=True)
+        if r
     ]
     print(
         "sources: "
@@ -408,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         betas=(0.9, 0.95),
     )
+    args.out.mkdir(parents=True, exist_ok=True)
     ckpt = args.out / "checkpoint.pt"
     start = 0
     if ckpt.is_file():
@@ -452,8 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     train_s = time.perf_counter() - t_train
     train_cpu_s = time.process_time() - cpu_train
 
+    final_accuracy = first_token_accuracy(model, monitor, pad)
+
     # 5. save
-    args.out.mkdir(parents=True, exist_ok=True)
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -461,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         do_sample=False,
         max_new_tokens=8,
     )
+    if args.save_dtype == "float16":
+        model.to(torch.float16)
     model.save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
     portable_tokenizer_config(args.out)
@@ -475,24 +533,24 @@ def main(argv: list[str] | None = None) -> int:
     if ckpt.is_file() and last == args.steps:
         ckpt.unlink()
     metrics: dict[str, Any] = {
-        "args": {k: str(v) for k, v in vars(args).items()},
+        "args": {k: _portable(v) for k, v in vars(args).items() if k not in ("work", "metrics")},
+        "parameters": sum(p.numel() for p in model.parameters()),
         "examples": sum(len(g) for g in groups),
         "kinds": counts,
         "train_tokens_per_epoch": n_tokens,
-        "steps_run": last - start,
+        "steps_run_by_this_process": last - start,
         "train_seconds": train_s,
         "train_cpu_seconds": train_cpu_s,
         "total_cpu_seconds": time.process_time(),
         "total_seconds": time.perf_counter() - t0,
         "final_loss": loss_value,
         "monitor": history,
-        "monitor_first_token_accuracy": first_token_accuracy(model, monitor, pad),
+        "monitor_first_token_accuracy": final_accuracy,
         "torch": torch.__version__,
     }
     text = json.dumps(metrics, indent=2)
     print(text, flush=True)
-    if args.metrics:
-        args.metrics.write_text(text + "\n", encoding="utf-8")
+    (args.metrics or args.out / "training_metrics.json").write_text(text + "\n", encoding="utf-8")
     return 0
 
 

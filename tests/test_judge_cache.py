@@ -118,15 +118,22 @@ def test_second_identical_run_makes_no_call(tmp_path: Path) -> None:
     first = CachedJudge(judge, JudgeCache(tmp_path))
     outcomes = judge_pairs(first, TEMPLATES, _pairs())
     assert [o.outcome for o in outcomes] == [Outcome.WIN, Outcome.TIE, Outcome.TIE]
-    # 3 pairs x (2 orders + 2 validity); the two validity questions of an equal pair are one
-    assert first.stats.calls == len(judge.asked) == 10
-    assert first.stats.hits == 2
+    # identical pairs (the 2nd, and the 3rd after normalization) are ties nobody is asked
+    assert [o.identical for o in outcomes] == [False, True, True]
+    assert first.stats.calls == len(judge.asked) == 4  # 2 orders + 2 validity questions
+    assert first.stats.hits == 0
     assert first.stats.prompt_tokens == sum(len(q) for q in judge.asked)
-    assert first.stats.completion_tokens == 10
+    assert first.stats.completion_tokens == 4
     second = CachedJudge(judge, JudgeCache(tmp_path))
     assert judge_pairs(second, TEMPLATES, _pairs()) == outcomes
-    assert second.stats.calls == 0 and second.stats.hits == 12
-    assert len(judge.asked) == 10
+    assert second.stats.calls == 0 and second.stats.hits == 4
+    assert len(judge.asked) == 4
+    # asked anyway, the two validity questions of an identical pair are one question
+    third = CachedJudge(judge, JudgeCache(tmp_path))
+    asked = judge_pairs(third, TEMPLATES, _pairs(), ask_identical=True)
+    assert [o.outcome for o in asked] == [Outcome.WIN, Outcome.TIE, Outcome.TIE]
+    assert not any(o.identical for o in asked)
+    assert third.stats.calls == 6 and third.stats.hits == 6
 
 
 def test_unparseable_answers_are_retried_once_then_counted(tmp_path: Path) -> None:
@@ -150,8 +157,15 @@ def test_a_judge_with_position_bias_is_swap_inconsistent_everywhere(tmp_path: Pa
         _pairs(),
     )
     t = tally(panel)
-    assert t.swap_inconsistent == 3 and t.scored == 0
+    assert t.swap_inconsistent == 1 and t.identical == 2 and t.scored == 2
     assert t.swap_inconsistency_rate(0) == 0.0 and t.swap_inconsistency_rate(1) == 1.0
+    asked = judge_panel(
+        [CachedJudge(fair, JudgeCache(tmp_path)), CachedJudge(always_a, JudgeCache(tmp_path))],
+        TEMPLATES,
+        _pairs(),
+        ask_identical=True,
+    )
+    assert tally(asked).swap_inconsistent == 3
 
 
 def test_corrupted_candidate_output_is_a_loss(tmp_path: Path) -> None:

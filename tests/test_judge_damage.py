@@ -104,3 +104,18 @@ def test_validity_cases_and_draws_are_seeded() -> None:
     assert len(groups) == 30 and len(validity) == 10
     assert {g[0].kind for g in groups} == {"truncated", "wrong_number", "tie"}
     assert all(len(g) == (1 if g[0].kind == "tie" else 2) for g in groups)
+
+
+def test_degraded_cases_use_the_broken_builds_reply() -> None:
+    src = Source("Say hi.", "Hello there!", "model", degraded="0000000000")
+    a, b = pair_cases(src, "degraded", random.Random(0))
+    assert (a.response_a, a.response_b, a.label, a.kind) == (
+        "Hello there!",
+        "0000000000",
+        "A",
+        "degraded",
+    )
+    assert b == a.swapped()
+    assert pair_cases(Source("Say hi.", "Hello", "model"), "degraded", random.Random(0)) == []
+    same = Source("Say hi.", "Hello", "model", degraded="Hello")
+    assert pair_cases(same, "degraded", random.Random(0)) == []

@@ -11,6 +11,7 @@ from gate.judge.protocol import (
     PairStatus,
     Validity,
     Verdict,
+    identical_outcome,
     judge_outcome,
     outcome_from_verdict,
     panel_outcome,
@@ -174,3 +175,15 @@ def test_tally_and_stability_gate() -> None:
     assert not stability(nothing, n_judges=2).stable
     with pytest.raises(ValueError):
         stability(t, n_judges=2, bound=1.5)
+
+
+def test_identical_pairs_are_ties_outside_the_disagreement_rate() -> None:
+    same = identical_outcome()
+    assert (same.status, same.outcome, same.identical) == (PairStatus.SCORED, Outcome.TIE, True)
+    win, tie = _j(Outcome.WIN), _j(Outcome.TIE)
+    pairs = [panel_outcome([same, same])] * 8 + [panel_outcome([win, tie])] * 2
+    pairs += [panel_outcome([win, win])] * 8
+    t = tally(pairs)
+    assert (t.ties, t.wins, t.identical, t.decidable, t.disagreements) == (8, 8, 8, 10, 2)
+    assert t.disagreement_rate == pytest.approx(2 / 10)  # not 2 / 18
+    assert not stability(t, n_judges=2).stable

@@ -128,9 +128,11 @@ class CachedJudge:
     stats: JudgeStats = field(default_factory=JudgeStats)
 
     def ask(self, questions: Sequence[Question]) -> list[JudgeAnswer]:
-        """Answers in order: cached ones read, the others asked in one batch and stored.
+        """Answers in order: cached ones read, the others asked and stored.
 
-        A question that occurs twice in ``questions`` is asked once.
+        The questions not in the cache go to the judge ``concurrency`` at a time, and
+        each group is stored as soon as it is answered (an interrupted run keeps what
+        it was told). A question that occurs twice in ``questions`` is asked once.
         """
         keys = [question_key(self.judge.model_id, q) for q in questions]
         found: dict[str, JudgeAnswer] = {}
@@ -144,13 +146,16 @@ class CachedJudge:
             else:
                 found[key] = cached
         self.stats.hits += len(questions) - len(todo)
-        if todo:
-            fresh = self.judge.ask_batch([q.text for q in todo.values()])
-            if len(fresh) != len(todo):
+        pending = list(todo.items())
+        step = max(1, self.judge.concurrency)
+        for start in range(0, len(pending), step):
+            chunk = pending[start : start + step]
+            fresh = self.judge.ask_batch([q.text for _, q in chunk])
+            if len(fresh) != len(chunk):
                 raise RuntimeError(
-                    f"judge {self.judge.name} answered {len(fresh)} of {len(todo)} questions"
+                    f"judge {self.judge.name} answered {len(fresh)} of {len(chunk)} questions"
                 )
-            for key, answer in zip(todo, fresh, strict=True):
+            for (key, _), answer in zip(chunk, fresh, strict=True):
                 self.cache.put(key, answer)
                 found[key] = answer
                 self.stats.calls += 1

@@ -20,6 +20,10 @@ copy always differs from the input.
   that follows ``=`` or ``answer is`` moves with it, so the wrong reply stays
   self-consistent and only arithmetic can expose it.
 * ``unrelated`` — the reply to a different prompt (supplied by the caller).
+* ``degraded`` — a damaged build's own reply to the same prompt (supplied by the
+  caller; e.g. the demo model with its last decoder layer dropped). Unlike the
+  other kinds its inferiority is a preference by construction (a broken build),
+  not a known truth for every single pair.
 * ``empty`` — the empty string.
 """
 
@@ -42,7 +46,9 @@ __all__ = [
     "wrong_number",
 ]
 
-DamageKind = Literal["truncated", "repeated", "shuffled", "wrong_number", "unrelated", "empty"]
+DamageKind = Literal[
+    "truncated", "repeated", "shuffled", "wrong_number", "unrelated", "degraded", "empty"
+]
 
 #: Damage kinds that make a reply *obviously corrupted* (the validity question).
 CORRUPTING: tuple[DamageKind, ...] = ("repeated", "shuffled", "empty")
@@ -154,12 +160,12 @@ _FUNCS: dict[str, Callable[[str, random.Random], str | None]] = {
     "empty": empty,
 }
 
-#: Damage kinds that act on the reply alone (``unrelated`` needs another reply).
+#: Damage kinds that act on the reply alone (``unrelated`` and ``degraded`` need another).
 DAMAGES: tuple[DamageKind, ...] = ("truncated", "repeated", "shuffled", "wrong_number", "empty")
 
 
 def damage(kind: DamageKind, text: str, rng: random.Random, other: str | None = None) -> str | None:
-    """Apply damage ``kind``; ``unrelated`` returns ``other`` when it differs from ``text``."""
-    if kind == "unrelated":
+    """Apply damage ``kind``; ``unrelated`` / ``degraded`` return ``other`` if it differs."""
+    if kind in ("unrelated", "degraded"):
         return other if other is not None and other.strip() and other != text else None
     return _FUNCS[kind](text, rng)

@@ -47,13 +47,15 @@ class Source:
     """A user prompt and an intact reply; ``origin`` says where they came from.
 
     ``arithmetic`` marks replies whose last number is a computed result (the only
-    ones ``wrong_number`` damage applies to).
+    ones ``wrong_number`` damage applies to); ``degraded`` is a damaged build's reply
+    to the same prompt (the only thing ``degraded`` damage uses).
     """
 
     prompt: str
     reply: str
     origin: str
     arithmetic: bool = False
+    degraded: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,15 @@ def _differs(a: str, b: str) -> bool:
 def pair_cases(
     source: Source, kind: DamageKind, rng: random.Random, other: str | None = None
 ) -> list[PairwiseCase]:
-    """Intact vs damaged in both orders (intact first, then second); ``[]`` if n/a."""
+    """Intact vs damaged in both orders (intact first, then second); ``[]`` if n/a.
+
+    ``other`` is the reply ``unrelated`` damage substitutes; ``degraded`` damage uses
+    ``source.degraded``.
+    """
     if kind == "wrong_number" and not source.arithmetic:
         return []
+    if kind == "degraded":
+        other = source.degraded
     bad = damage(kind, source.reply, rng, other)
     if bad is None or not _differs(bad, source.reply):
         return []
@@ -135,8 +143,8 @@ def draw_cases(
 
     Each pairwise group is one pair in both orders (or a single tie case); its kind is
     drawn with ``kind_weights`` (keys: damage kinds and ``tie``), its source uniformly;
-    a draw that does not apply (``wrong_number`` on a non-arithmetic reply, a reply
-    too short to damage) is drawn again. Validity cases are intact or corrupted with
+    a draw that does not apply (``wrong_number`` on a non-arithmetic reply,
+    ``degraded`` without a degraded reply, a reply too short to damage) is drawn again. Validity cases are intact or corrupted with
     probability 1/2 each, the corrupting kind uniform over :data:`CORRUPTING`.
     """
     if not sources:

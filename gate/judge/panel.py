@@ -4,12 +4,14 @@
 many pairs at once:
 
 1. both responses of every pair pass :func:`gate.judge.normalize.normalize_response`;
+   a pair whose responses are then identical is a tie and nobody is asked (rule 0 of
+   :mod:`gate.judge.protocol`);
 2. each pair becomes two pairwise questions (candidate as reply A, then as reply B)
    and, when a validity template is given, one validity question per response;
    fields are clipped to the judge's field limits when it has them;
-3. all questions go to the judge through its cache (:class:`gate.judge.cache.CachedJudge`)
-   in one batch; answers that do not parse are asked again as attempt 2, in one
-   more batch; answers that fail twice count as parse failures;
+3. all questions go to the judge through its cache (:class:`gate.judge.cache.CachedJudge`,
+   ``concurrency`` at a time); answers that do not parse are asked again as attempt
+   2; answers that fail twice count as parse failures;
 4. each pair's answers are combined by :func:`gate.judge.protocol.judge_outcome`.
 
 :func:`judge_panel` does this for every judge of a panel and combines the judges
@@ -29,6 +31,7 @@ from gate.judge.protocol import (
     PanelOutcome,
     Validity,
     Verdict,
+    identical_outcome,
     judge_outcome,
     panel_outcome,
     parse_validity,
@@ -98,15 +101,28 @@ def _ask_parsed(
 
 
 def judge_pairs(
-    judge: CachedJudge, templates: JudgeTemplates, pairs: Sequence[Pair]
+    judge: CachedJudge,
+    templates: JudgeTemplates,
+    pairs: Sequence[Pair],
+    *,
+    ask_identical: bool = False,
 ) -> list[JudgeOutcome]:
-    """One judge's outcome for every pair (see the module docstring)."""
+    """One judge's outcome for every pair (see the module docstring).
+
+    A pair whose responses are identical after normalization is a tie without a
+    question (:func:`gate.judge.protocol.identical_outcome`) unless ``ask_identical``
+    (for measuring whether a judge itself calls such pairs ties).
+    """
     questions: list[Question] = []
     parsers: list[Callable[[str], Any]] = []
     per_pair = 4 if templates.validity is not None else 2
-    for pair in pairs:
+    asked: list[int] = []
+    for k, pair in enumerate(pairs):
         cand = normalize_response(pair.candidate)
         base = normalize_response(pair.baseline)
+        if cand == base and not ask_identical:
+            continue
+        asked.append(k)
         questions.append(_pairwise(judge, templates.pairwise, pair.prompt, cand, base, "AB"))
         questions.append(_pairwise(judge, templates.pairwise, pair.prompt, base, cand, "BA"))
         parsers += [parse_verdict, parse_verdict]
@@ -114,23 +130,27 @@ def judge_pairs(
             questions.append(_validity(judge, templates.validity, pair.prompt, cand))
             questions.append(_validity(judge, templates.validity, pair.prompt, base))
             parsers += [parse_validity, parse_validity]
-    values = _ask_parsed(judge, questions, parsers)
-    out: list[JudgeOutcome] = []
-    for k in range(len(pairs)):
-        row = values[k * per_pair : (k + 1) * per_pair]
+    values = _ask_parsed(judge, questions, parsers) if questions else []
+    out: list[JudgeOutcome] = [identical_outcome()] * len(pairs)
+    for slot, k in enumerate(asked):
+        row = values[slot * per_pair : (slot + 1) * per_pair]
         first: Verdict | None = row[0]
         second: Verdict | None = row[1]
         cand_valid: Validity | None = row[2] if per_pair == 4 else None
         base_valid: Validity | None = row[3] if per_pair == 4 else None
-        out.append(judge_outcome(first, second, cand_valid, base_valid))
+        out[k] = judge_outcome(first, second, cand_valid, base_valid)
     return out
 
 
 def judge_panel(
-    judges: Sequence[CachedJudge], templates: JudgeTemplates, pairs: Sequence[Pair]
+    judges: Sequence[CachedJudge],
+    templates: JudgeTemplates,
+    pairs: Sequence[Pair],
+    *,
+    ask_identical: bool = False,
 ) -> list[PanelOutcome]:
     """Every judge's outcomes, combined pair by pair into the panel's outcome."""
     if not judges:
         raise ValueError("judge_panel: no judge")
-    per_judge = [judge_pairs(j, templates, pairs) for j in judges]
+    per_judge = [judge_pairs(j, templates, pairs, ask_identical=ask_identical) for j in judges]
     return [panel_outcome([outcomes[i] for outcomes in per_judge]) for i in range(len(pairs))]

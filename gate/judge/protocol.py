@@ -3,6 +3,12 @@
 For every prompt the candidate's response ``c`` and the baseline's ``b`` are judged
 by every judge of the panel (the methods of :mod:`gate.judge`):
 
+0. **Identical responses.** When ``c`` and ``b`` are equal after style normalization
+   the pair is a tie and no judge is asked (:func:`identical_outcome`): the two orders
+   would show the judge the very same text, so no consistent win or loss is possible,
+   and a tie is the only answer. Such pairs count in the score (as ties) but not in
+   the disagreement rate, which measures the judges where judging is needed.
+
 1. **Parsing.** An answer is accepted only if, after trimming whitespace, a
    surrounding pair of quotes, ``*`` or ``` ` ``` and one final ``.``, it is exactly
    one of the expected words (case-insensitive): ``A``, ``B``, ``tie`` for the
@@ -25,7 +31,7 @@ by every judge of the panel (the methods of :mod:`gate.judge`):
 4. **Panel.** A pair is scored only when every judge has an outcome and all
    outcomes agree. A pair on which judges with outcomes disagree is excluded and
    kept in the raw results. The **disagreement rate** is
-   ``#disagreeing pairs / #pairs on which every judge has an outcome``.
+   ``#disagreeing pairs / #non-identical pairs on which every judge has an outcome``.
 5. **Stability gate.** With two or more judges, a disagreement rate above the
    bound (default 15 %) makes the judge tier UNSTABLE: it gives no verdict. With no
    pair on which all judges have an outcome the rate is undefined and the tier is
@@ -51,6 +57,7 @@ __all__ = [
     "Tally",
     "Validity",
     "Verdict",
+    "identical_outcome",
     "judge_outcome",
     "outcome_from_verdict",
     "panel_outcome",
@@ -167,6 +174,21 @@ class JudgeOutcome:
     status: PairStatus
     outcome: Outcome | None
     reason: str
+    identical: bool = False
+
+
+def identical_outcome() -> JudgeOutcome:
+    """The outcome of a pair whose responses are equal after normalization (rule 0)."""
+    return JudgeOutcome(
+        None,
+        None,
+        None,
+        None,
+        PairStatus.SCORED,
+        Outcome.TIE,
+        "identical responses: a tie without asking",
+        identical=True,
+    )
 
 
 def judge_outcome(
@@ -216,9 +238,14 @@ class PanelOutcome:
     outcome: Outcome | None
 
     @property
+    def identical(self) -> bool:
+        """Whether the responses were identical (a tie nobody was asked about)."""
+        return all(j.identical for j in self.judges)
+
+    @property
     def decidable(self) -> bool:
-        """Whether every judge has an outcome (the pair counts in the disagreement rate)."""
-        return all(j.outcome is not None for j in self.judges)
+        """Whether the pair counts in the disagreement rate: judged, with every outcome."""
+        return not self.identical and all(j.outcome is not None for j in self.judges)
 
 
 def panel_outcome(judges: Sequence[JudgeOutcome]) -> PanelOutcome:
@@ -249,6 +276,8 @@ def panel_outcome(judges: Sequence[JudgeOutcome]) -> PanelOutcome:
 class Tally:
     """Counts over pairs: the score inputs and every reason a pair was excluded.
 
+    ``identical`` pairs are among the ties; ``decidable`` pairs are the denominator of
+    the disagreement rate (rule 4).
     ``swap_inconsistent_by_judge[k]`` / ``both_orders_by_judge[k]`` is judge ``k``'s
     swap-inconsistency rate (over the pairs where it parsed both orders).
     """
@@ -260,6 +289,7 @@ class Tally:
     unparsed: int
     disagreements: int
     decidable: int
+    identical: int
     pairs: int
     swap_inconsistent_by_judge: tuple[int, ...]
     both_orders_by_judge: tuple[int, ...]
@@ -317,6 +347,7 @@ def tally(pairs: Sequence[PanelOutcome]) -> Tally:
         unparsed=by_status[PairStatus.UNPARSED],
         disagreements=by_status[PairStatus.DISAGREEMENT],
         decidable=sum(1 for p in pairs if p.decidable),
+        identical=sum(1 for p in pairs if p.identical),
         pairs=len(pairs),
         swap_inconsistent_by_judge=inconsistent,
         both_orders_by_judge=both,

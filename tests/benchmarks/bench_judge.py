@@ -24,7 +24,8 @@ from gate.judge.judges import TransformersJudge
 from gate.judge.template import default_template
 
 ASSETS = Path(__file__).resolve().parents[2] / "gate" / "assets"
-JUDGE = ASSETS / "judge_model" if (ASSETS / "judge_model").is_dir() else ASSETS / "demo_model"
+TRAINED = ASSETS / "judge_model"
+JUDGE = TRAINED if (TRAINED / "model.safetensors").is_file() else ASSETS / "demo_model"
 
 
 def _questions(judge: TransformersJudge, n: int = 16) -> list[str]:
