@@ -130,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
+    from importlib.metadata import version
+
     import torch
     import transformers
-    from importlib.metadata import version
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
