@@ -93,6 +93,26 @@ def calibration_dataset(tokenizer: Any, max_seq_length: int, samples: int) -> An
     )
 
 
+def allow_cpu_only() -> None:
+    """Let llm-compressor's AWQ run on a torch without an accelerator.
+
+    llm-compressor 0.14's AWQ pins its cached calibration activations
+    (``IntermediatesCache.pin_memory``) for faster host-to-device copies;
+    ``Tensor.pin_memory`` raises on a torch that has no accelerator. Pinning
+    changes no value, so without an accelerator it is skipped.
+    """
+    import torch
+
+    if torch.accelerator.is_available():
+        return
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    def no_pinning(self: Any, batch_index: int, input_names: Any = None) -> None:
+        return None
+
+    IntermediatesCache.pin_memory = no_pinning  # type: ignore[method-assign]
+
+
 def make(method: str, out: Path, *, max_seq_length: int, samples: int) -> Path:
     import llmcompressor
     import torch
@@ -100,6 +120,7 @@ def make(method: str, out: Path, *, max_seq_length: int, samples: int) -> Path:
     from llmcompressor import oneshot
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    allow_cpu_only()
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(DEMO)
     model = AutoModelForCausalLM.from_pretrained(DEMO, dtype=torch.float32)

@@ -165,7 +165,91 @@ def generate_through_cache(
     return new
 
 
+class CacheBackend:
+    """A backend whose scoring and greedy generation run through a KV-cache method.
+
+    Wraps an in-process backend: ``score`` is :func:`score_through_cache`,
+    ``generate`` is :func:`generate_through_cache` one prompt at a time (a
+    press selects pairs per sequence, so prompts are not padded together);
+    tokenization, timed generation and identity are the inner backend's, with
+    the method's description added to the provenance.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        method: CacheMethod,
+        *,
+        label: str,
+        chunk_size: int | None = None,
+    ) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.method = method
+        self.label = label
+        self.chunk_size = chunk_size
+        self.name = f"{inner.name}[{label}]"
+        method.check(self.model)
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """The inner backend's prompt encoding."""
+        return list(self.inner.encode_prompt(text, chat=chat))
+
+    def encode_text(self, text: str) -> list[int]:
+        """The inner backend's plain encoding."""
+        return list(self.inner.encode_text(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The inner backend's decoding."""
+        return str(self.inner.decode(ids))
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int = 8
+    ) -> list[list[int]]:
+        """Greedy continuations through the method's cache, one prompt at a time."""
+        if any(len(p) == 0 for p in prompts):
+            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        if max_new_tokens < 1:
+            return [[] for _ in prompts]
+        return [
+            generate_through_cache(
+                self.model,
+                self.method,
+                p,
+                max_new_tokens=max_new_tokens,
+                eos_ids=self.inner.eos_ids,
+            )
+            for p in prompts
+        ]
+
+    def score(
+        self,
+        requests: Sequence[ScoreRequest],
+        *,
+        top_k: int = 32,
+        full: bool = False,
+        batch_size: int = 8,
+    ) -> list[TokenScores]:
+        """Teacher-forced scores through the method's cache (``batch_size`` is not used)."""
+        return score_through_cache(
+            self.model, self.method, requests, top_k=top_k, full=full, chunk_size=self.chunk_size
+        )
+
+    def generate_timed(self, prompt: Sequence[int], **kwargs: Any) -> Any:
+        """The inner backend's timed generation."""
+        return self.inner.generate_timed(prompt, **kwargs)
+
+    def provenance(self) -> dict[str, Any]:
+        """The inner backend's provenance plus the cache method and chunk size."""
+        out = dict(self.inner.provenance())
+        out["name"] = self.name
+        out["cache_method"] = self.label
+        out["score_chunk_size"] = self.chunk_size if self.chunk_size is not None else "exact"
+        return out
+
+
 __all__ = [
+    "CacheBackend",
     "cache_logprobs",
     "exact_chunk_size",
     "generate_through_cache",

@@ -249,7 +249,8 @@ class SnapKV(ScorePress):
         n = keys.shape[-2]
         window = min(self.window, kept, n - 1)
         query = query_states(module, hidden[:, -window:], position_embeddings)
-        probs = _causal_probs(query, keys, 1.0 / math.sqrt(int(module.head_dim)))
+        head_dim: Any = module.head_dim
+        probs = _causal_probs(query, keys, 1.0 / math.sqrt(int(head_dim)))
         observed = probs[..., :-window].mean(dim=-2)
         pooled = F.avg_pool1d(observed, kernel_size=self.kernel, padding=self.kernel // 2, stride=1)
         scores = _group_mean(pooled, keys.shape[1])
@@ -272,7 +273,8 @@ class ObservedAttention(ScorePress):
         keys = layer.keys
         n = keys.shape[-2]
         query = query_states(module, hidden, position_embeddings)
-        probs = _causal_probs(query, keys, float(module.scaling))
+        scaling: Any = module.scaling
+        probs = _causal_probs(query, keys, float(scaling))
         seen_by = torch.arange(n, 0, -1, device=probs.device, dtype=probs.dtype)
         return _group_mean(probs.sum(dim=-2) / seen_by, keys.shape[1])
 
@@ -378,7 +380,7 @@ class CacheMethod:
 
     def new_cache(self, model: nn.Module) -> Cache:
         """An empty cache for one generation."""
-        config = model.config
+        config: Any = model.config
         if self.bits is not None:
             from transformers import QuantizedCache
 
@@ -406,7 +408,8 @@ class CacheMethod:
             cache = kwargs.get("past_key_values")
             if not isinstance(cache, PressCache):
                 return output
-            layer = cache.layers[int(module.layer_idx)]
+            index: Any = module.layer_idx
+            layer = cache.layers[int(index)]
             assert isinstance(layer, PressLayer)
             hidden = kwargs["hidden_states"]
             prefill = layer.cumulative_length == hidden.shape[1]
