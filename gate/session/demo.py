@@ -114,7 +114,7 @@ def write_config(
 ) -> Path:
     """Write the demo's run config (``gate.toml``) at ``path``.
 
-    ``[run]``: the demo model's store slug, ``against = ["fp16"]``, ``tiers``
+    ``[run]``: the demo model's store slug, ``against = ["fp32"]``, ``tiers``
     and ``store`` (default: the packaged store); one ``[[candidates]]`` entry per
     recipe (the control, ``none``, has no recipe); ``[tiers.<name>]`` tables.
     """
