@@ -74,8 +74,10 @@ def recipe(method: str) -> Any:
     if method == "sparsegpt-0.5":
         from llmcompressor.modifiers.pruning import SparseGPTModifier
 
+        # targets must be a list here: a bare string is iterated character by character
+        # by the pruning modifiers' module matching, which then prunes nothing
         return SparseGPTModifier(
-            sparsity=0.5, mask_structure="0:0", targets="Linear", ignore=["lm_head"]
+            sparsity=0.5, mask_structure="0:0", targets=["Linear"], ignore=["re:.*lm_head"]
         )
     raise SystemExit(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 

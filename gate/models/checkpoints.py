@@ -21,7 +21,7 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 PACKAGED = ASSETS / "checkpoints"
 DEMO_WEIGHTS = ASSETS / "demo_model" / "model.safetensors"
 CALIBRATION = ASSETS / "calibration" / "sharegpt_calibration.jsonl"
-#: Methods whose checkpoints are packaged; the others are cached.
+#: Methods whose checkpoints are packaged (a few MB); the others are cached.
 PACKAGED_METHODS = ("gptq-w4a16", "awq-w4a16")
 #: Every method the checkpoint script makes.
 METHODS = (*PACKAGED_METHODS, "sparsegpt-0.5")

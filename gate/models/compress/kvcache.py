@@ -138,8 +138,9 @@ def query_states(
     last ``n`` positions.
     """
     batch, n, _ = hidden.shape
-    head_dim = int(module.head_dim)
-    q = module.q_proj(hidden).view(batch, n, -1, head_dim).transpose(1, 2)
+    attention: Any = module
+    head_dim = int(attention.head_dim)
+    q = attention.q_proj(hidden).view(batch, n, -1, head_dim).transpose(1, 2)
     q_norm = getattr(module, "q_norm", None)
     if q_norm is not None:
         q = q_norm(q)
