@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--judge", type=Path, required=True)
     ap.add_argument("--pairs-per-origin", type=int, default=60)
     ap.add_argument("--validity-per-origin", type=int, default=40)
-    ap.add_argument("--builds", default="drop-layers:2,drop-layers:1")
+    ap.add_argument("--builds", default="drop-layers:2,prune-magnitude:0.5,drop-layers:1")
     ap.add_argument(
         "--model-prompts",
         type=int,

@@ -29,17 +29,21 @@ Methods (``lm_head`` and the embeddings stay dense in all three):
   norm or linear layer, then asymmetric INT4 round-to-nearest per group.
 * ``sparsegpt-0.5`` -- SparseGPT (Frantar & Alistarh 2023): 50 % of each
   linear layer's weights set to zero (unstructured), chosen and compensated
-  with the same inverse-Hessian update as GPTQ.
+  with the same inverse-Hessian update as GPTQ. compressed-tensors 0.19 no
+  longer writes sparse formats, so this checkpoint is a dense safetensors file
+  (18 MB) without a quantization config.
 
-The output directory (default ``gate/assets/checkpoints/<name>``) gets the
-checkpoint, the demo tokenizer files and ``gate_checkpoint.json``: the tool's
-version, the demo model's and the calibration file's sha256, and the settings.
+The INT4 checkpoints (6 MB) go to ``gate/assets/checkpoints/<name>``; the
+SparseGPT one to the cache, ``${GATE_TOOL_CACHE:-~/.cache/gate-tools}/checkpoints/
+sparsegpt-0.5-<demo sha256[:12]>-<calibration sha256[:12]>`` (see
+``gate.models.checkpoints``). Each directory gets the checkpoint, the demo
+tokenizer files and ``gate_checkpoint.json``: the tool's version, the demo
+model's and the calibration file's sha256, and the settings.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import sys
@@ -47,15 +51,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gate.models import checkpoints  # noqa: E402  (standard library only)
+
 DEMO = ROOT / "gate" / "assets" / "demo_model"
-CALIBRATION = ROOT / "gate" / "assets" / "calibration" / "sharegpt_calibration.jsonl"
-OUT = ROOT / "gate" / "assets" / "checkpoints"
-METHODS = ("gptq-w4a16", "awq-w4a16", "sparsegpt-0.5")
+CALIBRATION = checkpoints.CALIBRATION
+METHODS = checkpoints.METHODS
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def recipe(method: str) -> Any:
@@ -71,8 +74,10 @@ def recipe(method: str) -> Any:
     if method == "sparsegpt-0.5":
         from llmcompressor.modifiers.pruning import SparseGPTModifier
 
+        # targets must be a list here: a bare string is iterated character by character
+        # by the pruning modifiers' module matching, which then prunes nothing
         return SparseGPTModifier(
-            sparsity=0.5, mask_structure="0:0", targets="Linear", ignore=["lm_head"]
+            sparsity=0.5, mask_structure="0:0", targets=["Linear"], ignore=["re:.*lm_head"]
         )
     raise SystemExit(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
@@ -135,6 +140,7 @@ def make(method: str, out: Path, *, max_seq_length: int, samples: int) -> Path:
     )
     if out.exists():
         shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, save_compressed=True)
     for name in TOKENIZER_FILES:
         if (DEMO / name).is_file():
@@ -145,8 +151,8 @@ def make(method: str, out: Path, *, max_seq_length: int, samples: int) -> Path:
                 "method": method,
                 "tool": f"llmcompressor {llmcompressor.__version__}",
                 "transformers": transformers.__version__,
-                "base_model_sha256": sha256(DEMO / "model.safetensors"),
-                "calibration_sha256": sha256(CALIBRATION),
+                "base_model_sha256": checkpoints.file_sha256(DEMO / "model.safetensors"),
+                "calibration_sha256": checkpoints.file_sha256(CALIBRATION),
                 "calibration_samples": len(dataset),
                 "max_seq_length": max_seq_length,
             },
@@ -160,7 +166,9 @@ def make(method: str, out: Path, *, max_seq_length: int, samples: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("methods", nargs="*", default=list(METHODS), help=", ".join(METHODS))
-    parser.add_argument("--out", type=Path, default=OUT, help="parent directory of the checkpoints")
+    parser.add_argument(
+        "--out", type=Path, help="parent directory of the checkpoints (default: packaged / cache)"
+    )
     parser.add_argument("--max-seq-length", type=int, default=256)
     parser.add_argument("--samples", type=int, default=128, help="calibration texts used")
     args = parser.parse_args(argv)

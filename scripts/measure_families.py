@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gate.models import checkpoints  # noqa: E402
 from gate.models.backends.base import Backend  # noqa: E402
 from gate.models.backends.chunked import CacheBackend  # noqa: E402
 from gate.models.backends.loading import load_backend  # noqa: E402
@@ -45,7 +46,6 @@ from gate.store.reference import load_pack  # noqa: E402
 from gate.tiers import accuracy, fidelity  # noqa: E402
 
 PACK = ROOT / "gate/assets/baselines/demo/0001-fp16.reference.safetensors"
-CHECKPOINTS = ROOT / "gate/assets/checkpoints"
 #: SnapKV's observation window at the demo's scale (prompts of 16-196 tokens).
 DEMO_SNAPKV_WINDOW = 16
 
@@ -85,8 +85,11 @@ def build(recipe: str, base: Any) -> Candidate:
     name, _, argument = recipe.partition(":")
     if name == "none":
         return Candidate(base, base, lambda: None)
-    if name in ("gptq-w4a16", "awq-w4a16", "sparsegpt-0.5"):
-        backend = load_backend(ModelSpec.parse(str(CHECKPOINTS / name)))
+    if name in checkpoints.METHODS:
+        path = checkpoints.find(name)
+        if path is None:
+            raise SystemExit(f"no {name} checkpoint: run scripts/make_compressed_checkpoints.py")
+        backend = load_backend(ModelSpec.parse(str(path)))
         return Candidate(backend, backend, lambda: None)
     model = base.model
     default = model.config._attn_implementation

@@ -244,6 +244,15 @@ def test_429_is_retried_and_succeeds(
     assert len(scores) == 2
 
 
+def test_dropped_connection_is_retried(
+    local: HFBackend, spec: ModelSpec, requests_: list[ScoreRequest]
+) -> None:
+    with FakeOpenAIServer(local, fault="drop-once") as server:
+        backend = HTTPBackend(_settings(server.url, max_concurrency=1), spec)
+        assert len(backend.score(requests_[:2], top_k=4)) == 2
+        assert server.completions == 3
+
+
 def test_hung_request_times_out(
     local: HFBackend, spec: ModelSpec, requests_: list[ScoreRequest]
 ) -> None:

@@ -50,7 +50,7 @@ intervals' half-widths (each half-width standing for its delta's uncertainty).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -278,9 +278,3 @@ def transitivity(
     clamped = base_c.clamped or base_b.clamped or b_c.clamped
     holds = None if clamped else abs(residual) <= tolerance
     return Transitivity(base_c.delta, via, residual, tolerance, holds)
-
-
-def elo_table(matches: Sequence[Match], anchor: str) -> Mapping[str, float]:
-    """Alias of :func:`fit_ratings` with the default virtual tie, sorted best first."""
-    ratings = fit_ratings(matches, anchor)
-    return dict(sorted(ratings.items(), key=lambda kv: (-kv[1], kv[0])))

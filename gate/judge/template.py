@@ -95,9 +95,9 @@ def clip_tokens(text: str, max_tokens: int, codec: TextCodec, head_share: float 
     """``text`` itself if it has at most ``max_tokens`` tokens, else head + marker + tail.
 
     With ``m`` the marker's token count and ``k = max_tokens - m``, the head keeps
-    ``round(head_share * k)`` tokens and the tail the other ``k - head`` tokens; the
-    result re-encodes to about ``max_tokens`` tokens (BPE merges at the seams can move
-    it by a token or two, never by more than the seams allow).
+    ``round(head_share * k)`` tokens and the tail the other ``k - head`` tokens. The
+    result re-encodes to about ``max_tokens`` tokens: BPE may merge or split tokens at
+    the two seams, so it can differ by a token or two.
     """
     ids = codec.encode(text)
     if len(ids) <= max_tokens:

@@ -3,7 +3,8 @@
 The Elo framework for efficiency techniques (see :mod:`gate.judge`) saves judge time by
 capping the judge's output tokens and batching calls. This measures both effects on
 the bundled judge (``gate/assets/judge_model``; the demo model stands in while the
-judge is not there) with 16 real pairwise questions built from the fidelity prompts:
+judge is not there; ``GATE_BENCH_JUDGE`` names another judge directory) with 16
+real pairwise questions built from the fidelity prompts:
 
 * ``one-at-a-time/cap-64``: ``concurrency=1``, up to 64 answer tokens;
 * ``one-at-a-time/cap-4`` and ``batched-16/cap-64``: one change each;
@@ -14,6 +15,7 @@ Each case asks all 16 questions; compare the means (questions/s = 16 / mean).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,10 @@ from gate.judge.template import default_template
 
 ASSETS = Path(__file__).resolve().parents[2] / "gate" / "assets"
 TRAINED = ASSETS / "judge_model"
-JUDGE = TRAINED if (TRAINED / "model.safetensors").is_file() else ASSETS / "demo_model"
+JUDGE = Path(
+    os.environ.get("GATE_BENCH_JUDGE")
+    or (TRAINED if (TRAINED / "model.safetensors").is_file() else ASSETS / "demo_model")
+)
 
 
 def _questions(judge: TransformersJudge, n: int = 16) -> list[str]:

@@ -10,6 +10,7 @@ be compared with the in-process numbers; only the transport is a stand-in.
 
 * ``"503"`` / ``"500"``: every completion is answered with that status;
 * ``"429-once"``: the first completion gets 429 with ``Retry-After: 0``;
+* ``"drop-once"``: the first completion's connection is closed without an answer;
 * ``"hang"``: completions never answer (until the server stops);
 * ``"garbage"``: completions answer 200 with an HTML page;
 * ``"nan"``: log-prob position 2 of every scoring answer is ``null`` (vLLM's JSON for NaN);
@@ -195,6 +196,9 @@ class FakeOpenAIServer:
                     return
                 if fault == "429-once" and count == 1:
                     self._send(429, {"error": {"message": "slow down"}}, {"Retry-After": "0"})
+                    return
+                if fault == "drop-once" and count == 1:  # a stale keep-alive connection
+                    self.close_connection = True
                     return
                 if fault == "hang":
                     server._stopping.wait(60)

@@ -7,9 +7,11 @@ events) with ``httpx``. Its guarantees:
   tried at most ``1 + max_retries`` times; :func:`gather_bounded` runs at most
   ``max_concurrency`` requests at once and stops all of them at the first
   failure. Nothing loops without a bound.
-* **Retries** only where waiting can help: HTTP 429, 502, 503 and 504, after
-  ``retry_backoff * 2**attempt`` seconds (or the server's ``Retry-After``),
-  capped at :data:`MAX_BACKOFF_S`.
+* **Retries** only where waiting can help: HTTP 429, 502, 503 and 504, and a
+  connection the server dropped while it is still alive (a stale keep-alive
+  connection), after ``retry_backoff * 2**attempt`` seconds (or the server's
+  ``Retry-After``), capped at :data:`MAX_BACKOFF_S`. A stream is retried only
+  before its first event.
 * **One-line errors.** A 4xx is a :class:`~gate.errors.ConfigError` (exit 4:
   the request or the server's settings must change), with the server's own
   message and, where it is recognisable, the fix (``--max-logprobs``); a 5xx
@@ -344,6 +346,18 @@ class EndpointClient:
             "check the server (it may have crashed or restarted)",
         )
 
+    async def _dropped_by_a_live_server(self, exc: Exception) -> bool:
+        """Whether ``exc`` is a connection the server dropped (a stale keep-alive) while it lives.
+
+        Such a request never reached the engine or can be sent again (scoring and
+        greedy generation have no side effects), so it is retried like a 503.
+        Refused connections and timeouts are not.
+        """
+        import httpx
+
+        dropped = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+        return isinstance(exc, dropped) and await self._dead_server() is None
+
     async def _backoff(self, attempt: int, retry_after: float | None) -> None:
         wait = self.settings.retry_backoff * (2**attempt)
         if retry_after is not None:
@@ -364,6 +378,9 @@ class EndpointClient:
             try:
                 response = await self._client.request(method, url, json=payload)
             except httpx.HTTPError as exc:
+                if attempt + 1 < attempts and await self._dropped_by_a_live_server(exc):
+                    await self._backoff(attempt, None)
+                    continue
                 raise await self._transport_error(exc, url) from None
             if response.status_code in RETRY_STATUSES and attempt + 1 < attempts:
                 await self._backoff(attempt, _retry_after(response.headers.get("retry-after")))
@@ -407,6 +424,7 @@ class EndpointClient:
 
         url = self.url(path)
         attempts = self.settings.max_retries + 1
+        yielded = False
         for attempt in range(attempts):
             try:
                 async with self._client.stream("POST", url, json=payload) as response:
@@ -430,9 +448,14 @@ class EndpointClient:
                                 f"the server failed mid-stream: {server_message(event)}",
                                 "see the server log",
                             )
+                        yielded = True
                         yield arrival, data
                     return
             except httpx.HTTPError as exc:
+                retry = not yielded and attempt + 1 < attempts
+                if retry and await self._dropped_by_a_live_server(exc):
+                    await self._backoff(attempt, None)
+                    continue
                 raise await self._transport_error(exc, url) from None
         raise ModelLoadError(
             f"{public_url(url)} stayed unavailable (HTTP 429/503) after {attempts} tries",
