@@ -65,7 +65,8 @@ from gate.judge.pairs import Source, ValidityCase, draw_cases
 from gate.judge.panel import JudgeTemplates, Pair, judge_pairs
 from gate.judge.protocol import Outcome, PairStatus, panel_outcome, parse_validity, tally
 from gate.judge.template import default_template
-from gate.models.compress import apply_recipe, parse_recipe
+from gate.models.compress import apply_recipe
+from gate.models.recipes import parse_recipe
 
 #: Seed of the held-out draws (training uses its own ``--seed``).
 EVAL_SEED = 20_000

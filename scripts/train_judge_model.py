@@ -66,8 +66,9 @@ from gate.judge.judges import JUDGE_CONFIG, answer_ids, question_ids
 from gate.judge.normalize import normalize_response
 from gate.judge.pairs import PairwiseCase, Source, ValidityCase, draw_cases
 from gate.judge.template import FieldLimits, JudgeTemplate, default_template
-from gate.models.compress import apply_recipe, parse_recipe
+from gate.models.compress import apply_recipe
 from gate.models.compress.layers import drop_last_layers
+from gate.models.recipes import parse_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / "gate" / "assets" / "demo_model"
