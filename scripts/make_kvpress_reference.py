@@ -34,7 +34,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "gate" / "assets" / "demo_model"
-PACK = ROOT / "gate" / "assets" / "baselines" / "demo" / "0001-fp16.reference.safetensors"
+PACK = ROOT / "gate" / "assets" / "baselines" / "demo" / "0001-fp32.reference.safetensors"
 OUT = ROOT / "tests" / "kvpress" / "reference.safetensors"
 #: Pack prompts (54 and 84 tokens) and reference tokens teacher-forced after each.
 PROMPTS = (0, 9)

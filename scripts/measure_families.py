@@ -45,7 +45,7 @@ from gate.models.spec import ModelSpec  # noqa: E402
 from gate.store.reference import load_pack  # noqa: E402
 from gate.tiers import accuracy, fidelity  # noqa: E402
 
-PACK = ROOT / "gate/assets/baselines/demo/0001-fp16.reference.safetensors"
+PACK = ROOT / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"
 #: SnapKV's observation window at the demo's scale (prompts of 16-196 tokens).
 DEMO_SNAPKV_WINDOW = 16
 

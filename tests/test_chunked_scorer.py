@@ -37,7 +37,7 @@ from gate.models.compress.kvcache import (
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 
-PACK = Path(__file__).parents[1] / "gate/assets/baselines/demo/0001-fp16.reference.safetensors"
+PACK = Path(__file__).parents[1] / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"
 #: Pack prompts used: a 54- and an 84-token prompt.
 PROMPTS = (0, 9)
 STEPS = 16

@@ -60,7 +60,7 @@ DEMO = ModelSpec.parse("demo")
 
 
 def _baseline() -> Any:
-    return load_baseline_file(BASELINE / "0001-fp16.json")
+    return load_baseline_file(BASELINE / "0001-fp32.json")
 
 
 def _fidelity_settings() -> fidelity.FidelitySettings:
@@ -174,7 +174,7 @@ def test_scores_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
 
 def test_fidelity_float32_against_the_demo_baseline(served: HTTPBackend) -> None:
     settings = _fidelity_settings()
-    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     measurements = fidelity.measure(served, pack, settings, prompts=fidelity.load_prompts(settings))
     values = {m.name: m.value for m in measurements}
     severity = _verdict(measurements)
@@ -287,7 +287,7 @@ def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
 
 def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) -> None:
     settings = _fidelity_settings()
-    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(settings)
     served_values = {
         m.name: m for m in fidelity.measure(served_fp8, pack, settings, prompts=prompts)
@@ -333,7 +333,7 @@ def served_bf16(
 def test_bf16_build_served_and_in_process_agree(served_bf16: HTTPBackend) -> None:
     """One build (bfloat16), two runtimes: fidelity within the stated tolerance."""
     settings = _fidelity_settings()
-    pack = load_pack(BASELINE / "0001-fp16.reference.safetensors")
+    pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(settings)
     served = {
         m.name: m.value for m in fidelity.measure(served_bf16, pack, settings, prompts=prompts)
@@ -372,7 +372,7 @@ def test_paired_latency_with_two_endpoints(
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
         baseline_build=latency.BaselineBuild(
-            load=lambda: served_bf16, against="fp16", model="demo", recipe=None
+            load=lambda: served_bf16, against="fp32", model="demo", recipe=None
         ),
     )
     measured = {m.name: m for m in latency.to_measurements(result)}

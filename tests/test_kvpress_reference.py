@@ -36,7 +36,7 @@ from gate.store.reference import load_pack
 
 ROOT = Path(__file__).parents[1]
 REFERENCE = ROOT / "tests" / "kvpress" / "reference.safetensors"
-PACK = ROOT / "gate/assets/baselines/demo/0001-fp16.reference.safetensors"
+PACK = ROOT / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"
 SCRIPT = ROOT / "scripts" / "make_kvpress_reference.py"
 
 

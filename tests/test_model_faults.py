@@ -167,7 +167,7 @@ def test_gate_run_on_a_broken_checkpoint_exits_3_without_traceback(
     (tmp_path / "gate.toml").write_text(_SMALL_ACCURACY)
     result = _gate(
         "run", "--candidate", str(models[name]), "--tiers", "accuracy",
-        "--model-slug", "demo", "--against", "fp16", "--store", str(ROOT / "baselines"),
+        "--model-slug", "demo", "--against", "fp32", "--store", str(ROOT / "baselines"),
         "--config", str(tmp_path / "gate.toml"),
         cwd=tmp_path,
     )  # fmt: skip

@@ -24,7 +24,7 @@ from gate.models.compress.kvcache import CacheMethod, SnapKV
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 
-PACK = Path(__file__).parents[2] / "gate/assets/baselines/demo/0001-fp16.reference.safetensors"
+PACK = Path(__file__).parents[2] / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"
 STEPS = 32
 PROMPTS = 8
 RESULTS: dict[str, float] = {}

@@ -40,7 +40,7 @@ PACK = (
     / "assets"
     / "baselines"
     / "demo"
-    / "0001-fp16.reference.safetensors"
+    / "0001-fp32.reference.safetensors"
 )
 PROMPTS = 48
 SETTINGS = fidelity.FidelitySettings(limit=PROMPTS, batch_size=16, max_new_tokens=64)
