@@ -184,9 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     for method in args.methods:
         recipe(method)  # unknown names fail before any work
     for method in args.methods:
-        path = make(
-            method, args.out / method, max_seq_length=args.max_seq_length, samples=args.samples
-        )
+        out = args.out / method if args.out else checkpoints.default_dir(method)
+        path = make(method, out, max_seq_length=args.max_seq_length, samples=args.samples)
         size = sum(f.stat().st_size for f in path.iterdir())
         print(f"{method}: {path} ({size / 1e6:.1f} MB)")
     return 0

@@ -49,7 +49,7 @@ def _gate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=3600,  # a guard against a hang, not a speed check: a loaded CI host is slow
     )
 
 

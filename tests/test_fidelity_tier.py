@@ -255,7 +255,7 @@ def _gate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=3600,  # a guard against a hang, not a speed check
     )
 
 
