@@ -17,8 +17,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
 fi
 
 echo "== ruff"
-"$VPY" -m ruff check gate tests scripts examples
-"$VPY" -m ruff format --check gate tests scripts examples
+"$VPY" -m ruff check gate suites tests scripts examples
+"$VPY" -m ruff format --check gate suites tests scripts examples
 echo "== mypy"
 "$VPY" -m mypy gate
 echo "== actionlint"
