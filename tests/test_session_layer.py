@@ -267,7 +267,7 @@ def _dry_run_workdir(tmp_path: Path, recipes: bool) -> Path:
         """
         [run]
         baseline = "demo"
-        against = ["fp16"]
+        against = ["fp32"]
         tiers = ["fidelity", "accuracy"]
 
         [tiers.fidelity]
@@ -285,7 +285,7 @@ def _check_dry_run(proc: subprocess.CompletedProcess[str], names: tuple[str, str
     for name in names:
         assert f"candidate {name}: model demo" in out
     assert out.count("tiers:      fidelity, accuracy") == 2
-    assert out.count("against:    fp16 = demo#0001 (fp16)") == 2
+    assert out.count("against:    fp32 = demo#0001 (fp32)") == 2
     assert f"reports:    out/results-{names[0]}.json" in out
     assert "gate: dry run OK (exit 0)" in out
     assert "MODEL-LIBRARIES none" in out

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats as sps
-
 from gate.errors import DataError
 from gate.measurement import Measurement, from_samples
 
@@ -57,6 +55,8 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError("wilson_interval: n must be positive")
     if not 0 <= successes <= n:
         raise ValueError(f"wilson_interval: {successes} successes out of {n}")
+    from scipy import stats as sps  # scipy.stats is slow to import: only when used
+
     ci = sps.binomtest(int(successes), int(n)).proportion_ci(
         confidence_level=confidence, method="wilson"
     )
