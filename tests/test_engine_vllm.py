@@ -358,9 +358,9 @@ def test_paired_latency_with_two_endpoints(
     served_bf16: HTTPBackend, served_fp8: HTTPBackend
 ) -> None:
     """Paired A/B: the bfloat16 server is the baseline build, the FP8 server the candidate."""
-    from gate.gating.compare import PAIRED_REFERENCE
     from gate.hw.fingerprint import collect
     from gate.hw.memory import MemoryTracker
+    from gate.measurement import MeasurementDetail
     from gate.tiers import latency
 
     settings = latency.LatencySettings(
@@ -379,11 +379,11 @@ def test_paired_latency_with_two_endpoints(
     measured = {m.name: m for m in latency.to_measurements(result)}
     assert len(result.runs) == len(result.reference.runs) == 3  # type: ignore[union-attr]
     ttft = measured["latency.ttft_p50"]
-    assert PAIRED_REFERENCE in ttft.details
+    assert MeasurementDetail.PAIRED_REFERENCE in ttft.details
     _figures(
         "paired latency (bf16 endpoint = A, fp8 endpoint = B)",
         ttft_p50_b=ttft.value,
-        ttft_p50_a=ttft.details[PAIRED_REFERENCE]["value"],
+        ttft_p50_a=ttft.details[MeasurementDetail.PAIRED_REFERENCE]["value"],
         tpot_p50_b=measured["latency.tpot_p50"].value,
     )
 

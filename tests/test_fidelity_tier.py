@@ -312,7 +312,7 @@ def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
         build_settings(name, table)  # each table builds its tier's settings class
     candidates = loaded.resolved()
     assert [c.recipe_label for c in candidates] == list(DEFAULT_RECIPES)
-    assert {(c.model, c.against, c.model_slug) for c in candidates} == {("demo", ("fp16",), "demo")}
+    assert {(c.model, c.against, c.model_slug) for c in candidates} == {("demo", ("fp32",), "demo")}
     assert loaded.run.store == store_dir()
 
 
