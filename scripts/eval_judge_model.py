@@ -62,7 +62,7 @@ from gate.judge.elo import elo_result
 from gate.judge.judges import TransformersJudge
 from gate.judge.normalize import normalize_response
 from gate.judge.pairs import Source, ValidityCase, draw_cases
-from gate.judge.panel import JudgeTemplates, Pair, judge_pairs
+from gate.judge.panel import JudgeTemplates, Pair, judge_pairs, validity_question
 from gate.judge.protocol import Outcome, PairStatus, panel_outcome, parse_validity, tally
 from gate.judge.template import default_template
 from gate.models.compress import apply_recipe
@@ -172,19 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     # validity accuracy
-    vq = [
-        templates.validity.render(  # type: ignore[union-attr]
-            {"prompt": c.prompt, "response": normalize_response(c.response)},
-            judge.field_limits,
-            judge.codec,
-        )
+    assert templates.validity is not None
+    questions = [
+        validity_question(cached, templates.validity, c.prompt, normalize_response(c.response))
         for c in validity_cases
     ]
-    answers = judge.ask_batch(vq)
+    answers = cached.ask(questions)
     vrow: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for case, ans in zip(validity_cases, answers, strict=True):
         got = parse_validity(ans.text)
-        for key in (case.kind, case.label, "all"):
+        origin = f"origin:{case.origin.split(':')[0]}"
+        for key in (case.kind, case.label, origin, f"{case.label}:{origin}", "all"):
             vrow[key]["n"] += 1
             vrow[key]["right"] += got is not None and got.value == case.label
             vrow[key]["unparsed"] += got is None

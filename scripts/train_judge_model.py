@@ -1,7 +1,8 @@
 """Train the bundled judge: the demo model fine-tuned to answer the project's judge questions.
 
-The judge answers the two questions of ``gate/assets/judge/`` (pairwise: ``A``, ``B``
-or ``tie``; validity: ``valid`` or ``corrupted``) about replies to real and synthetic
+The judge answers the two questions of ``gate/assets/judge/`` (or ``--pairwise-template``
+/ ``--validity-template``; pairwise: ``A``, ``B`` or ``tie``; validity: ``valid`` or
+``corrupted``) about replies to real and synthetic
 prompts. Its training data has a known truth (:mod:`gate.judge.pairs`): an intact reply
 against a copy damaged by :mod:`gate.judge.damage` (truncated, repeated, shuffled,
 wrong number, unrelated, empty), in both orders, the reply against itself (tie), and
@@ -65,7 +66,7 @@ from gate.data.synthetic import generate_dialogues
 from gate.judge.judges import JUDGE_CONFIG, answer_ids, question_ids
 from gate.judge.normalize import normalize_response
 from gate.judge.pairs import PairwiseCase, Source, ValidityCase, draw_cases
-from gate.judge.template import FieldLimits, JudgeTemplate, default_template
+from gate.judge.template import FieldLimits, JudgeTemplate, default_template, load_template
 from gate.models.compress import apply_recipe
 from gate.models.compress.layers import drop_last_layers
 from gate.models.recipes import parse_recipe
@@ -329,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--validity-share", type=float, default=0.25)
     ap.add_argument("--kinds", default=DEFAULT_KINDS, help="damage-kind weights, a=w,b=w")
     ap.add_argument("--mix", default=DEFAULT_MIX, help="origin shares synthetic/sharegpt/model")
+    ap.add_argument(
+        "--pairwise-template", type=Path, default=None, help="default: the packaged one"
+    )
+    ap.add_argument(
+        "--validity-template", type=Path, default=None, help="default: the packaged one"
+    )
     ap.add_argument("--prompt-tokens", type=int, default=96)
     ap.add_argument("--response-tokens", type=int, default=128)
     ap.add_argument("--model-prompts", type=int, default=384)
@@ -372,7 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     mix = parse_weights(args.mix)
     limits = FieldLimits(prompt=args.prompt_tokens, response=args.response_tokens)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(args.init_from)
-    pairwise, validity = default_template("pairwise"), default_template("validity")
+    pairwise = (
+        load_template(args.pairwise_template, "pairwise")
+        if args.pairwise_template
+        else default_template("pairwise")
+    )
+    validity = (
+        load_template(args.validity_template, "validity")
+        if args.validity_template
+        else default_template("validity")
+    )
     encoder = Encoder(tokenizer, pairwise, validity, limits)
     work = args.work or Path(tempfile.gettempdir()) / "gate-judge-work"
 

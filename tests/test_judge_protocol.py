@@ -187,3 +187,10 @@ def test_identical_pairs_are_ties_outside_the_disagreement_rate() -> None:
     assert (t.ties, t.wins, t.identical, t.decidable, t.disagreements) == (8, 8, 8, 10, 2)
     assert t.disagreement_rate == pytest.approx(2 / 10)  # not 2 / 18
     assert not stability(t, n_judges=2).stable
+    # the baseline against itself: every pair identical, two judges, stable
+    itself = stability(tally([panel_outcome([same, same])] * 5), n_judges=2)
+    assert itself.stable and itself.rate is None and "identical" in itself.reason
+    # identical pairs and pairs nobody could decide: unstable
+    flip = _j(None, PairStatus.SWAP_INCONSISTENT)
+    mixed = tally([panel_outcome([same, same]), panel_outcome([flip, flip])])
+    assert not stability(mixed, n_judges=2).stable

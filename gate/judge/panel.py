@@ -39,7 +39,7 @@ from gate.judge.protocol import (
 )
 from gate.judge.template import JudgeTemplate
 
-__all__ = ["JudgeTemplates", "Pair", "judge_pairs", "judge_panel"]
+__all__ = ["JudgeTemplates", "Pair", "judge_pairs", "judge_panel", "validity_question"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,10 @@ def _pairwise(
     return Question(text, template.version, "pairwise", prompt, a, b, order)
 
 
-def _validity(judge: CachedJudge, template: JudgeTemplate, prompt: str, response: str) -> Question:
+def validity_question(
+    judge: CachedJudge, template: JudgeTemplate, prompt: str, response: str
+) -> Question:
+    """The validity question about one (already normalized) response, fitted to the judge."""
     fields = {"prompt": prompt, "response": response}
     text = template.render(fields, judge.judge.field_limits, judge.judge.codec)
     return Question(text, template.version, "validity", prompt, response, "", "single")
@@ -127,8 +130,8 @@ def judge_pairs(
         questions.append(_pairwise(judge, templates.pairwise, pair.prompt, base, cand, "BA"))
         parsers += [parse_verdict, parse_verdict]
         if templates.validity is not None:
-            questions.append(_validity(judge, templates.validity, pair.prompt, cand))
-            questions.append(_validity(judge, templates.validity, pair.prompt, base))
+            questions.append(validity_question(judge, templates.validity, pair.prompt, cand))
+            questions.append(validity_question(judge, templates.validity, pair.prompt, base))
             parsers += [parse_validity, parse_validity]
     values = _ask_parsed(judge, questions, parsers) if questions else []
     out: list[JudgeOutcome] = [identical_outcome()] * len(pairs)

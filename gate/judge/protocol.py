@@ -33,10 +33,11 @@ by every judge of the panel (the methods of :mod:`gate.judge`):
    kept in the raw results. The **disagreement rate** is
    ``#disagreeing pairs / #non-identical pairs on which every judge has an outcome``.
 5. **Stability gate.** With two or more judges, a disagreement rate above the
-   bound (default 15 %) makes the judge tier UNSTABLE: it gives no verdict. With no
-   pair on which all judges have an outcome the rate is undefined and the tier is
-   UNSTABLE too (nothing was measured). A single judge is never unstable by this
-   rule (it has no one to disagree with).
+   bound (default 15 %) makes the judge tier UNSTABLE: it gives no verdict. When
+   pairs needed judging but on none of them every judge had an outcome, the rate is
+   undefined and the tier is UNSTABLE too (nothing was measured); when every pair
+   was identical there was nothing to disagree on and the panel is stable. A
+   single judge is never unstable by this rule (it has no one to disagree with).
 """
 
 from __future__ import annotations
@@ -372,6 +373,8 @@ def stability(counts: Tally, n_judges: int, bound: float = DEFAULT_DISAGREEMENT_
     if n_judges < 2:
         return Stability(True, rate, bound, "one judge: no disagreement to check")
     if rate is None:
+        if counts.pairs and counts.identical == counts.pairs:
+            return Stability(True, None, bound, "every pair identical: nothing to judge")
         return Stability(
             False, None, bound, "no pair on which every judge gave an outcome in both orders"
         )
