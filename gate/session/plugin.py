@@ -326,7 +326,7 @@ def _finish(state: GateState, exitstatus: int) -> int:
             run.model_slug,
             state.label,
             measured,
-            {**candidate, "tier_settings": recorded},
+            {**candidate, **run.provenance, "tier_settings": recorded},
             environment(),
             run.artifacts,
         )
