@@ -1,7 +1,7 @@
 """Make a confident copy of the demo model by distilling it on its own greedy outputs.
 
-The demo model spreads its probability widely (mean entropy about 5 nats on its
-own greedy replies; 44 % of the mass lies beyond its top 32 tokens), unlike the
+The demo model spreads its probability widely (mean entropy 4.6 nats on its
+own greedy replies; 38 % of the mass lies beyond its top 32 tokens), unlike the
 instruction-tuned models a gate usually sees, which put most of their mass on
 their top tokens when they answer. For measurements that depend on that (how
 much of the KL a pack's top-k captures), this script makes such a model:
@@ -18,7 +18,9 @@ much of the KL a pack's top-k captures), this script makes such a model:
    on its *own* fresh greedy replies to the first ``--check`` prompts is reported.
 
 Deterministic given ``--seed`` (fixed data order, one torch thread,
-``OMP_WAIT_POLICY=PASSIVE``). About 5-10 minutes on two CPU cores.
+``OMP_WAIT_POLICY=PASSIVE``; two runs gave identical weights). One epoch
+reaches the target: 0.57 nats on the teacher's replies, 0.35 on its own (from
+4.62); 1.9 minutes of CPU time, 4 minutes on two shared cores.
 
 Run::
 
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "reply_entropy_on_teacher_replies": entropy,
         f"own_greedy_entropy_first_{args.check}_prompts": own,
         "minutes": (time.monotonic() - start) / 60,
+        "cpu_minutes": time.process_time() / 60,
         "settings": {k: str(v) for k, v in vars(args).items()},
     }
     (args.out / "confident.json").write_text(json.dumps(report, indent=2) + "\n")

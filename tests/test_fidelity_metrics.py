@@ -409,3 +409,23 @@ def test_first_token_convention() -> None:
     assert s.cga.mean() == pytest.approx(2 / 3)
     assert s.from_position(1).cga.mean() == 1.0
     assert s.from_position(1).length == 2
+
+
+def test_a_tail_without_mass_contributes_zero() -> None:
+    """Every token outside the top-k at -inf: the draws are placeholders, the tail term is 0."""
+    row = np.full((1, 6), -np.inf)
+    row[0, :2] = np.log([0.7, 0.3])
+    ids = np.array([[0, 1]])
+    drawn = fm.draw_tail_samples(row, ids, 4, np.random.default_rng(0))
+    np.testing.assert_array_equal(drawn, [[2, 2, 2, 2]])
+    cand = np.log(np.array([[0.6, 0.3, 0.1 / 4, 0.1 / 4, 0.1 / 4, 0.1 / 4]]))
+    tail = fm.tail_logmass(row, ids)
+    assert np.isneginf(tail[0])
+    s = fm.score_positions(
+        np.array([0]), ids, row[:, :2], tail, cand,
+        base_sample_ids=drawn, base_sample_logprobs=np.take_along_axis(row, drawn, -1),
+    )  # fmt: skip
+    expected = 0.7 * np.log(0.7 / 0.6)  # the head; the base tail holds nothing
+    assert s.kl[0] == pytest.approx(expected) and s.kl_se[0] == 0.0
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        fm.draw_tail_samples(row, np.arange(6)[None, :], 4, np.random.default_rng(0))

@@ -408,27 +408,28 @@ def test_bytes_per_token(tmp_path: Path) -> None:
     assert per_token == path.stat().st_size / 11
 
 
-#: Per-output-token payload at k = m = 32, float32 log-probs (16-bit ids up to 65,536).
-FORMAT_BYTES = {4096: 390, 32_000: 390, 128_256: 520}
+#: Per-output-token payload at the defaults k = 32, m = 64, float32 log-probs (16-bit ids
+#: up to a 65,536-token vocabulary, 32-bit beyond).
+FORMAT_BYTES = {4096: 582, 32_000: 582, 128_256: 776}
 
 
 @pytest.mark.parametrize("vocab", sorted(FORMAT_BYTES))
 def test_bytes_per_token_against_full_logits(tmp_path: Path, vocab: int) -> None:
-    """A v3 pack (k = m = 32) against full-vocabulary float16 logits.
+    """A v3 pack (k = 32, m = 64) against full-vocabulary float16 logits.
 
-    From the format: 390 B per token up to a 64k vocabulary (1/21 of 8,192 B at
-    4,096; 1/164 of 64,000 B at 32k) and 520 B with 32-bit ids (1/493 of
+    From the format: 582 B per token up to a 64k vocabulary (1/14 of 8,192 B at
+    4,096; 1/110 of 64,000 B at 32k) and 776 B with 32-bit ids (1/330 of
     256,512 B at 128k). The written pack's per-position tensors hold exactly
     that many bytes, and with prompts and header it stays under 1/100 from 32k up.
     """
-    k = m = 32
+    k, m = 32, 64
     formula = payload_bytes_per_token(k, m, vocab)
     assert formula == FORMAT_BYTES[vocab]
     rng = np.random.default_rng(vocab)
     entries = []
-    for j in range(2):  # two prompts of 24 output tokens over the full vocabulary
-        lp = _log_softmax(rng.normal(0.0, 2.0, size=(24, vocab)))
-        meta = PackPrompt(f"p{j}", "chat", "short", 16, 24)
+    for j in range(4):  # four prompts of 32 output tokens over the full vocabulary
+        lp = _log_softmax(rng.normal(0.0, 2.0, size=(32, vocab)))
+        meta = PackPrompt(f"p{j}", "chat", "short", 16, 32)
         prompt = rng.integers(vocab - 1000, vocab, 16)  # high ids: 32-bit storage past 65,536
         entries.append(_entry_from_rows(meta, prompt, lp, k=k, m=m, seed=j))
     path = write_pack(
@@ -436,7 +437,7 @@ def test_bytes_per_token_against_full_logits(tmp_path: Path, vocab: int) -> None
         entries,
         k=k,
         m=m,
-        max_new_tokens=24,
+        max_new_tokens=32,
         tokenizer_sha256=None,
         prompt_set_sha256=None,
         vocab_size=vocab,
@@ -451,7 +452,7 @@ def test_bytes_per_token_against_full_logits(tmp_path: Path, vocab: int) -> None
     stored += id_count * (on_disk_ids - 4)
     assert stored == formula * pack.n_output_tokens
     file_per_token = pack_bytes_per_token(path, pack.n_output_tokens)
-    assert formula < file_per_token < formula + 64  # prompts, offsets and header
+    assert formula < file_per_token < formula + 32  # prompts, offsets and header
     ratio = file_per_token / full_logits_bytes_per_token(vocab)
     if vocab >= 32_000:
         assert ratio <= 1 / 100

@@ -86,7 +86,7 @@ HEADLINES: tuple[tuple[str, str], ...] = (
 
 def store_dir() -> Path:
     """The packaged baseline store holding the demo model's committed baseline."""
-    return Path(__file__).resolve().parent / "assets" / "baselines"
+    return Path(__file__).resolve().parents[1] / "assets" / "baselines"
 
 
 def write_config(path: Path, settings: Mapping[str, Mapping[str, Any]] = DEMO_SETTINGS) -> Path:

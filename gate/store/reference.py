@@ -33,8 +33,8 @@ sample_logprobs LP      ``[L, m]``      (v3) their baseline log-probabilities
 this halves the ids' bytes), else ``int32``; ``LP`` is ``float32`` (default) or
 ``float16``. Token ids are ``int32`` and log-probs ``float32`` in memory.
 Bytes per output token (:func:`payload_bytes_per_token`):
-``id (1 + k + m) + lp (k + m) + 4``; at ``k = m = 32``, 16-bit ids and float32
-log-probs, 390 B (full-vocabulary float16 logits: ``2 V``).
+``id (1 + k + m) + lp (k + m) + 4``; at the defaults ``k = 32, m = 64``, 16-bit
+ids and float32 log-probs, 582 B (full-vocabulary float16 logits: ``2 V``).
 
 Versions 1 and 2 have no sampled tail (``m = 0``); version 1 stored ids as
 ``int32``. All three are read. Without samples the pack's KL is the top-k +

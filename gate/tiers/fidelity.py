@@ -77,7 +77,7 @@ class FidelitySettings:
     #: Tokens drawn per output position from the baseline's tail beyond its top-k
     #: (pack format v3): the KL read from the pack is then an unbiased estimate
     #: with its standard error. 0 records no samples (the KL is the lower bound).
-    tail_samples: int = 32
+    tail_samples: int = 64
     #: Seed of the tail draws (prompt ``j`` draws with ``numpy`` seed ``[tail_seed, j]``).
     tail_seed: int = 0
     #: Score from the second output token, as the released FidBench code does;
