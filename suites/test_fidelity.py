@@ -1,7 +1,8 @@
 """Fidelity tier suite (marker ``fidelity``): a thin wrapper over :mod:`gate.tiers.fidelity`.
 
 Record mode (baseline): generate the reference pack, attach it to the new
-baseline as artifact ``reference``, and record the baseline's own fidelity
+baseline as artifact ``reference``, note in the baseline's provenance how many
+prompts the recorder cut or left empty, and record the baseline's own fidelity
 measurements against it (CGA 1, KL 0: the pack round-trips).
 Run mode (candidate): take the pack from the baseline, score the candidate
 against it and record the measurements. ``[tiers.fidelity] live_baseline``
@@ -32,6 +33,8 @@ def test_fidelity(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -
         prompts = tier.load_prompts(settings, apply_limit=False)
         path = gate_run.baseline_artifact(ARTIFACT)
     pack = load_pack(path)
+    if gate_run.mode == "record":
+        gate_run.note_provenance(tier.recording_provenance(pack))
     baseline_backend = None
     if settings.live_baseline:
         from gate.models.backends.loading import load_backend

@@ -1,45 +1,64 @@
-"""Reference pack format: round trip, verification, refusal of bad packs."""
+"""Reference pack format: round trip, verification, refusal of bad packs, bytes per token."""
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gate.errors import BaselineError, DataError, ExitCode
+from gate.metrics import fidelity as fm
 from gate.store.reference import (
+    METADATA_KEY,
     PackEntry,
     PackPrompt,
     build_tensors,
     check_compatible,
     check_prompt_ids,
+    full_logits_bytes_per_token,
     load_pack,
     pack_bytes_per_token,
+    payload_bytes_per_token,
     payload_sha256,
     write_pack,
 )
 
 K = 4
+M = 6
+VOCAB = 50
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+
+
+def _entry_from_rows(
+    meta: PackPrompt, prompt_ids: np.ndarray, lp: np.ndarray, *, k: int, m: int, seed: int
+) -> PackEntry:
+    """A pack entry as the recorder builds it, from full log-prob rows ``lp`` [T, V]."""
+    order, top = fm.topk_of_rows(lp, k)
+    samples = np.sort(fm.draw_tail_samples(lp, order, m, np.random.default_rng(seed)), axis=-1)
+    return PackEntry(
+        meta,
+        prompt_ids,
+        order[:, 0],
+        order,
+        top.astype(np.float32),
+        fm.tail_logmass(lp, order).astype(np.float32),
+        samples,
+        np.take_along_axis(lp, samples, -1).astype(np.float32),
+    )
 
 
 def _entry(pid: str, n_prompt: int, n_out: int, seed: int) -> PackEntry:
     rng = np.random.default_rng(seed)
-    logits = rng.normal(size=(n_out, 50))
-    lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    order = np.argsort(-lp, axis=-1, kind="stable")[:, :K]
-    top = np.take_along_axis(lp, order, -1).astype(np.float32)
-    tail = np.log1p(-np.exp(top.astype(np.float64)).sum(-1)).astype(np.float32)
-    return PackEntry(
-        PackPrompt(pid, "code" if seed % 2 else "math", "short", n_prompt, n_out),
-        rng.integers(0, 50, n_prompt),
-        order[:, 0],
-        order,
-        top,
-        tail,
-    )
+    lp = _log_softmax(rng.normal(size=(n_out, VOCAB)))
+    meta = PackPrompt(pid, "code" if seed % 2 else "math", "short", n_prompt, n_out)
+    return _entry_from_rows(meta, rng.integers(0, VOCAB, n_prompt), lp, k=K, m=M, seed=seed)
 
 
 def _write(path: Path, **kw: object) -> Path:
@@ -50,6 +69,9 @@ def _write(path: Path, **kw: object) -> Path:
         "tokenizer_sha256": "t" * 64,
         "prompt_set_sha256": "p" * 64,
         "model": {"source": "tiny"},
+        "m": M,
+        "sample_seed": 0,
+        "vocab_size": VOCAB,
     }
     args.update(kw)
     return write_pack(path, entries, **args)  # type: ignore[arg-type]
@@ -60,6 +82,8 @@ def test_round_trip(tmp_path: Path) -> None:
     pack = load_pack(path)
     assert [p.id for p in pack.prompts] == ["a", "b", "c"]
     assert pack.k == K and pack.max_new_tokens == 8 and pack.n_output_tokens == 11
+    assert pack.version == 3 and pack.m == M and pack.kl_kind == "estimate"
+    assert pack.vocab_size == VOCAB and pack.sample_seed == 0
     original = _entry("c", 9, 4, 3)
     np.testing.assert_array_equal(pack.prompt_ids(2), original.prompt_ids)
     np.testing.assert_array_equal(pack.output_ids(2), original.output_ids)
@@ -67,7 +91,11 @@ def test_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ids, original.topk_ids)
     np.testing.assert_array_equal(lps, original.topk_logprobs)
     np.testing.assert_array_equal(tail, original.tail_logmass)
-    assert pack.output_ids(1).size == 0
+    sample_ids, sample_lps = pack.samples(2)
+    np.testing.assert_array_equal(sample_ids, original.sample_ids)
+    np.testing.assert_array_equal(sample_lps, original.sample_logprobs)
+    assert sample_ids.shape == (4, M)
+    assert pack.output_ids(1).size == 0 and pack.samples(1)[0].shape == (0, M)
     assert pack.tensors["topk_ids"].dtype == np.int32  # in memory, whatever is on disk
     assert pack.tensors["tail_logmass"].dtype == np.float32
 
@@ -82,14 +110,14 @@ def _shifted(entries: list[PackEntry], by: int) -> list[PackEntry]:
     """The same entries with every token id moved by ``by`` (a larger vocabulary)."""
     return [
         PackEntry(e.meta, e.prompt_ids + by, e.output_ids + by, e.topk_ids + by,
-                  e.topk_logprobs, e.tail_logmass)
+                  e.topk_logprobs, e.tail_logmass, e.samples(M)[0] + by, e.samples(M)[1])
         for e in entries
     ]  # fmt: skip
 
 
 def _write_entries(path: Path, entries: list[PackEntry]) -> Path:
     return write_pack(
-        path, entries, k=K, max_new_tokens=8, tokenizer_sha256=None, prompt_set_sha256=None
+        path, entries, k=K, m=M, max_new_tokens=8, tokenizer_sha256=None, prompt_set_sha256=None
     )
 
 
@@ -97,7 +125,7 @@ def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
     small = [_entry("a", 5, 7, 1), _entry("b", 3, 2, 2)]
     compact = _write_entries(tmp_path / "small.safetensors", small)
     stored = _stored_dtypes(compact)
-    assert {stored[n] for n in ("prompt_ids", "output_ids", "topk_ids")} == {"uint16"}
+    assert {stored[n] for n in ("prompt_ids", "output_ids", "topk_ids", "sample_ids")} == {"uint16"}
     # a 128k vocabulary: ids above 65,535 keep 32 bits, and come back unchanged
     big = _shifted(small, 100_000)
     path = _write_entries(tmp_path / "big.safetensors", big)
@@ -106,7 +134,9 @@ def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
     np.testing.assert_array_equal(pack.topk(0)[0], big[0].topk_ids)
     np.testing.assert_array_equal(pack.prompt_ids(1), big[1].prompt_ids)
     # 16-bit ids make the file smaller by 2 bytes per stored id
-    ids = sum(e.prompt_ids.size + e.output_ids.size + e.topk_ids.size for e in big)
+    ids = sum(
+        e.prompt_ids.size + e.output_ids.size + e.topk_ids.size + e.samples(M)[0].size for e in big
+    )
     saved = path.stat().st_size - compact.stat().st_size
     assert abs(saved - 2 * ids) < 64  # the JSON header differs by a few characters
 
@@ -114,10 +144,11 @@ def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
 def _save_by_hand(
     path: Path, entries: list[PackEntry], version: int, id_dtype: type[np.generic]
 ) -> Path:
-    """A pack written without write_pack: its token-id tensors cast to ``id_dtype``."""
+    """A version 1/2 pack written without write_pack: ids cast to ``id_dtype``, no sampled tail."""
     from safetensors.numpy import save
 
-    tensors = build_tensors(entries, k=K)
+    tensors = build_tensors(entries, k=K, m=M)
+    del tensors["sample_ids"], tensors["sample_logprobs"]
     for name in ("prompt_ids", "output_ids", "topk_ids"):
         tensors[name] = tensors[name].astype(id_dtype)
     header = {
@@ -134,6 +165,24 @@ def test_version_1_packs_with_32_bit_ids_are_still_read(tmp_path: Path) -> None:
     entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
     pack = load_pack(_save_by_hand(tmp_path / "v1.safetensors", entries, 1, np.int32))
     np.testing.assert_array_equal(pack.topk(2)[0], entries[2].topk_ids)
+    assert pack.version == 1 and pack.m == 0 and pack.kl_kind == "bound"
+
+
+def test_version_2_packs_are_read_without_a_sampled_tail(tmp_path: Path) -> None:
+    entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
+    pack = load_pack(_save_by_hand(tmp_path / "v2.safetensors", entries, 2, np.uint16))
+    assert pack.version == 2 and pack.m == 0 and pack.kl_kind == "bound"
+    assert pack.vocab_size is None and pack.sample_seed is None
+    ids, lps = pack.samples(0)
+    assert ids.shape == (7, 0) and lps.shape == (7, 0)
+    assert pack.recording_summary().tokens_cut is None  # no n_generated before v3
+
+
+def test_a_version_3_pack_without_its_sampled_tail_is_refused(tmp_path: Path) -> None:
+    entries = [_entry("a", 5, 7, 1)]
+    path = _save_by_hand(tmp_path / "v3.safetensors", entries, 3, np.uint16)
+    with pytest.raises(BaselineError, match="missing tensors sample_ids, sample_logprobs"):
+        load_pack(path)
 
 
 def test_a_float_id_tensor_is_refused(tmp_path: Path) -> None:
@@ -160,6 +209,84 @@ def test_tampered_payload_is_refused(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match="hash mismatch") as info:
         load_pack(path)
     assert info.value.exit_code == ExitCode.USAGE_ERROR
+
+
+def _rehashed(path: Path, edit: Callable[[dict[str, np.ndarray]], None]) -> Path:
+    """Edit a pack's tensors and recompute its payload hash: tampering the hash cannot see."""
+    from safetensors.numpy import load_file, save
+
+    tensors = {name: np.array(t) for name, t in load_file(str(path)).items()}
+    edit(tensors)
+    data = path.read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(json.loads(data[8 : 8 + size])["__metadata__"][METADATA_KEY])
+    header["payload_sha256"] = payload_sha256(tensors)
+    path.write_bytes(save(tensors, metadata={METADATA_KEY: json.dumps(header)}))
+    return path
+
+
+def _set(
+    name: str, index: tuple[int, int], value: Callable[[dict[str, np.ndarray]], float]
+) -> Callable[[dict[str, np.ndarray]], None]:
+    def edit(t: dict[str, np.ndarray]) -> None:
+        t[name][index] = value(t)
+
+    return edit
+
+
+def _duplicate(t: dict[str, np.ndarray]) -> None:
+    t["sample_ids"][0, 1] = t["sample_ids"][0, 0]
+    t["sample_logprobs"][0, 1] = t["sample_logprobs"][0, 0] - 0.5
+
+
+def _tiny_tail(t: dict[str, np.ndarray]) -> None:
+    t["tail_logmass"][0] = np.log(1e-4)
+
+
+TAMPERED = {
+    "sampled token inside the top-k": (
+        _set("sample_ids", (0, 0), lambda t: t["topk_ids"][0, 1]),
+        "inside the stored top-k",
+    ),
+    "positive log-prob": (_set("sample_logprobs", (0, 0), lambda t: 0.5), "above 0"),
+    "NaN log-prob": (_set("sample_logprobs", (0, 0), lambda t: np.nan), "NaN"),
+    "sampled token likelier than the top-k": (
+        _set("sample_logprobs", (0, 0), lambda t: t["topk_logprobs"][0, -1] + 0.1),
+        "more likely than the least likely top-k token",
+    ),
+    "duplicate id, two log-probs": (_duplicate, "drawn twice"),
+    "samples outweigh the tail": (_tiny_tail, "more probability than the tail mass"),
+    "id beyond the vocabulary": (
+        _set("sample_ids", (0, 0), lambda t: VOCAB + 3),
+        "outside the vocabulary",
+    ),
+    "top-k out of order": (
+        _set("topk_logprobs", (0, 1), lambda t: t["topk_logprobs"][0, 0] + 0.01),
+        "descending",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_consistently_rehashed_tampering_is_refused(tmp_path: Path, case: str) -> None:
+    """Values no recorder writes are refused even when the payload hash was recomputed."""
+    edit, message = TAMPERED[case]
+    path = _rehashed(_write(tmp_path / "ref.safetensors"), edit)
+    with pytest.raises(BaselineError, match=message) as info:
+        load_pack(path)
+    assert info.value.exit_code == ExitCode.USAGE_ERROR == 4
+    assert "\n" not in info.value.format_line()
+
+
+def test_a_token_drawn_twice_with_one_log_prob_is_valid(tmp_path: Path) -> None:
+    """Draws are with replacement: a repeated token (same log-prob) is a legitimate sample."""
+
+    def repeat(t: dict[str, np.ndarray]) -> None:
+        t["sample_ids"][0, 1] = t["sample_ids"][0, 0]
+        t["sample_logprobs"][0, 1] = t["sample_logprobs"][0, 0]
+
+    pack = load_pack(_rehashed(_write(tmp_path / "ref.safetensors"), repeat))
+    assert pack.samples(0)[0][0, 0] == pack.samples(0)[0][0, 1]
 
 
 @pytest.mark.parametrize("keep", [0, 5, 100, -1])
@@ -276,6 +403,58 @@ def test_payload_hash_covers_dtype_and_shape() -> None:
 def test_bytes_per_token(tmp_path: Path) -> None:
     path = _write(tmp_path / "ref.safetensors")
     per_token = pack_bytes_per_token(path, 11)
-    # per output token: K ids (2 B) + K log-probs (4 B) + tail (4 B) + id (2 B), plus header/prompts
-    assert per_token >= K * 6 + 6
+    # per output token: K + M ids (2 B) and log-probs (4 B), tail (4 B), id (2 B), + header/prompts
+    assert per_token >= payload_bytes_per_token(K, M, VOCAB) == (K + M) * 6 + 6
     assert per_token == path.stat().st_size / 11
+
+
+#: Per-output-token payload at the defaults k = 32, m = 64, float32 log-probs (16-bit ids
+#: up to a 65,536-token vocabulary, 32-bit beyond).
+FORMAT_BYTES = {4096: 582, 32_000: 582, 128_256: 776}
+
+
+@pytest.mark.parametrize("vocab", sorted(FORMAT_BYTES))
+def test_bytes_per_token_against_full_logits(tmp_path: Path, vocab: int) -> None:
+    """A v3 pack (k = 32, m = 64) against full-vocabulary float16 logits.
+
+    From the format: 582 B per token up to a 64k vocabulary (1/14 of 8,192 B at
+    4,096; 1/110 of 64,000 B at 32k) and 776 B with 32-bit ids (1/330 of
+    256,512 B at 128k). The written pack's per-position tensors hold exactly
+    that many bytes, and with prompts and header it stays under 1/100 from 32k up.
+    """
+    k, m = 32, 64
+    formula = payload_bytes_per_token(k, m, vocab)
+    assert formula == FORMAT_BYTES[vocab]
+    rng = np.random.default_rng(vocab)
+    entries = []
+    for j in range(4):  # four prompts of 32 output tokens over the full vocabulary
+        lp = _log_softmax(rng.normal(0.0, 2.0, size=(32, vocab)))
+        meta = PackPrompt(f"p{j}", "chat", "short", 16, 32)
+        prompt = rng.integers(vocab - 1000, vocab, 16)  # high ids: 32-bit storage past 65,536
+        entries.append(_entry_from_rows(meta, prompt, lp, k=k, m=m, seed=j))
+    path = write_pack(
+        tmp_path / "ref.safetensors",
+        entries,
+        k=k,
+        m=m,
+        max_new_tokens=32,
+        tokenizer_sha256=None,
+        prompt_set_sha256=None,
+        vocab_size=vocab,
+    )
+    pack = load_pack(path)
+    per_position = ("output_ids", "topk_ids", "topk_logprobs", "tail_logmass")
+    stored = sum(pack.tensors[n].nbytes for n in ("sample_ids", "sample_logprobs"))
+    stored += sum(pack.tensors[n].nbytes for n in per_position)
+    on_disk_ids = 2 if vocab <= 65_536 else 4
+    # in memory ids are int32 (4 B): count them at their on-disk width
+    id_count = sum(pack.tensors[n].size for n in ("output_ids", "topk_ids", "sample_ids"))
+    stored += id_count * (on_disk_ids - 4)
+    assert stored == formula * pack.n_output_tokens
+    file_per_token = pack_bytes_per_token(path, pack.n_output_tokens)
+    assert formula < file_per_token < formula + 32  # prompts, offsets and header
+    ratio = file_per_token / full_logits_bytes_per_token(vocab)
+    if vocab >= 32_000:
+        assert ratio <= 1 / 100
+    else:
+        assert ratio > 1 / 100  # the demo model's 4,096 tokens are too few for the target

@@ -88,13 +88,13 @@ def _store(
         run.model_slug,
         options.label or "",
         measured,
-        {**candidate, "tier_settings": storable_settings(run.tier_settings)},
+        {**candidate, **run.provenance, "tier_settings": storable_settings(run.tier_settings)},
         env,
         run.artifacts,
+        refs=(options.ref,) if options.ref else (),
     )
     out = [*lines, f"gate: stored baseline {stored.display} at {stored.path}"]
     if options.ref:
-        inputs.store.promote(run.model_slug, options.ref, stored.number)
         out.append(f"gate: ref {options.ref} -> #{stored.number:04d}")
     return SessionEnd(int(ExitCode.OK), out)
 

@@ -58,6 +58,8 @@ class GateRun:
     baselines: Mapping[str, Baseline] = field(default_factory=dict)
     measurements: dict[str, Measurement] = field(default_factory=dict)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    #: Flat facts a tier reports about how it measured (stored in a new baseline's provenance).
+    provenance: dict[str, Any] = field(default_factory=dict)
     #: Loads another build ``(model, recipe)`` through the same seam as ``backend``.
     build_loader: Callable[[str, str | None], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
@@ -135,6 +137,10 @@ class GateRun:
         if name in self.artifacts:
             raise DataError(f"artifact {name!r} attached twice", "attach each artifact once")
         self.artifacts[name] = Path(path)
+
+    def note_provenance(self, facts: Mapping[str, Any]) -> None:
+        """Scalar facts for the new baseline's provenance (record mode), e.g. prompts a recorder cut."""
+        self.provenance.update(facts)
 
     def baseline_artifact(self, name: str) -> Path:
         """Path of artifact ``name`` of the first baseline (hash-checked)."""

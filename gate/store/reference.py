@@ -4,30 +4,42 @@ With a pack, a candidate run never loads the baseline model (docs/contracts.md
 "Reference packs"): one teacher-forced pass of the candidate over
 ``prompt + reference output`` is the whole fidelity cost.
 
-File format (version 2)
+File format (version 3)
 -----------------------
 One `safetensors <https://github.com/huggingface/safetensors>`_ file. Its
 tensors are flat, with offsets delimiting prompt ``j`` (``N`` prompts,
-``L = sum of output lengths``, ``k`` = top-k):
+``L = sum of output lengths``, ``k`` = top-k, ``m`` = sampled tail tokens):
 
-============== ======================= ===================================================
-tensor         dtype / shape           content
-============== ======================= ===================================================
-prompt_offsets int64   ``[N + 1]``     prompt ``j`` is ``prompt_ids[o[j]:o[j+1]]``
-prompt_ids     ID      ``[sum P]``     chat-templated prompt token ids
-output_offsets int64   ``[N + 1]``     output ``j`` is ``output_ids[o[j]:o[j+1]]``
-output_ids     ID      ``[L]``         the baseline's greedy output ``y`` (new tokens only)
-topk_ids       ID      ``[L, k]``      baseline top-k token ids at each output position,
-                                       most likely first, ties towards lower ids
-topk_logprobs  float32 ``[L, k]``      their natural-log probabilities (float16 allowed)
-tail_logmass   float32 ``[L]``         ``log(1 - sum of the top-k probabilities)``, summed
-                                       over the excluded tokens of the full row
-============== ======================= ===================================================
+=============== ======================= ==================================================
+tensor          dtype / shape           content
+=============== ======================= ==================================================
+prompt_offsets  int64   ``[N + 1]``     prompt ``j`` is ``prompt_ids[o[j]:o[j+1]]``
+prompt_ids      ID      ``[sum P]``     chat-templated prompt token ids
+output_offsets  int64   ``[N + 1]``     output ``j`` is ``output_ids[o[j]:o[j+1]]``
+output_ids      ID      ``[L]``         the baseline's greedy output ``y`` (new tokens only)
+topk_ids        ID      ``[L, k]``      baseline top-k token ids at each output position,
+                                        most likely first, ties towards lower ids
+topk_logprobs   LP      ``[L, k]``      their natural-log probabilities
+tail_logmass    float32 ``[L]``         ``log(1 - sum of the top-k probabilities)``, summed
+                                        over the excluded tokens of the full row
+sample_ids      ID      ``[L, m]``      (v3) ``m`` tokens drawn i.i.d. with replacement
+                                        from the baseline's tail ``p_b(v) / P`` outside the
+                                        top-k (seeded; ascending ids; a token drawn twice
+                                        appears twice)
+sample_logprobs LP      ``[L, m]``      (v3) their baseline log-probabilities
+=============== ======================= ==================================================
 
 ``ID`` is ``uint16`` when every token id is below 65,536 (vocabularies up to 64k:
-a quarter of a k = 32 pack's bytes per token are ids, and this halves them), else
-``int32`` (version 1 packs always used ``int32``; both versions are read, and
-token ids are ``int32`` in memory either way).
+this halves the ids' bytes), else ``int32``; ``LP`` is ``float32`` (default) or
+``float16``. Token ids are ``int32`` and log-probs ``float32`` in memory.
+Bytes per output token (:func:`payload_bytes_per_token`):
+``id (1 + k + m) + lp (k + m) + 4``; at the defaults ``k = 32, m = 64``, 16-bit
+ids and float32 log-probs, 582 B (full-vocabulary float16 logits: ``2 V``).
+
+Versions 1 and 2 have no sampled tail (``m = 0``); version 1 stored ids as
+``int32``. All three are read. Without samples the pack's KL is the top-k +
+tail-bucket lower bound; with them it is an unbiased estimate with its standard
+error (:func:`gate.metrics.fidelity.sampled_tail_kl`).
 
 Invariant: ``output_ids == topk_ids[:, 0]``. The recorder keeps, per prompt,
 the longest prefix of the generated output that the baseline's own batched
@@ -37,19 +49,26 @@ compared with itself has CGA exactly 1 and KL exactly 0.
 
 The safetensors metadata holds one key, ``gate_reference_pack``, a JSON header::
 
-    {"format": "gate-reference-pack", "version": 2, "k": 32, "max_new_tokens": 128,
+    {"format": "gate-reference-pack", "version": 3, "k": 32, "m": 32,
+     "sample_seed": 0, "vocab_size": 4096, "max_new_tokens": 128,
      "logprob_dtype": "float32", "id_dtype": "uint16",
      "tokenizer_sha256": "...", "prompt_set_sha256": "...",
      "model": {provenance of the baseline}, "payload_sha256": "...",
      "prompts": [{"id": "...", "category": "code", "length": "short",
-                  "n_prompt": 41, "n_output": 128, "truncated": false}, ...]}
+                  "n_prompt": 41, "n_output": 128, "truncated": false,
+                  "n_generated": 128}, ...]}
 
 ``payload_sha256`` hashes, for every tensor in name order, its name, dtype,
 shape and little-endian bytes. Loading refuses (``BaselineError``, exit 4) an
 unreadable or truncated file, another format or a newer version, a payload
 whose hash differs (tampering), inconsistent offsets, or a broken invariant;
-:func:`check_compatible` refuses a pack recorded with another tokenizer or on
-another prompt set.
+and, since a hash can be recomputed by whoever edits a file, values that no
+recorder writes: a token id outside the vocabulary, a log-probability above 0
+or NaN, top-k log-probs out of order, a sampled token inside its position's
+top-k or more likely than the least likely top-k token, one token drawn twice
+at a position with two different log-probs, or sampled tokens whose distinct
+probabilities add up to more than the tail mass. :func:`check_compatible`
+refuses a pack recorded with another tokenizer or on another prompt set.
 """
 
 from __future__ import annotations
@@ -68,14 +87,16 @@ from gate.errors import BaselineError, DataError
 from gate.store.atomic import write_atomic
 
 PACK_FORMAT = "gate-reference-pack"
-PACK_VERSION = 2
+PACK_VERSION = 3
+#: The first version with a sampled tail (``sample_ids``, ``sample_logprobs``).
+SAMPLED_TAIL_VERSION = 3
 METADATA_KEY = "gate_reference_pack"
 LOGPROB_DTYPES: Mapping[str, type[np.floating[Any]]] = {
     "float32": np.float32,
     "float16": np.float16,
 }
 #: Token-id tensors: stored as :data:`ID_DTYPES`, held as ``int32`` once loaded.
-_ID_TENSORS = ("prompt_ids", "output_ids", "topk_ids")
+_ID_TENSORS = ("prompt_ids", "output_ids", "topk_ids", "sample_ids")
 ID_DTYPES: Mapping[str, type[np.integer[Any]]] = {"uint16": np.uint16, "int32": np.int32}
 _TENSORS = (
     "prompt_offsets",
@@ -86,6 +107,7 @@ _TENSORS = (
     "topk_logprobs",
     "tail_logmass",
 )
+_SAMPLE_TENSORS = ("sample_ids", "sample_logprobs")
 
 
 class PromptLike(Protocol):
@@ -115,6 +137,8 @@ class PackPrompt:
     n_output: int
     #: True when the generated output was cut where the baseline's scorer disagreed.
     truncated: bool = False
+    #: Tokens generated before any cut (None in packs older than version 3).
+    n_generated: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +151,31 @@ class PackEntry:
     topk_ids: np.ndarray
     topk_logprobs: np.ndarray
     tail_logmass: np.ndarray
+    #: ``[T, m]`` sampled tail token ids (None: no sampled tail, ``m = 0``).
+    sample_ids: np.ndarray | None = None
+    #: ``[T, m]`` their baseline log-probabilities.
+    sample_logprobs: np.ndarray | None = None
+
+    def samples(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(sample_ids, sample_logprobs)``, ``[T, 0]`` arrays when there are none."""
+        t = int(self.output_ids.shape[0])
+        if self.sample_ids is None or self.sample_logprobs is None:
+            return np.zeros((t, m), dtype=np.int64), np.zeros((t, m), dtype=np.float32)
+        return self.sample_ids, self.sample_logprobs
+
+
+@dataclass(frozen=True)
+class RecordingSummary:
+    """What the recorder cut or dropped, from a pack's header (for provenance and reports)."""
+
+    #: Prompts in the pack.
+    prompts: int
+    #: Prompts whose generated output was cut at the baseline's first self-disagreement.
+    truncated: int
+    #: Prompts left with no output token at all (never scored).
+    empty: int
+    #: Generated tokens removed by the cuts (None when the pack predates version 3).
+    tokens_cut: int | None
 
 
 @dataclass(frozen=True)
@@ -142,6 +191,14 @@ class ReferencePack:
     model: Mapping[str, Any]
     prompts: tuple[PackPrompt, ...]
     tensors: Mapping[str, np.ndarray] = field(repr=False)
+    #: Format version of the file (1, 2 or 3).
+    version: int = PACK_VERSION
+    #: Sampled tail tokens per output position (0: no sampled tail, the KL is the bound).
+    m: int = 0
+    #: Seed of the tail draws (None without a sampled tail).
+    sample_seed: int | None = None
+    #: Vocabulary size of the baseline's rows (None in packs older than version 3).
+    vocab_size: int | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -170,6 +227,38 @@ class ReferencePack:
         tail = self._slice("tail_logmass", "output_offsets", j)
         return ids, lps, tail
 
+    def samples(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Prompt ``j``'s ``(sample_ids [T, m], sample_logprobs [T, m] float32)``.
+
+        ``[T, 0]`` arrays for a pack without a sampled tail.
+        """
+        if self.m == 0:
+            t = int(self.output_ids(j).shape[0])
+            return np.zeros((t, 0), dtype=np.int32), np.zeros((t, 0), dtype=np.float32)
+        ids = self._slice("sample_ids", "output_offsets", j)
+        lps = self._slice("sample_logprobs", "output_offsets", j).astype(np.float32)
+        return ids, lps
+
+    @property
+    def kl_kind(self) -> str:
+        """``"estimate"`` with a sampled tail, else ``"bound"`` (versions 1 and 2, ``m = 0``)."""
+        return "estimate" if self.m > 0 else "bound"
+
+    def recording_summary(self) -> RecordingSummary:
+        """How many prompts the recorder cut or left empty, and the tokens it cut."""
+        known = [p.n_generated for p in self.prompts]
+        cut = (
+            sum(int(g) - p.n_output for g, p in zip(known, self.prompts, strict=True) if g)
+            if all(g is not None for g in known)
+            else None
+        )
+        return RecordingSummary(
+            prompts=len(self.prompts),
+            truncated=sum(1 for p in self.prompts if p.truncated),
+            empty=sum(1 for p in self.prompts if p.n_output == 0),
+            tokens_cut=cut,
+        )
+
 
 def prompt_set_sha256(prompts: Sequence[PromptLike]) -> str:
     """sha256 of the prompts' ``(id, category, length, text)`` records, in order (canonical JSON)."""
@@ -193,15 +282,38 @@ def payload_sha256(tensors: Mapping[str, np.ndarray]) -> str:
 
 def id_dtype_for(entries: Sequence[PackEntry]) -> str:
     """``"uint16"`` when every token id of ``entries`` fits in it, else ``"int32"``."""
-    arrays = [a for e in entries for a in (e.prompt_ids, e.output_ids, e.topk_ids) if a.size]
+    arrays = [
+        a
+        for e in entries
+        for a in (e.prompt_ids, e.output_ids, e.topk_ids, e.sample_ids)
+        if a is not None and a.size
+    ]
     fits = all(int(a.min()) >= 0 and int(a.max()) <= np.iinfo(np.uint16).max for a in arrays)
     return "uint16" if fits else "int32"
 
 
+def payload_bytes_per_token(k: int, m: int, vocab_size: int, logprob_dtype: str = "float32") -> int:
+    """Bytes a pack stores per output token: ``id (1 + k + m) + lp (k + m) + 4``.
+
+    The output id, ``k`` top-k ids and log-probs, the float32 tail mass, ``m``
+    sampled ids and log-probs; ids take 2 bytes when the vocabulary fits in
+    ``uint16`` (``V <= 65,536``), else 4. Prompts, offsets and the header come
+    on top (a few bytes per token, measured by :func:`pack_bytes_per_token`).
+    """
+    id_bytes = 2 if vocab_size <= np.iinfo(np.uint16).max + 1 else 4
+    lp_bytes = np.dtype(LOGPROB_DTYPES[logprob_dtype]).itemsize
+    return id_bytes * (1 + k + m) + lp_bytes * (k + m) + 4
+
+
+def full_logits_bytes_per_token(vocab_size: int) -> int:
+    """Bytes of one full-vocabulary float16 logit row (what llama.cpp's KL mode stores)."""
+    return 2 * vocab_size
+
+
 def build_tensors(
-    entries: Sequence[PackEntry], *, k: int, logprob_dtype: str = "float32"
+    entries: Sequence[PackEntry], *, k: int, m: int = 0, logprob_dtype: str = "float32"
 ) -> dict[str, np.ndarray]:
-    """Concatenate per-prompt arrays into the flat tensors of the format."""
+    """Concatenate per-prompt arrays into the flat tensors of the format (``m`` samples)."""
     if logprob_dtype not in LOGPROB_DTYPES:
         raise DataError(
             f"unknown log-prob dtype {logprob_dtype!r}", f"use one of {', '.join(LOGPROB_DTYPES)}"
@@ -226,7 +338,15 @@ def build_tensors(
                 f"pack entry {e.meta.id!r} has inconsistent shapes",
                 f"expected [{t}, {k}] top-k arrays and [{t}] tail masses",
             )
+        sample_ids, sample_lps = e.samples(m)
+        if sample_ids.shape != (t, m) or sample_lps.shape != (t, m):
+            raise DataError(
+                f"pack entry {e.meta.id!r} has inconsistent sampled-tail shapes",
+                f"expected [{t}, {m}] sample arrays",
+            )
     ids = ID_DTYPES[id_dtype_for(entries)]
+    lp = LOGPROB_DTYPES[logprob_dtype]
+    samples = [e.samples(m) for e in entries]
     return {
         "prompt_offsets": offsets([int(e.prompt_ids.shape[0]) for e in entries]),
         "prompt_ids": cat([e.prompt_ids for e in entries], ids, ()),
@@ -237,6 +357,8 @@ def build_tensors(
             [e.topk_logprobs for e in entries], LOGPROB_DTYPES[logprob_dtype], (k,)
         ),
         "tail_logmass": cat([e.tail_logmass for e in entries], np.float32, ()),
+        "sample_ids": cat([ids_ for ids_, _ in samples], ids, (m,)),
+        "sample_logprobs": cat([lps for _, lps in samples], lp, (m,)),
     }
 
 
@@ -250,8 +372,16 @@ def write_pack(
     prompt_set_sha256: str | None,
     model: Mapping[str, Any] | None = None,
     logprob_dtype: str = "float32",
+    m: int = 0,
+    sample_seed: int | None = None,
+    vocab_size: int | None = None,
 ) -> Path:
-    """Write a pack atomically; returns ``path``. Refuses an empty pack (:class:`DataError`)."""
+    """Write a version-3 pack atomically; returns ``path``. Refuses an empty pack (:class:`DataError`).
+
+    ``m`` sampled tail tokens per position (0: none, the KL read from the pack
+    is then the lower bound), drawn with ``sample_seed``; ``vocab_size`` lets
+    loading refuse out-of-vocabulary ids.
+    """
     from safetensors.numpy import save
 
     if not entries or sum(int(e.output_ids.shape[0]) for e in entries) == 0:
@@ -259,11 +389,14 @@ def write_pack(
             "nothing to store in the reference pack: no prompt produced any output token",
             "check the prompt set and that the baseline generates text",
         )
-    tensors = build_tensors(entries, k=k, logprob_dtype=logprob_dtype)
+    tensors = build_tensors(entries, k=k, m=m, logprob_dtype=logprob_dtype)
     header = {
         "format": PACK_FORMAT,
         "version": PACK_VERSION,
         "k": k,
+        "m": m,
+        "sample_seed": sample_seed,
+        "vocab_size": vocab_size,
         "max_new_tokens": max_new_tokens,
         "logprob_dtype": logprob_dtype,
         "id_dtype": str(tensors["topk_ids"].dtype),
@@ -326,18 +459,22 @@ def load_pack(path: Path) -> ReferencePack:
         tensors = load(data)
     except (SafetensorError, ValueError, OSError) as exc:
         raise _refuse(path, f"file is truncated or corrupt ({str(exc).splitlines()[0]})") from None
-    missing = [name for name in _TENSORS if name not in tensors]
+    required = _TENSORS + (_SAMPLE_TENSORS if version >= SAMPLED_TAIL_VERSION else ())
+    missing = [name for name in required if name not in tensors]
     if missing:
         raise _refuse(path, f"missing tensors {', '.join(missing)}")
     if payload_sha256(tensors) != header.get("payload_sha256"):
         raise _refuse(path, "payload hash mismatch: the file was modified or damaged")
-    for name in _ID_TENSORS:
+    for name in (n for n in _ID_TENSORS if n in tensors):
         if str(tensors[name].dtype) not in ID_DTYPES:
             raise _refuse(path, f"{name} has dtype {tensors[name].dtype}, not a token-id dtype")
         tensors[name] = tensors[name].astype(np.int32)
     try:
         k = int(header["k"])
         prompts = tuple(PackPrompt(**p) for p in header["prompts"])
+        sampled = version >= SAMPLED_TAIL_VERSION
+        vocab = header.get("vocab_size") if sampled else None
+        seed = header.get("sample_seed") if sampled else None
         pack = ReferencePack(
             path=path,
             k=k,
@@ -348,6 +485,10 @@ def load_pack(path: Path) -> ReferencePack:
             model=dict(header.get("model") or {}),
             prompts=prompts,
             tensors=tensors,
+            version=version,
+            m=int(header["m"]) if sampled else 0,
+            sample_seed=None if seed is None else int(seed),
+            vocab_size=None if vocab is None else int(vocab),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _refuse(path, f"malformed pack header ({exc})") from None
@@ -373,6 +514,12 @@ def _check_structure(pack: ReferencePack) -> None:
         raise _refuse(path, "top-k tensors do not match the output length and k")
     if t["tail_logmass"].shape != (length,):
         raise _refuse(path, "tail_logmass does not match the output length")
+    if pack.logprob_dtype not in LOGPROB_DTYPES or pack.k < 1 or pack.m < 0:
+        raise _refuse(path, "malformed pack header (logprob_dtype, k or m)")
+    if pack.version >= SAMPLED_TAIL_VERSION and (
+        t["sample_ids"].shape != (length, pack.m) or t["sample_logprobs"].shape != (length, pack.m)
+    ):
+        raise _refuse(path, "sampled-tail tensors do not match the output length and m")
     out_lens = np.diff(t["output_offsets"])
     prompt_lens = np.diff(t["prompt_offsets"])
     for j, p in enumerate(pack.prompts):
@@ -380,6 +527,68 @@ def _check_structure(pack: ReferencePack) -> None:
             raise _refuse(path, f"header lengths of prompt {p.id!r} do not match the tensors")
     if length and not np.array_equal(t["output_ids"], t["topk_ids"][:, 0]):
         raise _refuse(path, "reference outputs are not the baseline's top-1 tokens")
+    _check_values(pack, path)
+
+
+#: Rows checked at a time for the sampled tail (bounds the ``[rows, m, k]`` comparison).
+_CHECK_CHUNK = 2048
+
+
+def _check_values(pack: ReferencePack, path: Path) -> None:
+    """Refuse values no recorder writes (a consistently re-hashed edit still fails here)."""
+    t = pack.tensors
+    for name in (n for n in _ID_TENSORS if n in t):
+        ids = t[name]
+        if ids.size and (
+            int(ids.min()) < 0 or (pack.vocab_size and int(ids.max()) >= pack.vocab_size)
+        ):
+            raise _refuse(path, f"{name} holds a token id outside the vocabulary")
+    top = t["topk_logprobs"].astype(np.float32)
+    if np.isnan(top).any() or (top > 0.0).any():
+        raise _refuse(path, "top-k log-probabilities are NaN or above 0")
+    if top.shape[1] > 1 and (np.diff(top, axis=1) > 0.0).any():
+        raise _refuse(path, "top-k log-probabilities are not in descending order")
+    if np.isnan(t["tail_logmass"]).any() or (t["tail_logmass"] > 0.0).any():
+        raise _refuse(path, "tail masses are NaN or above 1")
+    if pack.m == 0 or t["output_ids"].shape[0] == 0:
+        return
+    for start in range(0, t["output_ids"].shape[0], _CHECK_CHUNK):
+        rows = slice(start, start + _CHECK_CHUNK)
+        problem = _sample_problem(
+            t["sample_ids"][rows],
+            t["sample_logprobs"][rows].astype(np.float64),
+            t["topk_ids"][rows],
+            top[rows],
+            t["tail_logmass"][rows].astype(np.float64),
+        )
+        if problem:
+            raise _refuse(path, problem)
+
+
+def _sample_problem(
+    ids: np.ndarray, lps: np.ndarray, top_ids: np.ndarray, top_lps: np.ndarray, tail: np.ndarray
+) -> str | None:
+    """Why these sampled-tail rows cannot come from the recorder, or None."""
+    if np.isnan(lps).any() or (lps > 0.0).any():
+        return "sampled tail log-probabilities are NaN or above 0"
+    if (np.isneginf(lps) & np.isfinite(tail)[:, None]).any():
+        return "a sampled tail token has zero probability"
+    if (ids[:, :, None] == top_ids[:, None, :]).any():
+        return "sampled tail tokens fall inside the stored top-k"
+    if (lps > top_lps[:, -1:].astype(np.float64)).any():
+        return "a sampled tail token is more likely than the least likely top-k token"
+    order = np.argsort(ids, axis=-1, kind="stable")
+    ids_sorted = np.take_along_axis(ids, order, axis=-1)
+    lps_sorted = np.take_along_axis(lps, order, axis=-1)
+    again = ids_sorted[:, 1:] == ids_sorted[:, :-1]
+    if (again & (lps_sorted[:, 1:] != lps_sorted[:, :-1])).any():
+        return "a token drawn twice at one position carries two different log-probabilities"
+    first = np.concatenate([np.ones_like(again[:, :1]), ~again], axis=-1)
+    distinct_mass = np.where(first, np.exp(lps_sorted), 0.0).sum(axis=-1)
+    # float16 storage rounds each log-prob by up to ~0.4 %: allow 1 % above the tail mass
+    if (distinct_mass > 1.01 * np.exp(tail) + 1e-12).any():
+        return "sampled tail tokens hold more probability than the tail mass"
+    return None
 
 
 def check_compatible(

@@ -1,8 +1,9 @@
 """The fidelity tier: record a reference pack, then measure a candidate against it.
 
 ``record`` runs the *baseline*: greedy outputs on the fidelity prompts, then one
-batched teacher-forced pass over ``prompt + output`` for the top-k log-probs
-and tail masses, written as a reference pack (:mod:`gate.store.reference`).
+batched teacher-forced pass over ``prompt + output`` for the top-k log-probs,
+tail masses and sampled tail tokens, written as a reference pack
+(:mod:`gate.store.reference`).
 
 ``measure`` runs the *candidate*: the same batched teacher-forced pass over the
 pack's ``prompt + reference output`` (never the baseline model, unless a live
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gate.errors import DataError, ModelLoadError
+from gate.errors import BaselineError, DataError, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
@@ -34,6 +35,7 @@ from gate.store.reference import (
     PackEntry,
     PackPrompt,
     PromptLike,
+    RecordingSummary,
     ReferencePack,
     check_compatible,
     check_prompt_ids,
@@ -70,8 +72,17 @@ class FidelitySettings:
     live_baseline: str | None = None
     #: Prompt-set JSONL; None is the packaged fidelity prompt set.
     prompts: Path | None = None
-    #: Storage precision of the pack's top-k log-probs.
+    #: Storage precision of the pack's top-k and sampled-tail log-probs.
     logprob_dtype: Literal["float32", "float16"] = "float32"
+    #: Tokens drawn per output position from the baseline's tail beyond its top-k
+    #: (pack format v3): the KL read from the pack is then an unbiased estimate
+    #: with its standard error. 0 records no samples (the KL is the lower bound).
+    tail_samples: int = 64
+    #: Seed of the tail draws (prompt ``j`` draws with ``numpy`` seed ``[tail_seed, j]``).
+    tail_seed: int = 0
+    #: Score from the second output token, as the released FidBench code does;
+    #: the default (false) counts every position, as the CGA paper's eq. 5 does.
+    skip_first_token: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "top_k", "batch_size"):
@@ -81,6 +92,13 @@ class FidelitySettings:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
         if self.top_k < CGA_K:
             raise ValueError(f"top_k must be >= {CGA_K}, got {self.top_k}")
+        if self.tail_samples < 0 or self.tail_samples == 1:
+            raise ValueError(
+                f"tail_samples must be 0 or >= 2 (a standard error needs two draws), "
+                f"got {self.tail_samples}"
+            )
+        if self.tail_seed < 0:
+            raise ValueError(f"tail_seed must be >= 0, got {self.tail_seed}")
 
 
 def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
@@ -170,6 +188,15 @@ def record(
     position where the baseline's own batched teacher-forced argmax differs
     from the generated token (re-scored until stable), so the pack's invariant
     ``output_ids == topk_ids[:, 0]`` holds on the scorer the candidate uses.
+    The pack's header records each cut (``truncated``, ``n_generated``), and a
+    prompt cut to nothing stays in the pack with no output (it is not scored);
+    :func:`recording_provenance` counts both.
+
+    Per output position the pack stores the top-k, the tail mass and
+    ``settings.tail_samples`` tokens drawn from the tail (prompt ``j`` with the
+    generator seeded ``[tail_seed, j]``, :func:`gate.metrics.fidelity.draw_tail_samples`),
+    sorted by id, with their log-probs. When the top-k covers the whole
+    vocabulary there is no tail and no samples are stored.
     """
     if not prompts:
         raise DataError("the fidelity prompt set is empty", "give at least one prompt")
@@ -181,6 +208,7 @@ def record(
         prompt_ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size
     )
     outputs = [list(o) for o in outputs]
+    generated = [len(o) for o in outputs]
     truncated = [False] * len(prompts)
     rows_by_prompt: dict[int, np.ndarray] = {}
     for _ in range(_MAX_RECORD_ROUNDS):
@@ -209,6 +237,8 @@ def record(
             "the baseline's teacher-forced argmax did not settle while recording",
             "record on a deterministic device (CPU, or CUDA with deterministic kernels)",
         )
+    vocab = next((int(r.shape[-1]) for r in rows_by_prompt.values()), None)
+    m = settings.tail_samples if vocab is None or settings.top_k < vocab else 0
     entries = []
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
         out = np.asarray(outputs[i], dtype=np.int64)
@@ -216,10 +246,15 @@ def record(
             rows = rows_by_prompt[i]
             top_ids, top_lps = fm.topk_of_rows(rows, settings.top_k)
             tail = fm.tail_logmass(rows, top_ids)
+            rng = np.random.default_rng([settings.tail_seed, i])
+            sample_ids = np.sort(fm.draw_tail_samples(rows, top_ids, m, rng), axis=-1)
+            sample_lps = np.take_along_axis(rows, sample_ids, axis=-1)
         else:
             top_ids = np.zeros((0, settings.top_k), dtype=np.int64)
             top_lps = np.zeros((0, settings.top_k), dtype=np.float32)
             tail = np.zeros((0,), dtype=np.float32)
+            sample_ids = np.zeros((0, m), dtype=np.int64)
+            sample_lps = np.zeros((0, m), dtype=np.float32)
         meta = PackPrompt(
             id=prompt.id,
             category=prompt.category,
@@ -227,8 +262,20 @@ def record(
             n_prompt=len(ids),
             n_output=int(out.size),
             truncated=truncated[i],
+            n_generated=generated[i],
         )
-        entries.append(PackEntry(meta, np.asarray(ids), out, top_ids, top_lps, np.asarray(tail)))
+        entries.append(
+            PackEntry(
+                meta,
+                np.asarray(ids),
+                out,
+                top_ids,
+                top_lps,
+                np.asarray(tail),
+                sample_ids,
+                sample_lps,
+            )
+        )
     provenance = backend.provenance()
     return write_pack(
         path,
@@ -243,7 +290,31 @@ def record(
             if key in provenance
         },
         logprob_dtype=settings.logprob_dtype,
+        m=m,
+        sample_seed=settings.tail_seed if m else None,
+        vocab_size=vocab,
     )
+
+
+def recording_provenance(pack: ReferencePack) -> dict[str, Any]:
+    """What the recorder cut or dropped, as flat provenance entries of the new baseline.
+
+    ``fidelity_prompts_truncated``: prompts whose output was cut at the
+    baseline's first self-disagreement (its batched teacher-forced argmax
+    differs from the generated token); ``fidelity_prompts_empty``: prompts cut
+    to nothing (or that generated nothing), kept in the pack but never scored;
+    ``fidelity_tokens_cut``: generated tokens the cuts removed.
+    """
+    summary = pack.recording_summary()
+    out: dict[str, Any] = {
+        "fidelity_pack": f"v{pack.version}, k={pack.k}, m={pack.m}",
+        "fidelity_prompts": summary.prompts,
+        "fidelity_prompts_truncated": summary.truncated,
+        "fidelity_prompts_empty": summary.empty,
+    }
+    if summary.tokens_cut is not None:
+        out["fidelity_tokens_cut"] = summary.tokens_cut
+    return out
 
 
 # -------------------------------------------------------------------------- measure
@@ -293,7 +364,10 @@ def score_pack(
     """Teacher-forced candidate scores against the pack, one batched pass per prompt.
 
     With ``baseline_backend`` the baseline is scored live on the same tokens
-    and the KL is exact; otherwise it comes from the pack's top-k plus tail.
+    and the KL is exact; otherwise it comes from the pack: the sampled-tail
+    estimate (format v3), or the top-k + tail-bucket lower bound (v1, v2).
+    ``settings.skip_first_token`` drops each prompt's first position; a prompt
+    left with no position is not scored.
     """
     count = len(pack) if settings.limit is None else min(settings.limit, len(pack))
     requests = [
@@ -309,6 +383,8 @@ def score_pack(
         backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
     ):
         ids, lps, tail = pack.topk(j)
+        sample_ids, sample_lps = pack.samples(j)
+        _check_ids_fit(pack, rows.shape[-1], ids, sample_ids)
         positions = fm.score_positions(
             pack.output_ids(j),
             ids,
@@ -316,10 +392,15 @@ def score_pack(
             tail,
             rows,
             base_full_logprobs=base_rows.get(j),
+            base_sample_ids=sample_ids,
+            base_sample_logprobs=sample_lps,
             cga_k=CGA_K,
             logprob_dtype=LOGPROB_DTYPES[pack.logprob_dtype],
         )
-        results.append(PromptScores(j, pack.prompts[j], positions))
+        if settings.skip_first_token:
+            positions = positions.from_position(1)
+        if positions.length:
+            results.append(PromptScores(j, pack.prompts[j], positions))
     if not results:
         raise DataError(
             "the reference pack has no output tokens to score",
@@ -327,6 +408,16 @@ def score_pack(
         )
     results.sort(key=lambda r: r.index)
     return results
+
+
+def _check_ids_fit(pack: ReferencePack, vocab: int, *arrays: np.ndarray) -> None:
+    """Refuse a pack whose token ids do not exist in the candidate's vocabulary."""
+    if any(a.size and int(a.max()) >= vocab for a in arrays):
+        raise BaselineError(
+            f"reference pack {pack.path or '<memory>'}: token ids beyond the candidate's "
+            f"vocabulary of {vocab}",
+            "the pack comes from another tokenizer; a candidate must share the baseline's",
+        )
 
 
 def _groups(results: Sequence[PromptScores]) -> dict[str, list[int]]:
@@ -341,22 +432,51 @@ def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str)
     return np.concatenate([getattr(results[i].positions, field) for i in indices])
 
 
+def kl_label(k: int, m: int, exact: bool) -> str:
+    """How the KL was obtained, as the reports print it."""
+    if exact:
+        return "exact (live baseline)"
+    if m:
+        return f"estimate: top-{k} exact + {m} sampled tail tokens per position (unbiased)"
+    return f"top-{k} + tail bucket (lower bound of the exact KL; the pack has no sampled tail)"
+
+
+def _standard_error(results: Sequence[PromptScores], indices: Sequence[int]) -> float:
+    """Standard error of the macro mean KL: per-position draws are independent.
+
+    Prompt ``p``'s mean over its ``T_p`` positions has variance
+    ``sum_i se_i^2 / T_p^2``; the mean of ``n`` prompt means has
+    ``sum_p var_p / n^2``.
+    """
+    var = sum(
+        float((results[i].positions.kl_se ** 2).sum()) / results[i].positions.length ** 2
+        for i in indices
+    )
+    return float(np.sqrt(var) / max(len(indices), 1))
+
+
 def measurements(
     results: Sequence[PromptScores],
     *,
     k: int,
     exact: bool,
     tail_mass_mean: float | None = None,
+    m: int = 0,
+    recording: RecordingSummary | None = None,
 ) -> list[Measurement]:
     """Aggregate per-prompt scores into the fidelity measurements (see the catalog).
 
     ``tail_mass_mean`` (the baseline's mean probability outside its top-k, from
-    the pack) is reported with the KL so a reader can judge the bound.
+    the pack) is reported with the KL so a reader can judge the bound; ``m``
+    (sampled tail tokens of the pack) says whether the KL is an estimate;
+    ``recording`` (the pack's cut and empty prompts) is reported as well.
     """
     ids = [r.meta.id for r in results]
     groups = _groups(results)
     everything = list(range(len(results)))
     kl_all = _pooled(results, everything, "kl")
+    bound_all = _pooled(results, everything, "kl_bound")
+    se_all = _pooled(results, everything, "kl_se")
     nonfinite = int(sum(int(r.positions.nonfinite.sum()) for r in results))
     capped = int(sum(int(r.positions.capped.sum()) for r in results))
     common: dict[str, Any] = {
@@ -365,14 +485,34 @@ def measurements(
         "nonfinite_positions": nonfinite,
         "capped_positions": capped,
     }
-    kl_details = {
+    if recording is not None:
+        common["reference_prompts_truncated"] = recording.truncated
+        common["reference_prompts_empty"] = recording.empty
+    kind = "exact" if exact else ("estimate" if m else "bound")
+    kl_details: dict[str, Any] = {
         **common,
-        MeasurementDetail.KL_METHOD: (
-            "exact" if exact else f"top-{k} + tail bucket (lower bound of the exact KL)"
-        ),
+        MeasurementDetail.KL_METHOD: kl_label(k, m, exact),
+        "kl_kind": kind,
         "k": k,
+        "m": m,
         "token_mean": float(kl_all.mean()),
         "tail_mass_mean": tail_mass_mean,
+    }
+    mean_details = dict(kl_details)
+    if kind == "estimate":
+        se_mean = _standard_error(results, everything)
+        mean_details[MeasurementDetail.KL_METHOD] = (
+            f"{kl_details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
+        )
+        mean_details["standard_error"] = se_mean
+        mean_details["token_mean_standard_error"] = float(
+            np.sqrt((se_all**2).sum()) / max(se_all.size, 1)
+        )
+    bound_details = {
+        **common,
+        MeasurementDetail.KL_METHOD: f"top-{k} + tail bucket: a lower bound of the exact KL",
+        "k": k,
+        "token_mean": float(bound_all.mean()),
     }
 
     dp_all = _pooled(results, everything, "delta_p")
@@ -381,7 +521,8 @@ def measurements(
     per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
         ("fidelity.cga", lambda p: float(p.cga.mean()), common),
         ("fidelity.cga_at_5", lambda p: float(p.cga_at_k.mean()), common),
-        ("fidelity.kl_mean", lambda p: float(p.kl.mean()), kl_details),
+        ("fidelity.kl_mean", lambda p: float(p.kl.mean()), mean_details),
+        ("fidelity.kl_bound_mean", lambda p: float(p.kl_bound.mean()), bound_details),
         ("fidelity.delta_p_mean", lambda p: float(p.delta_p.mean()), dp_details),
         ("fidelity.delta_p_rms", lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
     ]
@@ -390,6 +531,7 @@ def measurements(
         for name, fn, details in per_prompt
     ]
     summary = fm.kl_summary(kl_all)
+    bound_summary = fm.kl_summary(bound_all)
     slice_summaries = {
         key: fm.kl_summary(_pooled(results, idx, "kl")) for key, idx in groups.items()
     }
@@ -397,6 +539,7 @@ def measurements(
     for stat in (*fm.KL_PERCENTILES, "max"):
         name = f"fidelity.kl_{stat}"
         details = dict(kl_details)
+        details["bound"] = bound_summary[stat]
         if stat == "max":
             details["worst_prompt"] = ids[worst]
         out.append(
@@ -436,4 +579,6 @@ def measure(
         k=pack.k,
         exact=baseline_backend is not None,
         tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
+        m=pack.m,
+        recording=pack.recording_summary(),
     )

@@ -12,12 +12,13 @@ tiny test model and a few built-in prompts. Each benchmark stores its ratio in
 * ``speedup_vs_loop``: the per-token KV-cache loop's time over ``score_pack``'s
   (target >= 20x);
 * ``bytes_ratio``: pack bytes per output token over full-vocabulary float16
-  logits (``2 V`` bytes per token; target <= 1/100). The pack costs about
-  ``6 k + 6`` bytes per token up to a 64k vocabulary (16-bit ids) and
-  ``8 k + 8`` beyond, so the ratio meets the target from ``V ~ 10k`` up (every
-  production vocabulary); the demo model's 4096-token vocabulary is too small
-  for it, and the projection to common vocabulary sizes is reported beside the
-  measured figure.
+  logits (``2 V`` bytes per token; target <= 1/100 from a 32k vocabulary up).
+  A version-3 pack costs ``id (1 + k + m) + lp (k + m) + 4`` bytes per token
+  (:func:`gate.store.reference.payload_bytes_per_token`; 582 at the defaults
+  k = 32, m = 64 with 16-bit ids, 776 with 32-bit ones), so the ratio meets the
+  target from ``V ~ 30k`` up; the demo model's 4096-token vocabulary is too
+  small for it, and the projection to common vocabulary sizes is reported
+  beside the measured figure.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def _projected_bytes_per_token(setup: Setup, per_token: float, vocab: int) -> fl
     beyond (``gate.store.reference``), so a 128k vocabulary adds 2 bytes per stored id.
     """
     t = setup.pack.tensors
-    ids = t["prompt_ids"].size + t["output_ids"].size + t["topk_ids"].size
+    ids = sum(t[n].size for n in ("prompt_ids", "output_ids", "topk_ids", "sample_ids"))
     stored_wide = int(setup.backend.model.config.vocab_size) > 2**16
     widen = vocab > 2**16 and not stored_wide
     return per_token + (2 * ids / setup.pack.n_output_tokens if widen else 0.0)
@@ -205,6 +206,7 @@ def test_pack_bytes_per_token(benchmark: Any, setup: Setup) -> None:
             "model": setup.model_name,
             "vocab": vocab,
             "k": setup.pack.k,
+            "m": setup.pack.m,
             "pack_bytes_per_token": per_token,
             "fp16_logits_bytes_per_token": 2 * vocab,
             "bytes_ratio": ratio,
