@@ -144,16 +144,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     model.eval()
     tensors: dict[str, Any] = {}
+    requests = pack_requests()
     for case, (cls, kwargs) in CASES.items():
         press = getattr(kvpress, cls)(**kwargs)
-        for j, (context, continuation) in zip(PROMPTS, pack_requests(), strict=True):
+        for j, (context, continuation) in zip(PROMPTS, requests, strict=True):
             for name, value in run_case(model, press, context, continuation).items():
                 tensors[f"{case}/{j}/{name}"] = value
+    # the token ids travel with the reference: re-recording the demo pack does not stale it
+    for j, (context, continuation) in zip(PROMPTS, requests, strict=True):
+        tensors[f"request/{j}/context"] = torch.tensor(context, dtype=torch.int32)
+        tensors[f"request/{j}/continuation"] = torch.tensor(continuation, dtype=torch.int32)
     meta = {
         "kvpress": version("kvpress"),
         "transformers": transformers.__version__,
         "demo_sha256": sha256(DEMO / "model.safetensors"),
-        "pack_sha256": sha256(PACK),
+        "pack": PACK.name,
         "prompts": list(PROMPTS),
         "steps": STEPS,
         "cases": {case: {"press": cls, **kwargs} for case, (cls, kwargs) in CASES.items()},
