@@ -24,4 +24,4 @@ echo "== mypy"
 echo "== actionlint"
 actionlint .github/workflows/*.yml
 echo "== pytest"
-"$VPY" -m pytest tests -q -p no:randomly --benchmark-disable "$@"
+"$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 "$@"
