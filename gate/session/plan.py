@@ -146,9 +146,12 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     """Validate every input of every candidate's session; loads no model.
 
     Raises the first problem as a :class:`~gate.errors.GateError` (exit 4 for
-    bad input, 5 when none of a candidate's tiers has a suite).
+    bad input, thresholds that bound none of the metrics a candidate's tiers
+    measure included; 5 when none of a candidate's tiers has a suite).
     """
     from gate.data.calibration import calibration_for
+    from gate.gating.thresholds import require_a_bound
+    from gate.metrics.registry import all_metrics
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
     from gate.session.runner import select_tiers
@@ -162,6 +165,11 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
         tiers, _ = select_tiers(candidate.tiers)
+        require_a_bound(
+            inputs.thresholds,
+            [name for name, spec in all_metrics().items() if spec.tier in tiers],
+            what=f"candidate {candidate.name!r} ({', '.join(tiers)})",
+        )
         check_targets(targets)
         checked.append(CheckedCandidate(candidate, inputs, tiers, targets))
     return checked

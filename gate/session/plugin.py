@@ -225,7 +225,11 @@ class GatePlugin:
         try:
             problem = _problem_code(state, int(exitstatus))
             state.end = store_or_compare(
-                state.run, state.inputs, problem=problem, lines=state.lines
+                state.run,
+                state.inputs,
+                problem=problem,
+                lines=state.lines,
+                tiers=_session_tiers(session),
             )
         except GateError as exc:
             state.end = SessionEnd(
@@ -250,6 +254,13 @@ class GatePlugin:
             terminalreporter.write(_render_text(state.end, color=bool(terminalreporter.hasmarkup)))
         except Exception as exc:  # never raise from a reporting hook
             sys.stderr.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
+
+
+def _session_tiers(session: pytest.Session) -> tuple[str, ...] | None:
+    """The tiers whose tests the session collected (``None`` when it collected none)."""
+    items = getattr(session, "items", None) or []
+    tiers = {mark.name for item in items for mark in item.iter_markers() if mark.name in TIERS}
+    return tuple(sorted(tiers)) or None
 
 
 def _problem_code(state: GateState, exitstatus: int) -> int | None:
