@@ -8,7 +8,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from gate.commands.options import color_option, store_option
+from gate.commands.options import color_option, model_trust_options, store_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import environment
@@ -197,6 +197,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Run config (gate.toml): records [run].baseline with its [run] and [tiers] settings.",
 )
+@model_trust_options
 @store_option
 def record(
     model: str | None,
@@ -206,6 +207,8 @@ def record(
     model_slug: str | None,
     ref: str | None,
     config: Path | None,
+    allow_pickle: bool,
+    allow_incomplete_weights: bool,
     store: Path,
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
@@ -247,6 +250,8 @@ def record(
         config=config,
         ref=ref,
         calibration=defaults.calibration,
+        allow_pickle=allow_pickle,
+        allow_incomplete_weights=allow_incomplete_weights,
     )
     prepare_session("record", model, options)  # bad input fails here, before any model loads
     code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)

@@ -100,6 +100,10 @@ class RunPlan:
             store=store_for(candidate.model, store),
             model_slug=candidate.model_slug,
             calibration=candidate.calibration,
+            allow_pickle=self.shared.allow_pickle or candidate.allow_pickle,
+            allow_incomplete_weights=(
+                self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
+            ),
         ).with_reports(targets)
 
 
@@ -205,6 +209,17 @@ def check_writable(path: Path, what: str) -> None:
         )
 
 
+def check_writable_dir(path: Path, what: str) -> None:
+    """``path`` is a writable directory or can be created as one (else UsageError, exit 4)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path} is not a directory", "name a directory for the reports")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} {path} is not writable", "name a writable directory")
+        return
+    check_writable(path, what)
+
+
 def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
     """What the plan will run, one block per candidate (``gate run --dry-run``)."""
     lines = [f"gate run --dry-run: {len(checked)} candidate(s); nothing was loaded or measured"]
@@ -235,6 +250,7 @@ __all__ = [
     "check_plan",
     "check_targets",
     "check_writable",
+    "check_writable_dir",
     "describe_plan",
     "packaged_store",
     "plan_run",

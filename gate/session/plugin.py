@@ -37,12 +37,11 @@ import io
 import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from gate.errors import ExitCode, GateError
+from gate.errors import ExitCode, GateError, exit_label
 from gate.metrics.registry import TIERS
 from gate.session.options import SESSION_FIELDS, SessionOptions
 
@@ -61,6 +60,10 @@ TIER_MARKERS: dict[str, str] = {
 
 #: Name under which :class:`GatePlugin` is registered with pytest's plugin manager.
 PLUGIN_NAME = "gate-session"
+#: Attribute set on the report of a tier test that raised a ``GateError``.
+GATE_ERROR_ATTR = "gate_error"
+#: pytest's result category of such a test (``1 gate error in 12.0s``).
+GATE_ERROR_CATEGORY = "gate error"
 
 
 class GateHookSpecs:
@@ -150,8 +153,9 @@ class GatePlugin:
         """The session's state (``None`` until the session started, or when it could not)."""
         return self.config.stash.get(STATE_KEY, None)
 
-    def _backend_loader(self, calibration: Path | None) -> Callable[[str, str | None], Backend]:
-        """Loads ``(model, recipe)``: the ``pytest_gate_make_backend`` hook, else transformers."""
+    def _backend_loader(self, options: SessionOptions) -> Callable[[str, str | None], Backend]:
+        """Loads ``(model, recipe)``: the ``pytest_gate_make_backend`` hook, else transformers
+        (with the session's calibration texts, ``allow_pickle`` and ``allow_incomplete_weights``)."""
         config = self.config
 
         def load(model: str, recipe: str | None) -> Backend:
@@ -164,8 +168,14 @@ class GatePlugin:
             from gate.models.backends.loading import load_backend
             from gate.models.spec import ModelSpec
 
-            texts = calibration_for(recipe, calibration)
-            return load_backend(ModelSpec.parse(model), recipe, calibration=texts)
+            texts = calibration_for(recipe, options.calibration)
+            spec = ModelSpec.parse(model, allow_pickle=options.allow_pickle)
+            return load_backend(
+                spec,
+                recipe,
+                calibration=texts,
+                allow_incomplete_weights=options.allow_incomplete_weights,
+            )
 
         return load
 
@@ -177,7 +187,7 @@ class GatePlugin:
         model: str = opt.gate_model
         inputs = prepare_session(opt.gate_mode, model, SessionOptions.from_pytest(opt))
         options = inputs.options
-        load = self._backend_loader(options.calibration)
+        load = self._backend_loader(options)
         run = GateRun(
             mode=inputs.mode,
             model=model,
@@ -209,9 +219,20 @@ class GatePlugin:
             if call.excinfo is not None and isinstance(call.excinfo.value, GateError):
                 error = call.excinfo.value
                 state.errors.append(error)
-                # bad input is one line, not a traceback
+                # the gate prints it once, in its own section: no traceback, no FAILURES entry
                 report.longrepr = f"{type(error).__name__}: {error.format_line()}"
+                setattr(report, GATE_ERROR_ATTR, True)
         return report
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, str] | None:
+        """A tier test stopped by a ``GateError`` is counted as a "gate error", not as a
+        failure, so pytest's FAILURES section and short summary do not repeat the line
+        the gate prints (the session's exit status is the error's own)."""
+        if getattr(report, GATE_ERROR_ATTR, False):
+            return GATE_ERROR_CATEGORY, "E", "GATE ERROR"
+        return None
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -280,7 +301,8 @@ def _problem_code(state: GateState, exitstatus: int) -> int | None:
 
 
 def _render_text(end: SessionEnd, *, color: bool) -> str:
-    """The report (when one was made) and the ``gate:`` lines, as text."""
+    """The report (when one was made) and the ``gate:`` lines, as text; without a report
+    a failed session ends with what its exit code means (``gate: ERROR (input, exit 4)``)."""
     from gate.report.console import make_console
 
     buffer = io.StringIO()
@@ -290,6 +312,8 @@ def _render_text(end: SessionEnd, *, color: bool) -> str:
             end.render(console)
         for line in end.lines:
             console.print(line, markup=False)
+        if end.render is None and end.code != ExitCode.OK:  # a report ends with its own
+            console.print(f"gate: {exit_label(end.code)}", markup=False)
     except Exception as exc:  # never raise from a reporting hook
         buffer.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
     return buffer.getvalue()
