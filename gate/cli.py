@@ -50,11 +50,14 @@ class _Interrupts:
 
 @contextmanager
 def interrupt_handlers() -> Iterator[_Interrupts]:
-    """Handle :data:`INTERRUPT_SIGNALS` as interrupts while the block runs (main thread only)."""
+    """Handle :data:`INTERRUPT_SIGNALS` as interrupts while the block runs (main thread only;
+    a signal the parent process set to be ignored stays ignored)."""
     handler = _Interrupts()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in INTERRUPT_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. nohup: the parent's choice
+                continue
             previous[sig] = signal.signal(sig, handler)
     try:
         yield handler
