@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 from rich import box
@@ -144,6 +146,9 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
     for key, value in sorted(item.provenance.items()):
         if not isinstance(value, (dict, list)):
             console.print(f"  {key}: {value}")
+    recorder = recorder_line(item.provenance)
+    if recorder is not None:
+        console.print(recorder)
     for name, record in sorted(item.artifacts.items()):
         console.print(f"  artifact {name}: {record['file']} sha256 {record['sha256'][:16]}...")
     table = Table(box=box.SIMPLE_HEAD)
@@ -158,6 +163,23 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
         )
     console.print(table)
     return int(ExitCode.OK)
+
+
+def recorder_line(provenance: Mapping[str, Any]) -> str | None:
+    """What the fidelity reference recorder cut and dropped (``None`` without a reference):
+    prompts cut at the baseline's first self-disagreement, and prompts left empty, which
+    stay in the pack but are never scored."""
+    prompts = provenance.get("fidelity_prompts")
+    if prompts is None:
+        return None
+    cut = provenance.get("fidelity_prompts_truncated", "?")
+    empty = provenance.get("fidelity_prompts_empty", "?")
+    tokens = provenance.get("fidelity_tokens_cut")
+    removed = f" ({tokens} generated tokens removed)" if tokens is not None else ""
+    return (
+        f"fidelity reference: {prompts} prompts; {cut} cut at the baseline's first "
+        f"self-disagreement{removed}; {empty} left empty (not scored)"
+    )
 
 
 @baseline.command("promote")
