@@ -193,7 +193,7 @@ class GatePlugin:
             model=model,
             model_slug=inputs.model_slug,
             recipe=options.recipe,
-            backend_factory=lambda: load(model, options.recipe),
+            backend_factory=_once(lambda: load(model, options.recipe)),
             tier_settings=inputs.tier_settings,
             baselines=inputs.baselines,
             build_loader=load,
@@ -277,6 +277,23 @@ class GatePlugin:
             sys.stderr.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
 
 
+def _once(load: Callable[[], Backend]) -> Callable[[], Backend]:
+    """``load``, except that a model that failed to load with a ``GateError`` is not loaded
+    again by the next tier test: the same error is raised at once."""
+    failed: list[GateError] = []
+
+    def load_once() -> Backend:
+        if failed:
+            raise failed[0]
+        try:
+            return load()
+        except GateError as exc:
+            failed.append(exc)
+            raise
+
+    return load_once
+
+
 def _session_tiers(session: pytest.Session) -> tuple[str, ...] | None:
     """The tiers whose tests the session collected (``None`` when it collected none)."""
     items = getattr(session, "items", None) or []
@@ -289,8 +306,8 @@ def _problem_code(state: GateState, exitstatus: int) -> int | None:
 
     Appends one ``gate:`` line per failure to ``state.lines``.
     """
-    for error in state.errors:
-        state.lines.append(f"gate: error: {error.format_line()}")
+    for line in dict.fromkeys(error.format_line() for error in state.errors):
+        state.lines.append(f"gate: error: {line}")  # each tier test hit by one error: once
     if state.errors:
         return int(state.errors[0].exit_code)
     if state.failed or exitstatus not in (ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
