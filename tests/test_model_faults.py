@@ -177,7 +177,7 @@ def test_gate_run_on_a_broken_checkpoint_exits_3_without_traceback(
     assert output.count(needle) == 1, output[-3000:]  # once: not again in pytest's FAILURES
     assert "FAILURES" not in output and "short test summary" not in output, output[-3000:]
     assert "Traceback" not in output and "SafetensorError" not in output, output[-3000:]
-    gate_lines = [line for line in output.splitlines() if line.startswith("gate: ")]
+    gate_lines = [line for line in result.stdout.splitlines() if line.startswith("gate: ")]
     assert gate_lines[-1] == "gate: ERROR (internal or model load, exit 3)", output[-3000:]
     if name == "six":
         assert "--allow-incomplete-weights" in output, output[-3000:]
