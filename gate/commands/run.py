@@ -112,8 +112,11 @@ def run(
 
     Runs the packaged tier suites under pytest, compares the measurements with
     the baseline ref(s) and thresholds, prints the report and exits 0 (approved),
-    1 (blocked or a tier failed), 3 (model could not be loaded), 4 (bad input)
-    or 5 (nothing measured).
+    1 (blocked or a tier failed; under --strict also a warning or a baseline
+    metric the run did not measure), 2 (interrupted: Ctrl-C, SIGINT, SIGTERM),
+    3 (model could not be loaded), 4 (bad input) or 5 (nothing measured).
+    Measured metrics without a bound and baseline metrics not measured are
+    listed in the report and the results JSON.
 
     \b
     Run config (gate.toml; docs/run-config.md):
