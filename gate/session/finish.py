@@ -90,7 +90,8 @@ def _store(
     from gate.session.settings import storable_settings
 
     if problem is not None:
-        return SessionEnd(problem, [*lines, "gate: a tier failed; no baseline was stored"])
+        why = "interrupted" if problem == ExitCode.INTERRUPTED else "a tier failed"
+        return SessionEnd(problem, [*lines, f"gate: {why}; no baseline was stored"])
     if not measured:
         return SessionEnd(
             int(ExitCode.NO_MEASUREMENTS),
