@@ -14,7 +14,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +294,30 @@ def test_baseline_show_names_what_the_reference_recorder_cut(
         "fidelity reference: 96 prompts; 3 cut at the baseline's first self-disagreement "
         "(17 generated tokens removed); 1 left empty (not scored)"
     ) in out
+
+
+@pytest.mark.slow
+def test_gate_run_lists_perplexity_it_did_not_measure_and_strict_blocks(tmp_path: Path) -> None:
+    """The accuracy tier with ``perplexity = false`` against the fp32 baseline, which has it."""
+    config = tmp_path / "gate.toml"
+    config.write_text("[tiers.accuracy]\nperplexity = false\n")
+    out_json = tmp_path / "r.json"
+    argv = ["run", "--candidate", "demo", "--against", "fp32", "--tiers", "accuracy",
+            "--store", str(packaged_store()), "--config", str(config),
+            "--json", str(out_json), "--strict"]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
+    env.pop("GITHUB_ACTIONS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gate.cli", *argv],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600,  # a hang guard
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == ExitCode.BLOCKED, out[-3000:] + done.stderr[-3000:]
+    results = json.loads(out_json.read_text())
+    assert results["unmeasured"] == [{"name": "accuracy.perplexity", "against": "fp32"}]
+    assert "accuracy.perplexity" not in {m["name"] for m in results["metrics"]}
+    assert results["headline"] == "BLOCKED"
+    assert "not measured in this run (blocks under --strict): accuracy.perplexity" in out
+    gate_lines = [line for line in out.splitlines() if line.startswith("gate: ")]
+    assert gate_lines[-1].startswith("gate: BLOCKED (exit 1) - 0 critical, 0 warnings")
+    assert gate_lines[-1].endswith(", 1 not measured")
