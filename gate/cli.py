@@ -1,87 +1,136 @@
 """The ``gate`` command line: the only place an exception becomes an exit code.
 
-Each command lives in a small module under :mod:`gate.commands`; this module
-assembles them into one click group and, in :func:`main`, converts
-:class:`~gate.errors.GateError` (one line, no traceback), interrupts and
-unexpected errors into the exit codes of :class:`~gate.errors.ExitCode`.
+Each command lives in a small module under :mod:`gate.commands`
+(:mod:`gate.commands.group` assembles them into one click group). :func:`main`
+first installs the interrupt handler (SIGINT and SIGTERM, as CI systems cancel
+a job), then imports the commands, so a signal while importing is an
+interrupt too, not a traceback. It converts :class:`~gate.errors.GateError`
+(one line, no traceback), interrupts and unexpected errors into the exit codes
+of :class:`~gate.errors.ExitCode`; the last line printed names what the code
+means (``ERROR (input, exit 4)``, :func:`gate.errors.exit_label`).
+
+This module imports nothing heavy at import time: the console script's
+interpreter reaches :func:`main` within milliseconds.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
-import traceback
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
-import click
-
-from gate import __version__
-from gate.commands.audit import audit
-from gate.commands.baseline import baseline
-from gate.commands.compare import compare
-from gate.commands.demo import demo
-from gate.commands.import_ import import_
-from gate.commands.run import run
-from gate.errors import ExitCode, GateError
-
-#: Every top-level command, in ``--help`` order.
-COMMANDS: tuple[click.Command, ...] = (run, demo, compare, baseline, import_, audit)
+#: Signals handled as an interrupt (exit 2): Ctrl-C and the cancellation of a CI job.
+INTERRUPT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+#: Printed (on stderr) when a command was interrupted.
+INTERRUPTED_LINE = "gate: interrupted"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="gate")
-def cli() -> None:
-    """Regression gate for compressed LLM builds.
+class _Interrupts:
+    """SIGINT/SIGTERM raise :class:`KeyboardInterrupt` once; repeats wait for the cleanup.
 
-    Measures a candidate build (quantized, pruned, ...) in tiers — accuracy,
-    capability probes, fidelity to the baseline, latency/memory — compares it
-    with a versioned baseline and thresholds.toml, prints a severity report and
-    exits nonzero on a regression.
-
-    \b
-    Exit codes: 0 pass, 1 blocked by a regression, 2 interrupted,
-    3 internal or model-load error, 4 usage/config/baseline/data error,
-    5 nothing measured.
+    CI systems send SIGINT then SIGTERM a moment later: the second signal must
+    not break the ``finally`` blocks that stop the servers and subprocesses the
+    run started, so only the first one raises.
     """
 
+    def __init__(self) -> None:
+        self.received: int | None = None
 
-for _command in COMMANDS:
-    cli.add_command(_command)
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            return
+        self.received = signum
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns (and exits with) an :class:`ExitCode`."""
+@contextmanager
+def interrupt_handlers() -> Iterator[_Interrupts]:
+    """Handle :data:`INTERRUPT_SIGNALS` as interrupts while the block runs (main thread only;
+    a signal the parent process set to be ignored stays ignored)."""
+    handler = _Interrupts()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in INTERRUPT_SIGNALS:
+            if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. nohup: the parent's choice
+                continue
+            previous[sig] = signal.signal(sig, handler)
     try:
+        yield handler
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Import the commands and run one; every outcome becomes an exit code."""
+    import click
+
+    from gate.errors import ExitCode, GateError, exit_label
+
+    try:
+        from gate.commands.group import cli
+
         result = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
         code = int(result) if isinstance(result, int) else int(ExitCode.OK)
+        if code == ExitCode.INTERRUPTED:
+            _say(INTERRUPTED_LINE)
     except GateError as exc:
-        click.echo(f"gate: error: {exc.format_line()}", err=True)
         code = int(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("gate: interrupted", err=True)
+        _say(f"gate: error: {exc.format_line()} - {exit_label(code)}")
+    except (click.exceptions.Abort, KeyboardInterrupt):
         code = int(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("gate: interrupted", err=True)
-        code = int(ExitCode.INTERRUPTED)
+        _say(INTERRUPTED_LINE)
     except click.exceptions.Exit as exc:
         code = int(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         code = int(ExitCode.USAGE_ERROR)
+        _say(f"gate: {exit_label(code)}")
     except Exception as exc:
-        click.echo(f"gate: internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo("  (set GATE_DEBUG=1 for the traceback; please report it)", err=True)
+        import traceback
+
+        code = int(ExitCode.INTERNAL_ERROR)
+        _say(f"gate: internal error: {type(exc).__name__}: {exc}")
         if _debug():
             traceback.print_exc()
-        code = int(ExitCode.INTERNAL_ERROR)
+        _say(f"gate: {exit_label(code)} (set GATE_DEBUG=1 for the traceback; please report it)")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns (and exits with) an :class:`ExitCode`."""
+    interrupted = 2  # ExitCode.INTERRUPTED, before gate.errors is imported
+    try:
+        with interrupt_handlers():
+            code = _run(argv)
+    except KeyboardInterrupt:  # a signal while importing or while printing the outcome
+        _say(INTERRUPTED_LINE)
+        code = interrupted
     if argv is None:
         sys.exit(code)
     return code
 
 
 def _debug() -> bool:
-    import os
-
     return os.environ.get("GATE_DEBUG", "") not in ("", "0")
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    """``gate.cli.cli`` (the click group), imported on first use."""
+    if name == "cli":
+        from gate.commands.group import cli
+
+        return cli
+    raise AttributeError(name)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,34 @@ class ExitCode(enum.IntEnum):
     NO_MEASUREMENTS = 5
 
 
+#: What each exit code means, as the last line of every command names it.
+EXIT_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "APPROVED",
+    ExitCode.BLOCKED: "BLOCKED",
+    ExitCode.INTERRUPTED: "INTERRUPTED",
+    ExitCode.INTERNAL_ERROR: "ERROR (internal or model load)",
+    ExitCode.USAGE_ERROR: "ERROR (input)",
+    ExitCode.NO_MEASUREMENTS: "NOTHING MEASURED",
+}
+
+
+def exit_meaning(code: int) -> str:
+    """The outcome ``code`` stands for (``"ERROR (input)"`` for 4); unknown codes are internal."""
+    try:
+        return EXIT_MEANINGS[ExitCode(code)]
+    except ValueError:
+        return EXIT_MEANINGS[ExitCode.INTERNAL_ERROR]
+
+
+def exit_label(code: int, headline: str | None = None) -> str:
+    """``headline`` (default :func:`exit_meaning`) with the code: ``"BLOCKED (exit 1)"``,
+    ``"ERROR (input, exit 4)"`` (a parenthesised qualifier takes the code inside it)."""
+    word = headline if headline is not None else exit_meaning(code)
+    if word.endswith(")"):
+        return f"{word[:-1]}, exit {code})"
+    return f"{word} (exit {code})"
+
+
 class GateError(Exception):
     """Base of every error the gate reports as one line.
 

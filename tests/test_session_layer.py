@@ -55,6 +55,8 @@ def test_every_session_option_is_one_row_and_round_trips_through_pytest(
         history=Path("hist"),
         allow_hardware_mismatch=True,
         paired_latency=True,
+        allow_pickle=True,
+        allow_incomplete_weights=True,
     )
     # every field differs from its empty value, so every row is exercised
     for row in SESSION_FIELDS:
@@ -250,7 +252,10 @@ def test_tier_settings_typo_fails_before_anything_loads(tmp_path: Path, where: s
     proc = _gate(tmp_path, "run", "--candidate", "demo", "--tiers", "fidelity", flag, str(bad))
     assert proc.returncode == ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
     line = _error_line(proc)
-    assert line == f"gate: error: {bad}: tiers.latency: unknown key 'rnus' (did you mean 'runs'?)"
+    assert line == (
+        f"gate: error: {bad}: tiers.latency: unknown key 'rnus' (did you mean 'runs'?)"
+        " - ERROR (input, exit 4)"
+    )
     assert "MODEL-LIBRARIES none" in proc.stdout
     assert "PYTEST-SESSION no" in proc.stdout
     assert "SCIPY-STATS no" in proc.stdout

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 from rich import box
 from rich.table import Table
 
-from gate.commands.options import color_option, store_option
+from gate.commands.options import color_option, model_trust_options, store_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import environment
@@ -144,6 +146,9 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
     for key, value in sorted(item.provenance.items()):
         if not isinstance(value, (dict, list)):
             console.print(f"  {key}: {value}")
+    recorder = recorder_line(item.provenance)
+    if recorder is not None:
+        console.print(recorder)
     for name, record in sorted(item.artifacts.items()):
         console.print(f"  artifact {name}: {record['file']} sha256 {record['sha256'][:16]}...")
     table = Table(box=box.SIMPLE_HEAD)
@@ -158,6 +163,23 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
         )
     console.print(table)
     return int(ExitCode.OK)
+
+
+def recorder_line(provenance: Mapping[str, Any]) -> str | None:
+    """What the fidelity reference recorder cut and dropped (``None`` without a reference):
+    prompts cut at the baseline's first self-disagreement, and prompts left empty, which
+    stay in the pack but are never scored."""
+    prompts = provenance.get("fidelity_prompts")
+    if prompts is None:
+        return None
+    cut = provenance.get("fidelity_prompts_truncated", "?")
+    empty = provenance.get("fidelity_prompts_empty", "?")
+    tokens = provenance.get("fidelity_tokens_cut")
+    removed = f" ({tokens} generated tokens removed)" if tokens is not None else ""
+    return (
+        f"fidelity reference: {prompts} prompts; {cut} cut at the baseline's first "
+        f"self-disagreement{removed}; {empty} left empty (not scored)"
+    )
 
 
 @baseline.command("promote")
@@ -197,6 +219,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Run config (gate.toml): records [run].baseline with its [run] and [tiers] settings.",
 )
+@model_trust_options
 @store_option
 def record(
     model: str | None,
@@ -206,6 +229,8 @@ def record(
     model_slug: str | None,
     ref: str | None,
     config: Path | None,
+    allow_pickle: bool,
+    allow_incomplete_weights: bool,
     store: Path,
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
@@ -247,6 +272,8 @@ def record(
         config=config,
         ref=ref,
         calibration=defaults.calibration,
+        allow_pickle=allow_pickle,
+        allow_incomplete_weights=allow_incomplete_weights,
     )
     prepare_session("record", model, options)  # bad input fails here, before any model loads
     code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)

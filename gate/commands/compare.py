@@ -15,13 +15,15 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import NothingMeasuredError, UsageError
-from gate.gating.compare import compare_many
-from gate.gating.thresholds import load_thresholds
+from gate.gating.compare import compare_many, unmeasured
+from gate.gating.thresholds import load_thresholds, require_a_bound, unbounded_metrics
 from gate.gating.verdict import decide
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results_json import build_results
+from gate.session.finish import coverage_notes
+from gate.session.plan import check_targets
 from gate.store.baseline import Baseline, BaselineStore, check_compatible
 from gate.store.measurements_file import load_measurements
 
@@ -71,6 +73,8 @@ def compare(
     """
     if len(set(refs)) != len(refs):
         raise UsageError("the same --baseline was given twice", "give each ref once")
+    targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+    check_targets(targets)
     candidate = load_measurements(measurements)
     limits = load_thresholds(thresholds)
     target = BaselineStore(store)
@@ -81,14 +85,16 @@ def compare(
         check_compatible(baseline, candidate.model)
     if not candidate.measurements:
         raise NothingMeasuredError(f"{measurements} has no metrics", "nothing to compare")
-    verdicts = compare_many(
-        candidate.measurements,
-        {ref: list(b.measurements.values()) for ref, b in baselines.items()},
-        limits,
-    )
+    names = [m.name for m in candidate.measurements]
+    require_a_bound(limits, names, what=str(measurements))
+    stored = {ref: list(b.measurements.values()) for ref, b in baselines.items()}
+    verdicts = compare_many(candidate.measurements, stored, limits)
     if not verdicts:
         raise NothingMeasuredError("no metric to compare", "the candidate measured nothing")
-    outcome = decide(verdicts, strict=strict)
+    missing = unmeasured(candidate.measurements, stored)
+    outcome = decide(verdicts, strict=strict, unmeasured=missing)
+    unbounded = unbounded_metrics(limits, names)
+    notes = coverage_notes(missing, unbounded, limits.source, strict)
     render(
         outcome,
         make_console(color=color),
@@ -96,6 +102,7 @@ def compare(
         + ", ".join(
             ref if ref == b.display else f"{ref} = {b.display}" for ref, b in baselines.items()
         ),
+        notes=notes,
     )
     write_reports(
         build_results(
@@ -103,8 +110,10 @@ def compare(
             baselines={ref: b.describe(ref) for ref, b in baselines.items()},
             candidate=candidate.model,
             environment=candidate.environment or environment(),
+            notes=notes,
+            unbounded=unbounded,
         ),
-        ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out),
+        targets,
     )
     return int(outcome.exit_code)
 

@@ -63,8 +63,11 @@ def demo(
 
     from gate.report.console import make_console
     from gate.session import demo as panel
+    from gate.session.plan import check_writable_dir
     from gate.session.runner import parse_tiers
 
+    if json_dir is not None:
+        check_writable_dir(json_dir, "--json-dir")
     if record_baseline:
         return int(panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS))
     tier_list = parse_tiers(tiers) or panel.DEFAULT_TIERS

@@ -15,6 +15,7 @@ from gate.gating.verdict import decide
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.results_json import build_results, write_results
+from gate.session.plan import check_writable
 
 
 @click.group("import")
@@ -51,6 +52,8 @@ def lm_eval(
                           cand/samples_arc_easy_2025-01-02T00-00-00.jsonl
       gate import lm-eval base.jsonl cand.jsonl --strict --json results.json
     """
+    if json_out is not None:
+        check_writable(json_out, "--json")
     candidate, baseline = import_runs(base_samples, cand_samples)
     limits = load_thresholds(thresholds)
     verdicts = compare(candidate, baseline, limits, against=f"lm-eval:{base_samples.name}")

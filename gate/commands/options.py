@@ -60,3 +60,18 @@ def report_options(command: F) -> F:
     ):
         command = file_option(f"--{name}", f"{name}_out", help=text)(command)
     return command
+
+
+def model_trust_options(command: F) -> F:
+    """Options ``--allow-pickle`` and ``--allow-incomplete-weights`` (where a model is named)."""
+    command = click.option(
+        "--allow-incomplete-weights",
+        is_flag=True,
+        help="Measure a model whose weights do not match its config (missing tensors freshly "
+        "initialized; refused by default, exit 3).",
+    )(command)
+    return click.option(
+        "--allow-pickle",
+        is_flag=True,
+        help="Load a pickle-only checkpoint (.bin/.pt runs code at load: trusted files only).",
+    )(command)

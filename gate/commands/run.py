@@ -11,6 +11,7 @@ from gate.commands.options import (
     dir_option,
     file_option,
     json_option,
+    model_trust_options,
     report_options,
     store_option,
     strict_option,
@@ -75,6 +76,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     is_flag=True,
     help="Time the baseline build in this session too, alternating runs (noisy runners).",
 )
+@model_trust_options
 @store_option
 @report_options
 @click.option(
@@ -98,6 +100,8 @@ def run(
     history: Path | None,
     allow_hardware_mismatch: bool,
     paired_latency: bool,
+    allow_pickle: bool,
+    allow_incomplete_weights: bool,
     store: Path,
     html_out: Path | None,
     junit_out: Path | None,
@@ -108,15 +112,19 @@ def run(
 
     Runs the packaged tier suites under pytest, compares the measurements with
     the baseline ref(s) and thresholds, prints the report and exits 0 (approved),
-    1 (blocked or a tier failed), 3 (model could not be loaded), 4 (bad input)
-    or 5 (nothing measured).
+    1 (blocked or a tier failed; under --strict also a warning or a baseline
+    metric the run did not measure), 2 (interrupted: Ctrl-C, SIGINT, SIGTERM),
+    3 (model could not be loaded), 4 (bad input) or 5 (nothing measured).
+    Measured metrics without a bound and baseline metrics not measured are
+    listed in the report and the results JSON.
 
     \b
     Run config (gate.toml; docs/run-config.md):
       [run]                       defaults: baseline, against, tiers, calibration,
                                   store, thresholds, strict, model_slug
       [[candidates]]              name, model, recipe (+ against, tiers,
-                                  calibration, model_slug)
+                                  calibration, model_slug, allow_pickle,
+                                  allow_incomplete_weights)
       [tiers.<tier>]              tier settings (e.g. max_new_tokens)
     Without --candidate every [[candidates]] entry runs in its own session, then
     a summary table follows; the exit code is the worst one (an error, 3 4 5,
@@ -162,6 +170,8 @@ def run(
         history=history,
         allow_hardware_mismatch=allow_hardware_mismatch,
         paired_latency=paired_latency,
+        allow_pickle=allow_pickle,
+        allow_incomplete_weights=allow_incomplete_weights,
     )
     targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
     plan = plan_run(config, overrides, shared, targets)

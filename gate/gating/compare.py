@@ -71,7 +71,14 @@ from gate.gating.decision import (
     describe_test,
 )
 from gate.gating.thresholds import MetricThreshold, Thresholds
-from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold
+from gate.gating.verdict import (
+    Bound,
+    Severity,
+    Unmeasured,
+    Verdict,
+    VerdictDetail,
+    VerdictThreshold,
+)
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.registry import all_metrics, suggest
 from gate.metrics.spec import MetricSpec, SampleKind
@@ -438,7 +445,7 @@ def compare(
 
     ``specs`` defaults to the metric registry; an unknown candidate metric is
     a :class:`DataError` with a "did you mean". Baseline metrics the candidate
-    did not measure produce no verdict.
+    did not measure produce no verdict; :func:`unmeasured` lists them.
     """
     known = all_metrics() if specs is None else specs
     cands = _index(candidate, "candidate")
@@ -501,3 +508,33 @@ def compare_many(
             )
         )
     return out
+
+
+def unmeasured(
+    candidate: Sequence[Measurement],
+    baselines: Mapping[str, Sequence[Measurement]],
+    tiers: Sequence[str] | None = None,
+    *,
+    specs: Mapping[str, MetricSpec] | None = None,
+) -> list[Unmeasured]:
+    """Baseline metrics the candidate did not measure, ref by ref (they get no verdict).
+
+    ``tiers`` limits them to the tiers that ran (``None``: the tiers of the
+    candidate's own metrics), so ``--tiers fidelity`` against a baseline that
+    also holds accuracy does not list every accuracy metric. A metric the
+    registry does not know keeps its name prefix as its tier.
+    """
+    known = all_metrics() if specs is None else specs
+    measured = {m.name for m in candidate}
+    ran = set(tiers) if tiers is not None else {_tier(m.name, known) for m in candidate}
+    out: list[Unmeasured] = []
+    for ref, measurements in baselines.items():
+        for base in measurements:
+            if base.name not in measured and _tier(base.name, known) in ran:
+                out.append(Unmeasured(base.name, ref))
+    return out
+
+
+def _tier(name: str, known: Mapping[str, MetricSpec]) -> str:
+    spec = known.get(name)
+    return spec.tier if spec is not None else name.split(".", 1)[0]

@@ -30,7 +30,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
@@ -387,3 +387,26 @@ def load_thresholds(
     if not path.is_file():
         raise ConfigError(f"thresholds file {path} not found", "pass an existing --thresholds file")
     return parse_thresholds(load_toml(path), source=str(path), specs=specs)
+
+
+def unbounded_metrics(thresholds: Thresholds, names: Iterable[str]) -> tuple[str, ...]:
+    """The metrics of ``names`` that ``thresholds`` sets no bound for (reported, not gated)."""
+    return tuple(name for name in dict.fromkeys(names) if thresholds.for_metric(name) is None)
+
+
+def require_a_bound(thresholds: Thresholds, names: Iterable[str], *, what: str) -> None:
+    """Refuse thresholds that bound none of ``names`` (the metrics ``what`` measures).
+
+    An empty ``thresholds.toml`` (or one that only bounds other tiers' metrics)
+    would approve any build: :class:`ConfigError`, exit 4. No names: nothing to refuse.
+    """
+    wanted = tuple(dict.fromkeys(names))
+    if not wanted or len(unbounded_metrics(thresholds, wanted)) < len(wanted):
+        return
+    example = wanted[0]
+    raise ConfigError(
+        f"{thresholds.source} bounds none of the {len(wanted)} metrics {what} measures,"
+        " so it would approve any build",
+        f'bound them, e.g. [metrics."{example}"] warn = 0.02,'
+        " or remove the file to use the packaged defaults",
+    )

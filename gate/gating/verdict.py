@@ -172,12 +172,26 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Unmeasured:
+    """A metric baseline ``against`` holds that the run did not measure (no verdict possible)."""
+
+    metric: str
+    against: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The results JSON entry (``{"name": ..., "against": ...}``)."""
+        return {"name": self.metric, "against": self.against}
+
+
+@dataclass(frozen=True)
 class GateOutcome:
     """The overall result of a run: worst severity, and the exit code it maps to."""
 
     severity: Severity
     exit_code: ExitCode
     verdicts: tuple[Verdict, ...]
+    #: Baseline metrics of the tiers that ran which the run did not measure (each a warning).
+    unmeasured: tuple[Unmeasured, ...] = ()
 
     @property
     def word(self) -> str:
@@ -194,12 +208,24 @@ class GateOutcome:
         return "APPROVED WITH WARNINGS" if self.severity == Severity.WARN else "APPROVED"
 
 
-def decide(verdicts: list[Verdict] | tuple[Verdict, ...], *, strict: bool = False) -> GateOutcome:
-    """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``)."""
+def decide(
+    verdicts: list[Verdict] | tuple[Verdict, ...],
+    *,
+    strict: bool = False,
+    unmeasured: list[Unmeasured] | tuple[Unmeasured, ...] = (),
+) -> GateOutcome:
+    """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``).
+
+    A baseline metric the run did not measure (``unmeasured``) counts as a
+    warning: the build is not shown to be as good there, so ``--strict`` blocks.
+    """
     worst = max((v.severity for v in verdicts), default=Severity.PASS)
+    if unmeasured:
+        worst = max(worst, Severity.WARN)
     blocked = worst == Severity.CRITICAL or (strict and worst == Severity.WARN)
     return GateOutcome(
         severity=worst,
         exit_code=ExitCode.BLOCKED if blocked else ExitCode.OK,
         verdicts=tuple(verdicts),
+        unmeasured=tuple(unmeasured),
     )

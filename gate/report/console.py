@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gate.errors import exit_label
 from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictDetail, VerdictThreshold
 from gate.report.results_json import final_words
 
@@ -184,14 +185,18 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
 
 
 def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
-    """``gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed``."""
+    """``gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed``.
+
+    A run that ended for another reason names it: ``gate: ERROR (input, exit 4) - ...``.
+    """
     code = int(outcome.exit_code if exit_code is None else exit_code)
     _, headline = final_words(outcome, code)
     counts = {s: sum(1 for v in outcome.verdicts if v.severity == s) for s in Severity}
     return (
-        f"gate: {headline} (exit {code}) - {counts[Severity.CRITICAL]} critical, "
+        f"gate: {exit_label(code, headline)} - {counts[Severity.CRITICAL]} critical, "
         f"{counts[Severity.WARN]} warning{'s' if counts[Severity.WARN] != 1 else ''}, "
         f"{counts[Severity.PASS]} passed"
+        + (f", {len(outcome.unmeasured)} not measured" if outcome.unmeasured else "")
     )
 
 

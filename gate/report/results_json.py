@@ -6,13 +6,16 @@ Shape (``schema_version`` 1)::
      "headline": "APPROVED", "exit_code": 0,
      "baseline": {provenance of the first ref}, "baselines": {ref: {...}},
      "candidate": {provenance}, "environment": {...}, "notes": [...],
+     "unmeasured": [{"name", "against"}], "unbounded": [name, ...],
      "metrics": [{"name", "tier", "slice", "value", "baseline_value", "delta",
                   "relative_delta", "ci", "n", "higher_is_better", "severity",
                   "threshold", "breakdown", "against", "reason", "unit",
                   "p_value", "test", "details"}]}
 
 One ``metrics`` entry per verdict (a metric, or one slice of it, against one
-ref). :func:`results_from_json` reads the file back into verdicts so that the
+ref). ``unmeasured``: metrics a baseline holds, of the tiers that ran, that the
+run did not measure (each a warning; ``--strict`` blocks); ``unbounded``:
+measured metrics ``thresholds.toml`` sets no bound for (reported, not gated). :func:`results_from_json` reads the file back into verdicts so that the
 markdown/HTML/GitHub reports can be produced from a finished run.
 """
 
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.errors import DataError, ExitCode
+from gate.errors import DataError, ExitCode, exit_meaning
 from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictThreshold
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json, read_json
@@ -107,13 +110,13 @@ def final_words(outcome: GateOutcome, exit_code: int) -> tuple[str, str]:
     """``(verdict word, headline)`` of a run that ended with ``exit_code``.
 
     When the run's exit code differs from the comparison's own (a tier crashed,
-    bad input, nothing measured), the run is not approved whatever was measured.
+    bad input, nothing measured), the run is not approved whatever was measured,
+    and the headline is what that exit code means (:func:`gate.errors.exit_meaning`):
+    bad input is ``ERROR (input)``, never ``BLOCKED``.
     """
     if exit_code == outcome.exit_code:
         return outcome.word, outcome.headline
-    if exit_code == ExitCode.NO_MEASUREMENTS:
-        return "block", "NOTHING MEASURED"
-    return "block", "BLOCKED"
+    return "block", exit_meaning(exit_code)
 
 
 def build_results(
@@ -124,6 +127,7 @@ def build_results(
     candidate: Mapping[str, Any] | None = None,
     environment: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
+    unbounded: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The results JSON document of one run.
 
@@ -145,6 +149,8 @@ def build_results(
         "candidate": dict(candidate or {}),
         "environment": dict(environment or {}),
         "notes": list(notes),
+        "unmeasured": [item.to_dict() for item in outcome.unmeasured],
+        "unbounded": list(unbounded),
         "metrics": [verdict_to_dict(v) for v in outcome.verdicts],
     }
 

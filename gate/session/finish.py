@@ -11,15 +11,20 @@ plugin). Rules:
 * nothing measured -> exit 5 (no baseline stored);
 * record mode stores the measurements with the session's tier settings (less
   machine keys) in the provenance and moves ``--gate-ref`` to the new number;
-* run mode checks each baseline is compatible with the candidate, compares,
+* run mode checks each baseline is compatible with the candidate, refuses
+  thresholds that bound none of the measured metrics (exit 4), compares,
   decides (``--gate-strict`` makes warnings block) and writes the reports
-  asked for (JSON, HTML, JUnit, markdown; GitHub annotations under Actions).
+  asked for (JSON, HTML, JUnit, markdown; GitHub annotations under Actions);
+* a baseline metric of a tier that ran but was not measured is listed in the
+  report and the results JSON (``unmeasured``) and counts as a warning (so
+  ``--strict`` blocks, exit 1); measured metrics without a bound are listed
+  too (``unbounded``).
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +33,7 @@ from gate.errors import ExitCode
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from gate.gating.verdict import Unmeasured
     from gate.measurement import Measurement
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
@@ -47,12 +53,19 @@ class SessionEnd:
 
 
 def store_or_compare(
-    run: GateRun, inputs: SessionInputs, *, problem: int | None, lines: list[str]
+    run: GateRun,
+    inputs: SessionInputs,
+    *,
+    problem: int | None,
+    lines: list[str],
+    tiers: Sequence[str] | None = None,
 ) -> SessionEnd:
     """Finish the session; ``problem`` is the exit status a failure dictates (None: clean).
 
     ``lines`` are the ``gate:`` lines so far (failures); they end up in the
-    report's notes (run mode) or are printed as they are. May raise ``GateError``.
+    report's notes (run mode) or are printed as they are. ``tiers``: the tiers
+    the session ran (``None``: those of its measurements), whose baseline
+    metrics the run must have measured. May raise ``GateError``.
     """
     from gate.provenance import environment
 
@@ -62,7 +75,7 @@ def store_or_compare(
         candidate.update(run.backend.provenance())
     if run.mode == "record":
         return _store(run, inputs, measured, candidate, environment(), problem, lines)
-    return _compare(run, inputs, measured, candidate, environment(), problem, lines)
+    return _compare(run, inputs, measured, candidate, environment(), problem, lines, tiers)
 
 
 def _store(
@@ -77,7 +90,8 @@ def _store(
     from gate.session.settings import storable_settings
 
     if problem is not None:
-        return SessionEnd(problem, [*lines, "gate: a tier failed; no baseline was stored"])
+        why = "interrupted" if problem == ExitCode.INTERRUPTED else "a tier failed"
+        return SessionEnd(problem, [*lines, f"gate: {why}; no baseline was stored"])
     if not measured:
         return SessionEnd(
             int(ExitCode.NO_MEASUREMENTS),
@@ -107,8 +121,10 @@ def _compare(
     env: dict[str, Any],
     problem: int | None,
     lines: list[str],
+    tiers: Sequence[str] | None,
 ) -> SessionEnd:
-    from gate.gating.compare import compare_many
+    from gate.gating.compare import compare_many, unmeasured
+    from gate.gating.thresholds import require_a_bound, unbounded_metrics
     from gate.gating.verdict import decide
     from gate.report.console import render
     from gate.report.outputs import write_reports
@@ -120,14 +136,16 @@ def _compare(
         return SessionEnd(code, [*lines, "gate: nothing was measured"])
     for baseline in run.baselines.values():
         check_compatible(baseline, candidate)
-    verdicts = compare_many(
-        measured,
-        {ref: list(b.measurements.values()) for ref, b in run.baselines.items()},
-        inputs.thresholds,
-    )
-    outcome = decide(verdicts, strict=inputs.options.strict)
+    names = [m.name for m in measured]
+    require_a_bound(inputs.thresholds, names, what="this run")
+    stored = {ref: list(b.measurements.values()) for ref, b in run.baselines.items()}
+    verdicts = compare_many(measured, stored, inputs.thresholds)
+    missing = unmeasured(measured, stored, tiers)
+    outcome = decide(verdicts, strict=inputs.options.strict, unmeasured=missing)
     code = int(outcome.exit_code) if problem is None else problem
+    unbounded = unbounded_metrics(inputs.thresholds, names)
     notes = [line.removeprefix("gate: ") for line in lines]
+    notes += coverage_notes(missing, unbounded, inputs.thresholds.source, inputs.options.strict)
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()
     )
@@ -142,10 +160,34 @@ def _compare(
         candidate=candidate,
         environment=env,
         notes=notes,
+        unbounded=unbounded,
     )
     buffer = io.StringIO()
     write_reports(results, inputs.options.reports, stream=buffer)
     return SessionEnd(code, [], show, buffer.getvalue())
 
 
-__all__ = ["SessionEnd", "store_or_compare"]
+def coverage_notes(
+    missing: Sequence[Unmeasured], unbounded: Sequence[str], source: str, strict: bool
+) -> list[str]:
+    """Report notes for what the comparison could not judge: baseline metrics the run did
+    not measure (a warning each; ``--strict`` blocks) and metrics without a bound."""
+    notes: list[str] = []
+    by_ref: dict[str, list[str]] = {}
+    for item in missing:
+        by_ref.setdefault(item.against, []).append(item.metric)
+    for ref, metrics in by_ref.items():
+        effect = "blocks under --strict" if strict else "a warning; --strict blocks"
+        notes.append(
+            f"{len(metrics)} metric(s) of baseline {ref} not measured in this run ({effect}): "
+            + ", ".join(metrics)
+        )
+    if unbounded:
+        notes.append(
+            f"{len(unbounded)} measured metric(s) have no bound in {source}"
+            " (reported, not gated): " + ", ".join(unbounded)
+        )
+    return notes
+
+
+__all__ = ["SessionEnd", "coverage_notes", "store_or_compare"]

@@ -40,7 +40,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gate import progress
-from gate.errors import ExitCode, GateError
+from gate.errors import ExitCode, GateError, exit_label, exit_meaning
 from gate.report.outputs import ReportTargets
 from gate.session.plan import RunPlan
 from gate.session.run_config import Candidate
@@ -56,14 +56,6 @@ SEVERITY_ORDER: tuple[ExitCode, ...] = (
     ExitCode.INTERNAL_ERROR,
     ExitCode.INTERRUPTED,
 )
-
-_FAILURE_WORDS: dict[ExitCode, str] = {
-    ExitCode.BLOCKED: "BLOCKED",
-    ExitCode.INTERRUPTED: "INTERRUPTED",
-    ExitCode.INTERNAL_ERROR: "ERROR (model or internal)",
-    ExitCode.USAGE_ERROR: "ERROR (input)",
-    ExitCode.NO_MEASUREMENTS: "NOTHING MEASURED",
-}
 
 #: Runs one candidate's gate session: ``(candidate, report targets) -> exit code``.
 SessionRunner = Callable[[Candidate, ReportTargets], ExitCode]
@@ -155,13 +147,13 @@ def outcome_of(
     doc = _read_results(results)
     found = results if doc is not None else None
     if doc is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL_ERROR):
-        word = _FAILURE_WORDS.get(code, "APPROVED")
+        word = exit_meaning(code)
         reason = "see its report above" if code != ExitCode.OK else ""
         findings: tuple[str, ...] = (reason,) if reason else ()
         return Outcome(candidate, code, word, findings, markdown, doc, found, error)
     headline = str(doc.get("headline") or doc.get("verdict") or "")
     if code in (ExitCode.USAGE_ERROR, ExitCode.NO_MEASUREMENTS):
-        headline = _FAILURE_WORDS[code]
+        headline = exit_meaning(code)
     findings = worst_findings(doc)
     if not findings:
         count = len(doc.get("metrics", []))
@@ -212,7 +204,7 @@ def summary_markdown(outcomes: Sequence[Outcome], code: ExitCode) -> str:
         if item.markdown is not None and item.markdown.is_file():
             lines.append(item.markdown.read_text(encoding="utf-8").rstrip())
         else:
-            lines.append(f"No report: {item.headline} (exit {int(item.exit_code)}).")
+            lines.append(f"No report: {exit_label(int(item.exit_code), item.headline)}.")
     return "\n".join(lines) + "\n"
 
 

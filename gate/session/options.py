@@ -161,6 +161,14 @@ class SessionOptions:
         "latency tier: time the baseline build in this session too, interleaving the two",
         setting=("latency", "paired"),
     )
+    allow_pickle: bool = option_row(
+        "flag", "load pickle-only checkpoints (.bin/.pt: code runs at load; trusted files only)"
+    )
+    allow_incomplete_weights: bool = option_row(
+        "flag",
+        "measure a model whose weights miss tensors of its config (freshly initialized), "
+        "have unused ones or ones of another shape (refused by default, exit 3)",
+    )
     verbose: bool = False
 
     @classmethod

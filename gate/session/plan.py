@@ -100,6 +100,10 @@ class RunPlan:
             store=store_for(candidate.model, store),
             model_slug=candidate.model_slug,
             calibration=candidate.calibration,
+            allow_pickle=self.shared.allow_pickle or candidate.allow_pickle,
+            allow_incomplete_weights=(
+                self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
+            ),
         ).with_reports(targets)
 
 
@@ -146,9 +150,12 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     """Validate every input of every candidate's session; loads no model.
 
     Raises the first problem as a :class:`~gate.errors.GateError` (exit 4 for
-    bad input, 5 when none of a candidate's tiers has a suite).
+    bad input, thresholds that bound none of the metrics a candidate's tiers
+    measure included; 5 when none of a candidate's tiers has a suite).
     """
     from gate.data.calibration import calibration_for
+    from gate.gating.thresholds import require_a_bound
+    from gate.metrics.registry import all_metrics
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
     from gate.session.runner import select_tiers
@@ -162,6 +169,11 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
         tiers, _ = select_tiers(candidate.tiers)
+        require_a_bound(
+            inputs.thresholds,
+            [name for name, spec in all_metrics().items() if spec.tier in tiers],
+            what=f"candidate {candidate.name!r} ({', '.join(tiers)})",
+        )
         check_targets(targets)
         checked.append(CheckedCandidate(candidate, inputs, tiers, targets))
     return checked
@@ -197,6 +209,17 @@ def check_writable(path: Path, what: str) -> None:
         )
 
 
+def check_writable_dir(path: Path, what: str) -> None:
+    """``path`` is a writable directory or can be created as one (else UsageError, exit 4)."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} {path} is not a directory", "name a directory for the reports")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} {path} is not writable", "name a writable directory")
+        return
+    check_writable(path, what)
+
+
 def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
     """What the plan will run, one block per candidate (``gate run --dry-run``)."""
     lines = [f"gate run --dry-run: {len(checked)} candidate(s); nothing was loaded or measured"]
@@ -227,6 +250,7 @@ __all__ = [
     "check_plan",
     "check_targets",
     "check_writable",
+    "check_writable_dir",
     "describe_plan",
     "packaged_store",
     "plan_run",

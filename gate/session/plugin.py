@@ -37,12 +37,11 @@ import io
 import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from gate.errors import ExitCode, GateError
+from gate.errors import ExitCode, GateError, exit_label
 from gate.metrics.registry import TIERS
 from gate.session.options import SESSION_FIELDS, SessionOptions
 
@@ -61,6 +60,10 @@ TIER_MARKERS: dict[str, str] = {
 
 #: Name under which :class:`GatePlugin` is registered with pytest's plugin manager.
 PLUGIN_NAME = "gate-session"
+#: Attribute set on the report of a tier test that raised a ``GateError``.
+GATE_ERROR_ATTR = "gate_error"
+#: pytest's result category of such a test (``1 gate error in 12.0s``).
+GATE_ERROR_CATEGORY = "gate error"
 
 
 class GateHookSpecs:
@@ -150,8 +153,9 @@ class GatePlugin:
         """The session's state (``None`` until the session started, or when it could not)."""
         return self.config.stash.get(STATE_KEY, None)
 
-    def _backend_loader(self, calibration: Path | None) -> Callable[[str, str | None], Backend]:
-        """Loads ``(model, recipe)``: the ``pytest_gate_make_backend`` hook, else transformers."""
+    def _backend_loader(self, options: SessionOptions) -> Callable[[str, str | None], Backend]:
+        """Loads ``(model, recipe)``: the ``pytest_gate_make_backend`` hook, else transformers
+        (with the session's calibration texts, ``allow_pickle`` and ``allow_incomplete_weights``)."""
         config = self.config
 
         def load(model: str, recipe: str | None) -> Backend:
@@ -164,8 +168,14 @@ class GatePlugin:
             from gate.models.backends.loading import load_backend
             from gate.models.spec import ModelSpec
 
-            texts = calibration_for(recipe, calibration)
-            return load_backend(ModelSpec.parse(model), recipe, calibration=texts)
+            texts = calibration_for(recipe, options.calibration)
+            spec = ModelSpec.parse(model, allow_pickle=options.allow_pickle)
+            return load_backend(
+                spec,
+                recipe,
+                calibration=texts,
+                allow_incomplete_weights=options.allow_incomplete_weights,
+            )
 
         return load
 
@@ -177,13 +187,13 @@ class GatePlugin:
         model: str = opt.gate_model
         inputs = prepare_session(opt.gate_mode, model, SessionOptions.from_pytest(opt))
         options = inputs.options
-        load = self._backend_loader(options.calibration)
+        load = self._backend_loader(options)
         run = GateRun(
             mode=inputs.mode,
             model=model,
             model_slug=inputs.model_slug,
             recipe=options.recipe,
-            backend_factory=lambda: load(model, options.recipe),
+            backend_factory=_once(lambda: load(model, options.recipe)),
             tier_settings=inputs.tier_settings,
             baselines=inputs.baselines,
             build_loader=load,
@@ -209,9 +219,20 @@ class GatePlugin:
             if call.excinfo is not None and isinstance(call.excinfo.value, GateError):
                 error = call.excinfo.value
                 state.errors.append(error)
-                # bad input is one line, not a traceback
+                # the gate prints it once, in its own section: no traceback, no FAILURES entry
                 report.longrepr = f"{type(error).__name__}: {error.format_line()}"
+                setattr(report, GATE_ERROR_ATTR, True)
         return report
+
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, str] | None:
+        """A tier test stopped by a ``GateError`` is counted as a "gate error", not as a
+        failure, so pytest's FAILURES section and short summary do not repeat the line
+        the gate prints (the session's exit status is the error's own)."""
+        if getattr(report, GATE_ERROR_ATTR, False):
+            return GATE_ERROR_CATEGORY, "E", "GATE ERROR"
+        return None
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -225,7 +246,11 @@ class GatePlugin:
         try:
             problem = _problem_code(state, int(exitstatus))
             state.end = store_or_compare(
-                state.run, state.inputs, problem=problem, lines=state.lines
+                state.run,
+                state.inputs,
+                problem=problem,
+                lines=state.lines,
+                tiers=_session_tiers(session),
             )
         except GateError as exc:
             state.end = SessionEnd(
@@ -252,13 +277,37 @@ class GatePlugin:
             sys.stderr.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
 
 
+def _once(load: Callable[[], Backend]) -> Callable[[], Backend]:
+    """``load``, except that a model that failed to load with a ``GateError`` is not loaded
+    again by the next tier test: the same error is raised at once."""
+    failed: list[GateError] = []
+
+    def load_once() -> Backend:
+        if failed:
+            raise failed[0]
+        try:
+            return load()
+        except GateError as exc:
+            failed.append(exc)
+            raise
+
+    return load_once
+
+
+def _session_tiers(session: pytest.Session) -> tuple[str, ...] | None:
+    """The tiers whose tests the session collected (``None`` when it collected none)."""
+    items = getattr(session, "items", None) or []
+    tiers = {mark.name for item in items for mark in item.iter_markers() if mark.name in TIERS}
+    return tuple(sorted(tiers)) or None
+
+
 def _problem_code(state: GateState, exitstatus: int) -> int | None:
     """The exit code a failure dictates (a GateError's, else pytest's), or None when clean.
 
     Appends one ``gate:`` line per failure to ``state.lines``.
     """
-    for error in state.errors:
-        state.lines.append(f"gate: error: {error.format_line()}")
+    for line in dict.fromkeys(error.format_line() for error in state.errors):
+        state.lines.append(f"gate: error: {line}")  # each tier test hit by one error: once
     if state.errors:
         return int(state.errors[0].exit_code)
     if state.failed or exitstatus not in (ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -269,7 +318,8 @@ def _problem_code(state: GateState, exitstatus: int) -> int | None:
 
 
 def _render_text(end: SessionEnd, *, color: bool) -> str:
-    """The report (when one was made) and the ``gate:`` lines, as text."""
+    """The report (when one was made) and the ``gate:`` lines, as text; without a report
+    a failed session ends with what its exit code means (``gate: ERROR (input, exit 4)``)."""
     from gate.report.console import make_console
 
     buffer = io.StringIO()
@@ -279,6 +329,8 @@ def _render_text(end: SessionEnd, *, color: bool) -> str:
             end.render(console)
         for line in end.lines:
             console.print(line, markup=False)
+        if end.render is None and end.code != ExitCode.OK:  # a report ends with its own
+            console.print(f"gate: {exit_label(end.code)}", markup=False)
     except Exception as exc:  # never raise from a reporting hook
         buffer.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
     return buffer.getvalue()

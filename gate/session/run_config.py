@@ -14,7 +14,8 @@ Layout (documented with an example in docs/run-config.md)::
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
     model = "demo"               # id, local directory or "demo"
-    recipe = "bnb-nf4"           # optional; also: against, tiers, calibration, model_slug
+    recipe = "bnb-nf4"           # optional; also: against, tiers, calibration, model_slug,
+                                 # allow_pickle, allow_incomplete_weights (default false)
 
     [tiers.fidelity]             # settings of a tier (each tier validates its own keys)
     max_new_tokens = 64
@@ -94,6 +95,10 @@ class CandidateConfig:
     tiers: tuple[str, ...] | None = None
     calibration: Path | None = None
     model_slug: str | None = None
+    #: Load a pickle-only checkpoint (``--allow-pickle``).
+    allow_pickle: bool = False
+    #: Measure weights that do not match the config (``--allow-incomplete-weights``).
+    allow_incomplete_weights: bool = False
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -117,6 +122,8 @@ class Candidate:
     tiers: tuple[str, ...] | None
     calibration: Path | None
     model_slug: str | None
+    allow_pickle: bool = False
+    allow_incomplete_weights: bool = False
 
     @property
     def recipe_label(self) -> str:
@@ -156,6 +163,8 @@ class RunConfig:
             tiers=candidate.tiers if candidate.tiers is not None else self.run.tiers,
             calibration=candidate.calibration or self.run.calibration,
             model_slug=self.slug_for(candidate),
+            allow_pickle=candidate.allow_pickle,
+            allow_incomplete_weights=candidate.allow_incomplete_weights,
         )
 
     def resolved(self) -> list[Candidate]:

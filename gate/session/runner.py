@@ -84,7 +84,8 @@ def build_args(
     # rewriting their asserts is noise in a gate report
     args += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     args += ["--rootdir", str(directory), "-o", "addopts=", "-o", "testpaths="]
-    args += ["-v"] if options.verbose else ["-q"]
+    # -qq: no pytest stats line after the gate's report, whose verdict line stays the last
+    args += ["-v"] if options.verbose else ["-qq"]
     if not _plugin_autoloaded():
         args += ["-p", "gate.session.plugin"]
     args += ["--gate-model", model, "--gate-mode", mode]

@@ -169,8 +169,8 @@ def _load_config(source: str, spec: ModelSpec, common: dict[str, Any]) -> Any:
 _SHOWN_KEYS = 3
 #: How to get past that refusal (the fix, or the explicit opt-in).
 INCOMPLETE_WEIGHTS_HINT = (
-    "fix config.json or the weight files; only an explicit allow_incomplete_weights "
-    "measures such a model"
+    "fix config.json or the weight files; to measure it anyway pass --allow-incomplete-weights "
+    "(gate run, gate baseline record) or set allow_incomplete_weights = true for the candidate"
 )
 
 

@@ -1,0 +1,45 @@
+"""The ``gate`` click group: every command module under :mod:`gate.commands`, assembled."""
+
+from __future__ import annotations
+
+import click
+
+from gate import __version__
+from gate.commands.audit import audit
+from gate.commands.baseline import baseline
+from gate.commands.compare import compare
+from gate.commands.demo import demo
+from gate.commands.import_ import import_
+from gate.commands.run import run
+
+#: Every top-level command, in ``--help`` order.
+COMMANDS: tuple[click.Command, ...] = (run, demo, compare, baseline, import_, audit)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gate")
+def cli() -> None:
+    """Regression gate for compressed LLM builds.
+
+    Measures a candidate build (quantized, pruned, ...) in tiers — accuracy,
+    capability probes, fidelity to the baseline, latency/memory — compares it
+    with a versioned baseline and thresholds.toml, prints a severity report and
+    exits nonzero on a regression.
+
+    \b
+    Exit codes (the last line names the outcome, e.g. "ERROR (input, exit 4)"):
+      0 APPROVED (warnings allowed unless --strict)
+      1 BLOCKED by a regression (or, under --strict, a warning or a baseline
+        metric the run did not measure)
+      2 INTERRUPTED (Ctrl-C, SIGINT or SIGTERM; the store is left as it was)
+      3 ERROR (internal or model load)
+      4 ERROR (input): usage, config, thresholds, baseline, data, store or
+        an unwritable report path
+      5 NOTHING MEASURED
+    """
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+__all__ = ["COMMANDS", "cli"]

@@ -1,0 +1,172 @@
+"""SIGINT and SIGTERM during ``gate run`` / ``gate baseline record``, sent to real processes.
+
+CI systems cancel a job with SIGINT, then SIGTERM. Whatever phase the signal
+hits — interpreter start and imports, the model load, the measuring — the gate
+must end with exit 2 and ``gate: interrupted``, print no traceback, leave no
+process of its own behind (each run gets its own process group, which must be
+empty afterwards) and leave the baseline store byte for byte as it was.
+
+Signals in the import phase are sent at fixed delays after the interpreter is
+up (the phase lasts about a second). The interpreter's own start (the site
+module, before any gate code runs: about 0.2 s on a loaded two-core host) is
+outside the gate's reach, so the delays count from there: the time this
+host takes to start Python and import :mod:`gate.cli`, measured first. Later
+phases are reached by waiting for the gate's own progress lines on stderr, so
+the phase does not depend on the speed of the host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gate.errors import ExitCode
+from gate.session.plan import packaged_store
+
+#: A guard against a hang, not a speed check.
+HANG_GUARD_S = 1800.0
+#: The console script installed beside the interpreter (the real entry point).
+GATE = Path(sys.executable).with_name("gate")
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with the sha256 of its bytes."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _start(args: list[str], cwd: Path, err: Path) -> subprocess.Popen[bytes]:
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        GATE_PROGRESS="plain",
+    )
+    env.pop("GITHUB_ACTIONS", None)
+    command = [str(GATE)] if GATE.is_file() else [sys.executable, "-m", "gate.cli"]
+    return subprocess.Popen(
+        [*command, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err.open("wb"),
+        start_new_session=True,  # its own process group: what it starts must end with it
+    )
+
+
+def _wait_for(err: Path, marker: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while marker not in err.read_text(errors="replace"):
+        assert process.poll() is None, f"ended before {marker!r}: {err.read_text()}"
+        assert time.monotonic() < deadline, f"no {marker!r} on stderr (hang guard)"
+        time.sleep(0.05)
+
+
+def _interrupt(
+    tmp_path: Path, args: list[str], signum: int, *, delay: float = 0.0, marker: str = ""
+) -> str:
+    """Run ``gate args``, send ``signum`` after ``delay`` s or once ``marker`` is on stderr;
+    check exit 2, the interrupted line, no traceback and an empty process group."""
+    err = tmp_path / "stderr.txt"
+    process = _start(args, tmp_path, err)
+    if marker:
+        _wait_for(err, marker, process)
+    else:
+        time.sleep(delay)
+    process.send_signal(signum)
+    code = process.wait(timeout=HANG_GUARD_S)
+    text = err.read_text(errors="replace")
+    assert code == ExitCode.INTERRUPTED, (code, text)
+    assert "gate: interrupted" in text, text
+    assert "Traceback" not in text, text
+    with pytest.raises(ProcessLookupError):  # nothing of the run's process group is left
+        os.killpg(process.pid, 0)
+    return text
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A copy of the packaged store (the demo's fp32 baseline and its artifacts)."""
+    target = tmp_path / "baselines"
+    shutil.copytree(packaged_store(), target)
+    return target
+
+
+def _run_args(store: Path) -> list[str]:
+    return ["run", "--candidate", "demo", "--against", "fp32", "--tiers", "fidelity",
+            "--store", str(store), "--json", str(store.parent / "out" / "results.json")]  # fmt: skip
+
+
+def _record_args(store: Path) -> list[str]:
+    return ["baseline", "record", "--model", "demo", "--tiers", "fidelity", "--label", "sig",
+            "--ref", "fp32", "--store", str(store)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def interpreter_up_s() -> float:
+    """The longest of three starts of Python importing :mod:`gate.cli` (when the handlers
+    are installed): signals before it reach the interpreter, not the gate."""
+    times = []
+    for _ in range(3):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import gate.cli"], check=True)
+        times.append(time.monotonic() - start)
+    return max(times)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("after", [0.0, 0.2, 0.5, 1.0])
+def test_a_signal_while_starting_is_an_interrupt_without_traceback(
+    tmp_path: Path, store: Path, signum: int, after: float, interpreter_up_s: float
+) -> None:
+    before = _snapshot(store)
+    _interrupt(tmp_path, _run_args(store), signum, delay=interpreter_up_s + after)
+    assert _snapshot(store) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "marker", ["gate: loading demo", "done in"], ids=["while-loading", "while-measuring"]
+)
+def test_a_signal_during_a_run_is_an_interrupt_and_leaves_the_store(
+    tmp_path: Path, store: Path, signum: int, marker: str
+) -> None:
+    before = _snapshot(store)
+    _interrupt(tmp_path, _run_args(store), signum, marker=marker)
+    assert _snapshot(store) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_recording_stores_nothing_and_moves_no_ref(
+    tmp_path: Path, store: Path, signum: int
+) -> None:
+    before = _snapshot(store)
+    _interrupt(tmp_path, _record_args(store), signum, marker="done in")
+    assert _snapshot(store) == before
+
+
+def test_sigint_then_sigterm_as_ci_sends_them_is_one_interrupt(tmp_path: Path, store: Path) -> None:
+    """The second signal must not break the cleanup of the first (one interrupted line)."""
+    err = tmp_path / "stderr.txt"
+    process = _start(_run_args(store), tmp_path, err)
+    _wait_for(err, "gate: loading demo", process)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=HANG_GUARD_S) == ExitCode.INTERRUPTED
+    text = err.read_text(errors="replace")
+    assert text.count("gate: interrupted") == 1, text
+    assert "Traceback" not in text, text
