@@ -6,7 +6,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# Extension modules that cannot be imported twice in one process: imported before any
+# in-process pytester run, which drops the modules a run imported when it ends.
+import numpy  # noqa: F401
 import pytest
+import scipy.stats  # noqa: F401
 
 if TYPE_CHECKING:
     from gate.models.backends.hf import HFBackend
