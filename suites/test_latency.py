@@ -76,6 +76,8 @@ def _baseline_build(gate_run: GateRun, settings: LatencySettings) -> BaselineBui
         return None
     against = next(iter(gate_run.baselines))
     model, recipe = reference_build(gate_run.baseline.provenance, gate_run.model)
+    if gate_run.paired_build is not None:  # the baseline build's engine (--baseline-endpoint)
+        return BaselineBuild(gate_run.paired_build, against, model, recipe)
     candidate_recipe = gate_run.recipe if gate_run.recipe not in (None, "", "none") else None
     if (model, recipe) == (gate_run.model, candidate_recipe):
         return BaselineBuild(lambda: gate_run.backend, against, model, recipe)

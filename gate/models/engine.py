@@ -129,12 +129,17 @@ class EngineSpec:
 
 @contextlib.contextmanager
 def open_engine(
-    tokenizer_spec: ModelSpec, engine: EngineSpec, *, log_dir: Path
+    tokenizer_spec: ModelSpec,
+    engine: EngineSpec,
+    *,
+    log_dir: Path | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[HTTPBackend]:
     """A connected backend for ``engine``; a server started here is stopped on exit.
 
     ``tokenizer_spec`` names the model whose tokenizer gate uses locally (the
     reference pack's); the server must agree with it (BaselineError, exit 4).
+    A started server logs to ``log_path``, else ``<log_dir>/server.log``.
     """
     if engine.serve is None:
         assert engine.endpoint is not None
@@ -142,9 +147,13 @@ def open_engine(
         backend.connect()
         yield backend
         return
+    if log_path is None:
+        if log_dir is None:
+            raise ConfigError("a started server needs a log file", "give log_dir or log_path")
+        log_path = Path(log_dir) / SERVER_LOG
     with ManagedServer(
         engine.serve,
-        log_path=Path(log_dir) / SERVER_LOG,
+        log_path=log_path,
         startup_timeout=engine.startup_timeout_s,
         env=engine.env,
     ) as server:
@@ -154,6 +163,7 @@ def open_engine(
             liveness=server.failure,
             serve_command=server.argv,
             served_settings=served_settings(server.argv),
+            server_log=server.log_path,
         )
         backend.connect()
         yield backend
