@@ -55,7 +55,7 @@ def engine_override(given: dict[str, Any]) -> EngineConfig | None:
     """The engine the command line names (``None``: none); validated like a gate.toml table."""
     from gate.gating.thresholds import build_dataclass
 
-    table = {k: v for k, v in given.items() if v is not None}
+    table = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
     if not table:
         return None
     for short in ("request_timeout", "startup_timeout"):
