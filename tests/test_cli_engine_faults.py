@@ -140,3 +140,57 @@ def test_dry_run_names_the_engine_and_starts_nothing(tmp_path: Path) -> None:
     assert f"engine:     serve {command}" in done.stdout
     assert "baseline engine (paired latency)" in done.stdout
     assert not list(tmp_path.glob("*.log"))
+
+
+#: A stand-in OpenAI server whose tokenizer differs from the demo model's: it is
+#: healthy and lists a model, but /tokenize answers other ids.
+OTHER_TOKENIZER_SERVER = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+class Handler(BaseHTTPRequestHandler):
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self._send(200, {})
+        elif self.path == "/v1/models":
+            self._send(200, {"data": [{"id": "demo", "owned_by": "stand-in"}]})
+        elif self.path == "/version":
+            self._send(200, {"version": "0"})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path == "/tokenize":
+            self._send(200, {"tokens": [5, 6, 7], "count": 3})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def log_message(self, *args):
+        pass
+
+print("MARKER serving", flush=True)
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+def test_server_with_another_tokenizer_is_refused_exit_4(tmp_path: Path) -> None:
+    marker = f"gate-test-{uuid.uuid4().hex}"
+    script = tmp_path / f"{marker}.py"
+    script.write_text(OTHER_TOKENIZER_SERVER.replace("MARKER", marker))
+    done = _gate(tmp_path, *RUN, "--serve", shlex.join([sys.executable, str(script)]))
+    assert done.returncode == ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    errors = _error_lines(done)
+    assert errors and "tokenizer differs" in errors[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert _processes_with(marker) == []  # the server gate started is stopped
