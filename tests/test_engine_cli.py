@@ -30,6 +30,7 @@ import psutil
 import pytest
 
 from gate.errors import ExitCode
+from gate.measurement import MeasurementDetail
 from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
@@ -116,7 +117,7 @@ def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: P
         cga=metrics["fidelity.cga"]["value"],
         kl_mean=metrics["fidelity.kl_mean"]["value"],
         verdict=results["verdict"],
-        kl_method=metrics["fidelity.kl_mean"]["details"].get("kl_method"),
+        kl_method=metrics["fidelity.kl_mean"]["details"].get(MeasurementDetail.KL_METHOD),
     )
     assert results["verdict"] == "pass"
     assert metrics["fidelity.cga"]["value"] == 1.0
