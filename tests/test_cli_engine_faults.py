@@ -194,3 +194,60 @@ def test_server_with_another_tokenizer_is_refused_exit_4(tmp_path: Path) -> None
     assert errors and "tokenizer differs" in errors[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert _processes_with(marker) == []  # the server gate started is stopped
+
+
+#: A stand-in server that is healthy but never answers a completion (no /tokenize, so
+#: gate's tokenizer probe goes through a completion and waits).
+HANGING_SERVER = OTHER_TOKENIZER_SERVER.replace(
+    """        if self.path == "/tokenize":
+            self._send(200, {"tokens": [5, 6, 7], "count": 3})""",
+    """        if self.path == "/v1/completions":
+            print("MARKER request", flush=True)
+            import time
+            time.sleep(3600)""",
+)
+
+
+def test_ctrl_c_stops_the_server_gate_started(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    marker = f"gate-test-{uuid.uuid4().hex}"
+    script = tmp_path / f"{marker}.py"
+    script.write_text(HANGING_SERVER.replace("MARKER", marker))
+    assert "time.sleep(3600)" in script.read_text()
+    log = tmp_path / "server.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
+    command = shlex.join([sys.executable, str(script)])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from gate.cli import main; main()",
+            *RUN,
+            "--serve",
+            command,
+            "--server-log",
+            str(log),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600  # a guard, not a speed check
+        while f"{marker} request" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "gate never sent a request"
+            time.sleep(0.5)
+        assert _processes_with(marker)  # the server runs while gate waits for it
+        proc.send_signal(signal.SIGINT)  # Ctrl-C reaches gate only: the server has its own group
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.INTERRUPTED, out + err
+    assert "Traceback" not in out + err
+    assert _processes_with(marker) == []
