@@ -23,13 +23,15 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gate.errors import ConfigError
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.openai_client import EndpointSettings, ScoringApi
 from gate.models.serve import ManagedServer
 from gate.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # the backend (numpy, the tokenizer) is imported when an engine opens
+    from gate.models.backends.http import HTTPBackend
 
 #: Server log file name inside ``log_dir`` (a report artifact).
 SERVER_LOG = "server.log"
@@ -141,6 +143,8 @@ def open_engine(
     reference pack's); the server must agree with it (BaselineError, exit 4).
     A started server logs to ``log_path``, else ``<log_dir>/server.log``.
     """
+    from gate.models.backends.http import HTTPBackend
+
     if engine.serve is None:
         assert engine.endpoint is not None
         backend = HTTPBackend(engine.settings_for(engine.endpoint), tokenizer_spec)
