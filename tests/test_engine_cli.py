@@ -233,3 +233,54 @@ def _api_servers() -> set[int]:
         for p in psutil.process_iter(["pid", "cmdline"])
         if "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or [])
     }
+
+
+def test_endpoint_accuracy_and_capability_through_the_cli(
+    engine_cache: Path, tmp_path: Path
+) -> None:
+    """A server someone else runs (``--endpoint``): the accuracy and capability tiers
+    over HTTP, float32, against the committed float32 baseline: nothing may change."""
+    from gate.models.serve import serving
+
+    command = vllm_command(engine_python(), "--dtype", "float32")
+    out = tmp_path / "results.json"
+    with serving(
+        command,
+        log_path=tmp_path / "own-server.log",
+        startup_timeout=1800,
+        env=engine_env(engine_cache),
+    ) as server:
+        done = _gate(
+            tmp_path,
+            engine_cache,
+            "run",
+            "--candidate",
+            "demo",
+            "--against",
+            "fp32",
+            "--tiers",
+            "accuracy,capability",
+            "--endpoint",
+            server.base_url,
+            "--served-model",
+            "demo",
+            "--max-concurrency",
+            "4",
+            "--json",
+            str(out),
+        )
+        assert server.alive()  # gate leaves a server it did not start alone
+    assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    metrics = _metrics(results)
+    _figures(
+        "endpoint accuracy + capability (CLI)",
+        **{name: m["value"] for name, m in metrics.items()},
+        verdict=results["verdict"],
+    )
+    assert results["candidate"]["endpoint"] == server.base_url
+    assert results["candidate"]["server_log"] is None
+    assert any(name.startswith("accuracy.") for name in metrics)
+    assert any(name.startswith("capability.") for name in metrics)
+    for m in metrics.values():
+        assert m["severity"] == "pass", m["reason"]
