@@ -251,3 +251,26 @@ def test_ctrl_c_stops_the_server_gate_started(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.INTERRUPTED, out + err
     assert "Traceback" not in out + err
     assert _processes_with(marker) == []
+
+
+def test_engine_table_of_gate_toml_reaches_the_session(tmp_path: Path) -> None:
+    """``[candidates.engine]`` starts the candidate's server (here one with another tokenizer)."""
+    marker = f"gate-test-{uuid.uuid4().hex}"
+    script = tmp_path / f"{marker}.py"
+    script.write_text(OTHER_TOKENIZER_SERVER.replace("MARKER", marker))
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        "[[candidates]]\n"
+        'name = "served"\n'
+        'model = "demo"\n'
+        'against = ["fp32"]\n'
+        'tiers = ["fidelity"]\n'
+        "[candidates.engine]\n"
+        f"serve = {json.dumps(shlex.join([sys.executable, str(script)]))}\n"
+        'server_log = "logs/served.log"\n'
+    )
+    done = _gate(tmp_path, "run", "--config", str(config))
+    assert done.returncode == ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "tokenizer differs" in done.stdout + done.stderr
+    assert f"{marker} serving" in (tmp_path / "logs" / "served.log").read_text()
+    assert _processes_with(marker) == []
