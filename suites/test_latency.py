@@ -11,7 +11,9 @@ Paired mode (``[tiers.latency] paired = true`` or ``--gate-paired-latency``,
 run mode only; see :mod:`gate.tiers.latency` for why and when): the baseline
 build named by the first baseline's provenance is loaded too and alternated
 with the candidate, one pair per pytest-benchmark round. When that build is the
-candidate's own (same model, same recipe) the loaded backend is reused.
+candidate's own (same model, same recipe) the loaded backend is reused, unless
+the candidate is served by an engine. The baseline build's own engine
+(``--gate-baseline-serve``/``--gate-baseline-endpoint``) replaces the load.
 
 pytest-benchmark is optional: without its plugin, or with ``--benchmark-skip``,
 the loop runs on its own; under ``--benchmark-disable`` the whole loop is
@@ -39,6 +41,7 @@ from gate.store import history
 from gate.tiers.latency import (
     BaselineBuild,
     LatencySettings,
+    LoadRunner,
     Runner,
     fingerprint_of,
     has_latency,
@@ -76,8 +79,11 @@ def _baseline_build(gate_run: GateRun, settings: LatencySettings) -> BaselineBui
         return None
     against = next(iter(gate_run.baselines))
     model, recipe = reference_build(gate_run.baseline.provenance, gate_run.model)
+    if gate_run.paired_build is not None:  # the baseline build's engine (--baseline-endpoint)
+        return BaselineBuild(gate_run.paired_build, against, model, recipe)
     candidate_recipe = gate_run.recipe if gate_run.recipe not in (None, "", "none") else None
-    if (model, recipe) == (gate_run.model, candidate_recipe):
+    served = isinstance(gate_run.backend, LoadRunner)  # a served candidate is not the baseline
+    if (model, recipe) == (gate_run.model, candidate_recipe) and not served:
         return BaselineBuild(lambda: gate_run.backend, against, model, recipe)
 
     def load() -> Backend:

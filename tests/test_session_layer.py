@@ -57,6 +57,16 @@ def test_every_session_option_is_one_row_and_round_trips_through_pytest(
         paired_latency=True,
         allow_pickle=True,
         allow_incomplete_weights=True,
+        serve="python -m server",
+        endpoint="http://h:8000/v1",
+        served_model="m",
+        api_key_env="KEY",
+        max_concurrency="4",
+        request_timeout="30",
+        startup_timeout="60",
+        server_log=Path("s.log"),
+        baseline_serve="python -m base",
+        baseline_endpoint="http://b:8000/v1",
     )
     # every field differs from its empty value, so every row is exercised
     for row in SESSION_FIELDS:

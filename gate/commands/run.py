@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -20,7 +22,47 @@ from gate.commands.options import (
 from gate.errors import ExitCode
 from gate.report.outputs import ReportTargets
 from gate.session.options import SessionOptions
-from gate.session.run_config import CandidateOverrides, RunConfig
+from gate.session.run_config import CandidateOverrides, EngineConfig, RunConfig
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: ``gate run`` options naming a serving engine (each is a key of a gate.toml engine table).
+_ENGINE_OPTIONS: tuple[tuple[str, Any, str], ...] = (
+    (
+        "serve",
+        str,
+        "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves.",
+    ),
+    ("endpoint", str, "Gate the model behind this running OpenAI-compatible server (URL .../v1)."),
+    ("served-model", str, "Served model name at the engine (default: the first it lists)."),
+    ("api-key-env", str, "Environment variable holding the engine's API key (never the key)."),
+    ("max-concurrency", click.IntRange(min=1), "Engine requests in flight at once (default 8)."),
+    ("request-timeout", click.FloatRange(min=0, min_open=True), "Seconds per engine response."),
+    ("startup-timeout", click.FloatRange(min=0, min_open=True), "Seconds a --serve server has."),
+    ("server-log", click.Path(dir_okay=False, path_type=Path), "Log file of a --serve server."),
+    ("baseline-serve", str, "Engine command of the baseline build (paired latency A/B)."),
+    ("baseline-endpoint", str, "Endpoint of the baseline build (paired latency A/B)."),
+)
+
+
+def engine_options(command: _F) -> _F:
+    """The serving-engine options of ``gate run`` (docs/serving.md)."""
+    for name, kind, text in reversed(_ENGINE_OPTIONS):
+        command = click.option(f"--{name}", type=kind, help=text)(command)
+    return command
+
+
+def engine_override(given: dict[str, Any]) -> EngineConfig | None:
+    """The engine the command line names (``None``: none); validated like a gate.toml table."""
+    from gate.gating.thresholds import build_dataclass
+
+    table = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
+    if not table:
+        return None
+    for short in ("request_timeout", "startup_timeout"):
+        if short in table:
+            table[short + "_s"] = table.pop(short)
+    return build_dataclass(EngineConfig, table, where="engine options")
 
 
 def explicit_store(store: Path) -> Path | None:
@@ -77,6 +119,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     help="Time the baseline build in this session too, alternating runs (noisy runners).",
 )
 @model_trust_options
+@engine_options
 @store_option
 @report_options
 @click.option(
@@ -107,6 +150,7 @@ def run(
     junit_out: Path | None,
     markdown_out: Path | None,
     dry_run: bool,
+    **engine: Any,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
 
@@ -148,6 +192,16 @@ def run(
       gate run --candidate demo --recipe prune-magnitude:0.3 --tiers fidelity --json out.json
       gate run --candidate demo --recipe prune-wanda:0.5 --calibration my-prompts.jsonl
       gate run --candidate demo --recipe quanto-int4 --tiers latency --paired-latency
+      gate run --candidate demo --serve "venv/bin/python -m vllm.entrypoints.openai.api_server
+        --model ./demo --served-model-name demo --dtype float32"
+      gate run --candidate org/model --endpoint http://gpu-box:8000/v1 --api-key-env KEY
+
+    \b
+    Serving engine (docs/serving.md): --serve starts the command (own process
+    group, waits for /health, keeps its log, always stops it) and --endpoint
+    uses a running server; --candidate then names the model whose tokenizer
+    recorded the baseline. --baseline-serve/--baseline-endpoint time the
+    baseline build's engine beside the candidate (paired latency).
     """
     from gate.report.console import make_console
     from gate.session.multirun import execute_plan
@@ -161,6 +215,7 @@ def run(
         tiers=parse_tiers(tiers),
         calibration=calibration,
         model_slug=model_slug,
+        engine=engine_override(engine),
     )
     shared = SessionOptions(
         store=explicit_store(store),

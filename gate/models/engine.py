@@ -23,13 +23,15 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gate.errors import ConfigError
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.openai_client import EndpointSettings, ScoringApi
 from gate.models.serve import ManagedServer
 from gate.models.spec import ModelSpec
+
+if TYPE_CHECKING:  # the backend (numpy, the tokenizer) is imported when an engine opens
+    from gate.models.backends.http import HTTPBackend
 
 #: Server log file name inside ``log_dir`` (a report artifact).
 SERVER_LOG = "server.log"
@@ -129,22 +131,33 @@ class EngineSpec:
 
 @contextlib.contextmanager
 def open_engine(
-    tokenizer_spec: ModelSpec, engine: EngineSpec, *, log_dir: Path
+    tokenizer_spec: ModelSpec,
+    engine: EngineSpec,
+    *,
+    log_dir: Path | None = None,
+    log_path: Path | None = None,
 ) -> Iterator[HTTPBackend]:
     """A connected backend for ``engine``; a server started here is stopped on exit.
 
     ``tokenizer_spec`` names the model whose tokenizer gate uses locally (the
     reference pack's); the server must agree with it (BaselineError, exit 4).
+    A started server logs to ``log_path``, else ``<log_dir>/server.log``.
     """
+    from gate.models.backends.http import HTTPBackend
+
     if engine.serve is None:
         assert engine.endpoint is not None
         backend = HTTPBackend(engine.settings_for(engine.endpoint), tokenizer_spec)
         backend.connect()
         yield backend
         return
+    if log_path is None:
+        if log_dir is None:
+            raise ConfigError("a started server needs a log file", "give log_dir or log_path")
+        log_path = Path(log_dir) / SERVER_LOG
     with ManagedServer(
         engine.serve,
-        log_path=Path(log_dir) / SERVER_LOG,
+        log_path=log_path,
         startup_timeout=engine.startup_timeout_s,
         env=engine.env,
     ) as server:
@@ -154,6 +167,7 @@ def open_engine(
             liveness=server.failure,
             serve_command=server.argv,
             served_settings=served_settings(server.argv),
+            server_log=server.log_path,
         )
         backend.connect()
         yield backend

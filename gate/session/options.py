@@ -169,6 +169,21 @@ class SessionOptions:
         "measure a model whose weights miss tensors of its config (freshly initialized), "
         "have unused ones or ones of another shape (refused by default, exit 3)",
     )
+    # the serving engine the build is gated on (docs/serving.md; gate.session.engine)
+    serve: str | None = option_row("str", "engine: start this server command, gate what it serves")
+    endpoint: str | None = option_row("str", "engine: OpenAI base URL of a running server")
+    served_model: str | None = option_row("str", "engine: served model name (default: the first)")
+    api_key_env: str | None = option_row("str", "engine: environment variable with the API key")
+    max_concurrency: str | None = option_row("str", "engine: requests in flight at once")
+    request_timeout: str | None = option_row("str", "engine: seconds to wait for a response")
+    startup_timeout: str | None = option_row("str", "engine: seconds a started server has")
+    server_log: Path | None = option_row("path", "engine: the started server's log file")
+    baseline_serve: str | None = option_row(
+        "str", "engine of the baseline build timed beside the candidate (paired latency)"
+    )
+    baseline_endpoint: str | None = option_row(
+        "str", "endpoint of the baseline build timed beside the candidate (paired latency)"
+    )
     verbose: bool = False
 
     @classmethod

@@ -93,6 +93,7 @@ class RunPlan:
     def options_for(self, candidate: Candidate, targets: ReportTargets) -> SessionOptions:
         """The options of ``candidate``'s session, writing the reports ``targets``."""
         store = self.shared.store if self.shared.store is not None else DEFAULT_STORE
+        engine = candidate.engine.session_fields() if candidate.engine is not None else {}
         return replace(
             self.shared,
             recipe=candidate.recipe,
@@ -104,6 +105,7 @@ class RunPlan:
             allow_incomplete_weights=(
                 self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
             ),
+            **engine,
         ).with_reports(targets)
 
 
@@ -156,6 +158,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     from gate.data.calibration import calibration_for
     from gate.gating.thresholds import require_a_bound
     from gate.metrics.registry import all_metrics
+    from gate.session.engine import session_engines
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
     from gate.session.runner import select_tiers
@@ -164,7 +167,9 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     checked: list[CheckedCandidate] = []
     for candidate in plan.candidates:
         targets = plan.targets_for(candidate)
-        inputs = prepare_session("run", candidate.model, plan.options_for(candidate, targets))
+        options = plan.options_for(candidate, targets)
+        inputs = prepare_session("run", candidate.model, options)
+        session_engines(options)  # engine options: validated, nothing started or contacted
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
@@ -235,6 +240,14 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
             f"  store:      {inputs.store.root}",
             f"  thresholds: {inputs.thresholds.source}",
         ]
+        engine = c.engine
+        if engine is not None:
+            lines.append(
+                f"  engine:     {'serve ' + engine.serve if engine.serve else engine.endpoint}"
+            )
+            baseline = engine.baseline_serve or engine.baseline_endpoint
+            if baseline is not None:
+                lines.append(f"  baseline engine (paired latency): {baseline}")
         if reports:
             lines.append(f"  reports:    {', '.join(reports)}")
     if plan.several and plan.targets.markdown is not None:

@@ -29,14 +29,24 @@ recipe)`` that returns one (a ``conftest.py`` can return an in-memory fake),
 else by :func:`gate.models.backends.loading.load_backend` (with calibration
 texts from ``--gate-calibration`` or the packaged set when the recipe needs
 them, :mod:`gate.data.calibration`).
+
+Served builds (``--gate-serve``/``--gate-endpoint``, :mod:`gate.session.engine`):
+the backend is an engine opened with :func:`gate.models.engine.open_engine` on
+the session's ``ExitStack`` on first access, so a server gate starts runs once
+per session and is stopped when the session finishes, however it finishes
+(a failure, Ctrl-C); a failure to open it is remembered, not retried by every
+tier test. ``--gate-baseline-serve``/``--gate-baseline-endpoint`` is the
+baseline build of the paired latency mode, opened the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -47,6 +57,7 @@ from gate.session.options import SESSION_FIELDS, SessionOptions
 
 if TYPE_CHECKING:
     from gate.models.backends.base import Backend
+    from gate.models.engine import EngineSpec
     from gate.session.finish import SessionEnd
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
@@ -131,6 +142,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if plugin is not None:
         del config.stash[PLUGIN_KEY]
         config.pluginmanager.unregister(plugin)
+        plugin.engines.close()  # every server the session started is stopped, whatever happened
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +159,8 @@ class GatePlugin:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        #: Engines (servers) opened for this session; closed when it finishes.
+        self.engines = contextlib.ExitStack()
 
     @property
     def state(self) -> GateState | None:
@@ -179,7 +193,32 @@ class GatePlugin:
 
         return load
 
+    def _engine_opener(self, model: str, engine: EngineSpec, log: Path) -> Callable[[], Backend]:
+        """Opens ``engine`` once on the session's stack; a failure is remembered and re-raised."""
+        outcome: list[Backend | GateError] = []
+
+        def open_() -> Backend:
+            if not outcome:
+                from gate.models.engine import open_engine
+                from gate.models.spec import ModelSpec
+
+                state = self.state
+                if engine.serve is not None and state is not None:
+                    state.lines.append(f"gate: server log: {log}")
+                try:
+                    opened = open_engine(ModelSpec.parse(model), engine, log_path=log)
+                    outcome.append(self.engines.enter_context(opened))
+                except GateError as exc:
+                    outcome.append(exc)
+            first = outcome[0]
+            if isinstance(first, GateError):
+                raise first
+            return first
+
+        return open_
+
     def _build_state(self) -> GateState:
+        from gate.session.engine import server_log_path, session_engines
         from gate.session.inputs import prepare_session
         from gate.session.run import GateRun
 
@@ -187,16 +226,26 @@ class GatePlugin:
         model: str = opt.gate_model
         inputs = prepare_session(opt.gate_mode, model, SessionOptions.from_pytest(opt))
         options = inputs.options
+        engines = session_engines(options)
         load = self._backend_loader(options)
+        factory: Callable[[], Backend] = _once(lambda: load(model, options.recipe))
+        paired_build = None
+        if engines.candidate is not None:
+            factory = self._engine_opener(model, engines.candidate, server_log_path(options))
+        if engines.baseline is not None:
+            paired_build = self._engine_opener(
+                model, engines.baseline, server_log_path(options, baseline=True)
+            )
         run = GateRun(
             mode=inputs.mode,
             model=model,
             model_slug=inputs.model_slug,
             recipe=options.recipe,
-            backend_factory=_once(lambda: load(model, options.recipe)),
+            backend_factory=factory,
             tier_settings=inputs.tier_settings,
             baselines=inputs.baselines,
             build_loader=load,
+            paired_build=paired_build,
         )
         return GateState(run=run, inputs=inputs)
 
@@ -252,6 +301,7 @@ class GatePlugin:
                 lines=state.lines,
                 tiers=_session_tiers(session),
             )
+            self.engines.close()  # a started server stops before the report is printed
         except GateError as exc:
             state.end = SessionEnd(
                 int(exc.exit_code), [*state.lines, f"gate: error: {exc.format_line()}"]

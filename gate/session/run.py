@@ -62,6 +62,8 @@ class GateRun:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: Loads another build ``(model, recipe)`` through the same seam as ``backend``.
     build_loader: Callable[[str, str | None], Backend] | None = None
+    #: The baseline build's own engine for the paired latency mode (``None``: load it).
+    paired_build: Callable[[], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -379,11 +379,16 @@ def score_pack(
             score_rows(baseline_backend, requests, batch_size=settings.batch_size, top_k=1)
         )
     results: list[PromptScores] = []
+    # a served candidate's rows are exact only within its returned top-k: the sampled
+    # tail tokens' log-probs would be guessed, so its KL is the top-k + tail-bucket bound
+    use_samples = uses_tail_samples(backend)
     for j, rows in score_rows(
         backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
     ):
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)
+        if not use_samples:
+            sample_ids, sample_lps = sample_ids[:, :0], sample_lps[:, :0]
         _check_ids_fit(pack, rows.shape[-1], ids, sample_ids)
         positions = fm.score_positions(
             pack.output_ids(j),
@@ -408,6 +413,12 @@ def score_pack(
         )
     results.sort(key=lambda r: r.index)
     return results
+
+
+def uses_tail_samples(backend: Backend) -> bool:
+    """Whether the pack's sampled tail tokens can be scored: the candidate's full rows are
+    exact (in process), not rebuilt from a served top-k (``exact_full_rows = False``)."""
+    return bool(getattr(backend, "exact_full_rows", True))
 
 
 def _check_ids_fit(pack: ReferencePack, vocab: int, *arrays: np.ndarray) -> None:
@@ -438,7 +449,10 @@ def kl_label(k: int, m: int, exact: bool) -> str:
         return "exact (live baseline)"
     if m:
         return f"estimate: top-{k} exact + {m} sampled tail tokens per position (unbiased)"
-    return f"top-{k} + tail bucket (lower bound of the exact KL; the pack has no sampled tail)"
+    return (
+        f"top-{k} + tail bucket (lower bound of the exact KL; no sampled tail in the pack, "
+        "or a served candidate whose rows are exact only in its returned top-k)"
+    )
 
 
 def _standard_error(results: Sequence[PromptScores], indices: Sequence[int]) -> float:
@@ -579,6 +593,6 @@ def measure(
         k=pack.k,
         exact=baseline_backend is not None,
         tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
-        m=pack.m,
+        m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
         recording=pack.recording_summary(),
     )

@@ -12,6 +12,21 @@ runs at the reference batch, so the timed loop carries no tracker overhead.
 The timed loop is handed to a ``runner(fn, rounds, warmup_rounds)`` so the
 pytest suite can drive it with pytest-benchmark's ``benchmark.pedantic``.
 
+Served builds (an engine behind an endpoint, :class:`LoadRunner`)
+-----------------------------------------------------------------
+The timed loop and the sweep run as for an in-process model, from the
+streams (:meth:`~gate.models.backends.http.HTTPBackend.generate_timed`:
+TTFT/ITL/TPOT/E2E from token arrival times). Then a *load run* at each of
+``load_concurrency`` (like ``vllm bench serve``): ``load_requests`` streamed
+requests of ``new_tokens`` tokens, sent at ``load_request_rate`` requests/s
+(Poisson arrivals; 0 = all at once) under that concurrency cap
+(:func:`gate.metrics.serving.load_summary`). The highest level gives the
+``latency.load_*`` metrics (per-request TTFT, TPOT and E2E as samples; output
+tokens/s of the run), and every level's summary is in their details, so a
+regression under load is visible, not only at batch 1. Memory runs are
+skipped: the model's memory is the server's, not this process's. In paired
+mode the load runs alternate baseline and candidate per level too.
+
 Paired A/B mode (``[tiers.latency] paired = true``, ``gate run --paired-latency``)
 ---------------------------------------------------------------------------------
 Why: on a shared or noisy runner the machine's speed drifts between blocks of
@@ -42,7 +57,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.gating.thresholds import build_dataclass
@@ -50,6 +65,7 @@ from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
+from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
@@ -84,6 +100,12 @@ class LatencySettings:
     history_dir: str = ""
     #: Run mode: time the baseline build in this session too, interleaved (A B, B A, ...).
     paired: bool = False
+    #: Served builds: concurrency caps of the load runs (the last one gives the metrics).
+    load_concurrency: tuple[int, ...] = (1, 4)
+    #: Served builds: streamed requests per load run.
+    load_requests: int = 16
+    #: Served builds: requests per second of a load run (Poisson arrivals); 0 = all at once.
+    load_request_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.new_tokens < 2:
@@ -94,6 +116,35 @@ class LatencySettings:
             raise ValueError("batch_sizes must be a non-empty list of positive integers")
         if not self.prompt.strip():
             raise ValueError("prompt must not be empty")
+        if not self.load_concurrency or any(c < 1 for c in self.load_concurrency):
+            raise ValueError("load_concurrency must be a non-empty list of positive integers")
+        if self.load_requests < 2 or self.load_request_rate < 0:
+            raise ValueError("load_requests must be >= 2 and load_request_rate >= 0")
+
+
+@runtime_checkable
+class LoadRunner(Protocol):
+    """A served backend that can run a load of concurrent streamed requests."""
+
+    def stream_timings(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        new_tokens: int,
+        request_rate: float = ...,
+        max_concurrency: int | None = None,
+        burstiness: float = 1.0,
+        seed: int = 0,
+    ) -> tuple[list[StreamTiming], float]: ...
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    """One load run: its concurrency cap, the per-request timings and the summary."""
+
+    concurrency: int
+    timings: tuple[StreamTiming, ...]
+    summary: LoadSummary
 
 
 def settings_from(mapping: Mapping[str, Any]) -> LatencySettings:
@@ -156,6 +207,10 @@ class LatencyResult:
     extra_details: dict[str, Any] = field(default_factory=dict)
     #: Paired mode: the in-session baseline build's runs (``None`` otherwise).
     reference: PairedReference | None = None
+    #: Served builds: the load runs, by concurrency (empty in process).
+    load: tuple[LoadLevel, ...] = ()
+    #: Paired mode with a served baseline build: its load runs.
+    reference_load: tuple[LoadLevel, ...] = ()
 
 
 def plain_runner(fn: Callable[[], object], rounds: int, warmup_rounds: int) -> None:
@@ -328,6 +383,37 @@ def _at_reference_batch(batch: int, measure: Callable[[], _T]) -> _T:
         raise
 
 
+def load_prompts(backend: Backend, settings: LatencySettings) -> list[list[int]]:
+    """The load run's prompts: the tier prompt, each prefixed with its request number
+    (so that no two requests share a whole prompt and a prefix cache cannot answer one
+    from another)."""
+    return [
+        backend.encode_prompt(f"Request {i + 1}. {settings.prompt}")
+        for i in range(settings.load_requests)
+    ]
+
+
+def load_runs(sides: Sequence[Backend], settings: LatencySettings) -> list[list[LoadLevel]]:
+    """Per side, one load run at each of ``settings.load_concurrency``.
+
+    With two sides the order alternates per level (A B, then B A, ...), as in the timed loop.
+    """
+    rate = settings.load_request_rate or float("inf")
+    prompts = [load_prompts(b, settings) for b in sides]
+    out: list[list[LoadLevel]] = [[] for _ in sides]
+    order = list(range(len(sides)))
+    for level in settings.load_concurrency:
+        for i in order:
+            runner = sides[i]
+            assert isinstance(runner, LoadRunner)
+            timings, duration = runner.stream_timings(
+                prompts[i], new_tokens=settings.new_tokens, request_rate=rate, max_concurrency=level
+            )
+            out[i].append(LoadLevel(level, tuple(timings), load_summary(timings, duration)))
+        order.reverse()
+    return out
+
+
 def run_tier(
     backend: Backend,
     settings: LatencySettings,
@@ -358,9 +444,11 @@ def run_tier(
 
     # the sides timed together, the candidate last: (candidate) or (baseline, candidate)
     sides: list[Side] = [(backend, prompt_ids)]
-    reports: list[MemoryReport] | None = None
+    served = isinstance(backend, LoadRunner)
+    reports: list[MemoryReport] | None = [] if served else None  # the server's memory, not ours
     if baseline_build is not None:
-        reports = measure_memory()  # while only the candidate takes memory
+        if reports is None:
+            reports = measure_memory()  # while only the candidate takes memory
         base_backend = baseline_build.load()
         sides.insert(0, (base_backend, base_backend.encode_prompt(settings.prompt)))
     timed = _at_reference_batch(
@@ -376,6 +464,9 @@ def run_tier(
     sweeps = _sweep(sides, settings=settings, clock_factory=clock_factory, first=timed)
     if reports is None:
         reports = measure_memory()
+    levels: list[list[LoadLevel]] = [[] for _ in sides]
+    if served and all(isinstance(b, LoadRunner) for b, _ in sides):
+        levels = load_runs([b for b, _ in sides], settings)
     runs, result_sweep = timed[-1], sweeps[-1]
     reference = None
     if baseline_build is not None:
@@ -397,6 +488,8 @@ def run_tier(
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
         reference=reference,
+        load=tuple(levels[-1]),
+        reference_load=tuple(levels[0]) if len(sides) > 1 else (),
     )
 
 
@@ -487,4 +580,68 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             )
     if result.param_bytes is not None:
         out.append(Measurement("latency.param_bytes", float(result.param_bytes), details=common))
+    out += load_measurements(result, common)
+    return out
+
+
+#: ``latency.load_<name>``: (per-request value, percentile) at the highest load level.
+_LOAD_METRICS: dict[str, tuple[str, int]] = {
+    "ttft_p50": ("ttft", 50),
+    "ttft_p95": ("ttft", 95),
+    "tpot_p50": ("tpot", 50),
+    "e2e_p50": ("e2e", 50),
+    "e2e_p95": ("e2e", 95),
+}
+
+
+def _per_request(level: LoadLevel, what: str) -> list[float]:
+    done = [t for t in level.timings if t.ok]
+    if what == "tpot":
+        return [p for p in (t.tpot for t in done) if p is not None]
+    return [t.ttft if what == "ttft" else t.e2e for t in done]
+
+
+def load_measurements(result: LatencyResult, common: Mapping[str, Any]) -> list[Measurement]:
+    """The ``latency.load_*`` metrics of a served build (none in process).
+
+    At the highest concurrency level: the p50/p95 of the per-request TTFT, TPOT and
+    E2E (samples: the per-request values) and the run's output tokens/s; every
+    level's :class:`~gate.metrics.serving.LoadSummary` is in the details.
+    """
+    if not result.load:
+        return []
+    top = result.load[-1]
+    ref_top = result.reference_load[-1] if result.reference_load else None
+    details = {
+        **common,
+        "load_concurrency": top.concurrency,
+        "load_requests": len(top.timings),
+        "load_request_rate": result.settings.load_request_rate,
+        "per_concurrency": {str(lv.concurrency): lv.summary.to_dict() for lv in result.load},
+    }
+    out: list[Measurement] = []
+    for name, (what, q) in _LOAD_METRICS.items():
+        samples = _per_request(top, what)
+        if not samples:
+            continue
+        extra = dict(details)
+        if ref_top is not None and result.reference is not None:
+            ref_samples = _per_request(ref_top, what)
+            if ref_samples:
+                extra[MeasurementDetail.PAIRED_REFERENCE] = _paired(
+                    result.reference, percentile(ref_samples, q), ref_samples
+                )
+        out.append(
+            Measurement(
+                f"latency.load_{name}",
+                percentile(samples, q),
+                samples=tuple(samples),
+                details=extra,
+            )
+        )
+    out.append(
+        Measurement(
+            "latency.load_output_tokens_per_s", top.summary.output_throughput, details=details
+        )
+    )
     return out

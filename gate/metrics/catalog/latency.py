@@ -55,6 +55,18 @@ SPECS: tuple[MetricSpec, ...] = (
     _lower(
         "peak_rss_bytes", "B", "peak resident set size of the process over runs", SampleKind.POINT
     ),
+    _lower("load_ttft_p50", "s", "served: TTFT per request at the highest load level, median"),
+    _lower("load_ttft_p95", "s", "served: TTFT per request at the highest load level, p95"),
+    _lower("load_tpot_p50", "s", "served: TPOT per request at the highest load level, median"),
+    _lower("load_e2e_p50", "s", "served: end-to-end per request at the highest load level, median"),
+    _lower("load_e2e_p95", "s", "served: end-to-end per request at the highest load level, p95"),
+    MetricSpec(
+        "latency.load_output_tokens_per_s",
+        "tok/s",
+        True,
+        SampleKind.POINT,
+        "served: generated tokens per second of the load run at the highest level",
+    ),
     _lower(
         "param_bytes",
         "B",

@@ -145,6 +145,7 @@ class HTTPBackend:
         liveness: Liveness | None = None,
         serve_command: Sequence[str] | None = None,
         served_settings: Mapping[str, Any] | None = None,
+        server_log: Path | None = None,
     ) -> None:
         from gate.models.backends.loading import load_tokenizer
 
@@ -153,6 +154,8 @@ class HTTPBackend:
         self.liveness = liveness
         self.serve_command = list(serve_command) if serve_command is not None else None
         self.served_settings = dict(served_settings or {})
+        #: The log of a server gate started (a report artifact), else ``None``.
+        self.server_log = server_log
         self.tokenizer, self.config, self.files_dir = load_tokenizer(tokenizer_spec)
         self.vocab_size = int(getattr(self.config, "vocab_size", 0) or len(self.tokenizer))
         eos: Any = None
@@ -367,6 +370,7 @@ class HTTPBackend:
             "engine_version": facts.version,
             "served_settings": served,
             "serve_command": self.serve_command,
+            "server_log": str(self.server_log) if self.server_log is not None else None,
             "scoring_api": self.scoring_api,
             "tokenizer_check": facts.tokenizer_check,
             "max_concurrency": self.settings.max_concurrency,

@@ -1,0 +1,286 @@
+"""``gate run --serve`` through the real CLI against a real vLLM server (CPU build).
+
+Marked ``engine`` (the engine is set up by scripts/setup_engine.sh when
+missing). Each test is one ``gate run`` subprocess, as a user or a workflow
+runs it; gate starts the servers itself and must stop them. Three server starts
+in all (the float32 build; the FP8 build with a float32 baseline server for the
+paired A/B latency mode). Figures are printed (run with ``-s``).
+
+* the float32 served demo against the committed demo baseline: CGA 1, mean KL
+  below 1e-6, exit 0; provenance names engine, version, served model and
+  endpoint, and holds no API key; the server is gone afterwards;
+* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``) with
+  the fidelity and latency tiers: fidelity measured and a verdict stated, its
+  CGA within 0.05 of the in-process bfloat16 build's (the tolerance the
+  engine tests state); latency from the streams, the load runs at two
+  concurrency levels and the paired A/B mode with the baseline build's own
+  server; both servers gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gate.errors import ExitCode
+from gate.measurement import MeasurementDetail
+from gate.models.spec import ModelSpec
+from gate.store.baseline import load_baseline_file
+from gate.store.reference import load_pack
+from gate.tiers import fidelity
+from tests.engine_support import engine_env, engine_python, vllm_command
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+BASELINE = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines" / "demo"
+SECRET = "sk-gate-test-not-a-real-key-4711"
+
+
+@pytest.fixture(scope="module")
+def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One compile cache for every server of the module (later starts reuse it)."""
+    return tmp_path_factory.mktemp("engine-cache")
+
+
+def _gate(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **engine_env(cache), GATE_PROGRESS="plain", GATE_TEST_KEY=SECRET)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env.pop("GITHUB_ACTIONS", None)
+    return subprocess.run(
+        [sys.executable, "-c", "from gate.cli import main; main()", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,  # a guard against a hang, not a speed check
+    )
+
+
+def _metrics(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in results["metrics"] if m["slice"] is None}
+
+
+def _servers_on(port: int) -> list[int]:
+    """Processes of a vLLM server listening on ``port`` (by their command line)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "vllm.entrypoints.openai.api_server" in cmd and str(port) in cmd:
+            found.append(int(proc.info["pid"]))
+    return found
+
+
+def _port(endpoint: str) -> int:
+    return int(endpoint.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def _figures(name: str, **values: Any) -> None:
+    print(f"\n[engine cli figures] {name}: {json.dumps(values, default=float)}")
+
+
+def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: Path) -> None:
+    command = vllm_command(engine_python(), "--dtype", "float32")
+    out = tmp_path / "out" / "results.json"
+    done = _gate(
+        tmp_path,
+        engine_cache,
+        "run",
+        "--candidate",
+        "demo",
+        "--against",
+        "fp32",
+        "--tiers",
+        "fidelity",
+        "--serve",
+        command,
+        "--api-key-env",
+        "GATE_TEST_KEY",
+        "--startup-timeout",
+        "1800",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
+    text = out.read_text()
+    results = json.loads(text)
+    metrics = _metrics(results)
+    cand = results["candidate"]
+    _figures(
+        "served float32 vs the demo baseline (CLI)",
+        cga=metrics["fidelity.cga"]["value"],
+        kl_mean=metrics["fidelity.kl_mean"]["value"],
+        verdict=results["verdict"],
+        kl_method=metrics["fidelity.kl_mean"]["details"].get(MeasurementDetail.KL_METHOD),
+    )
+    assert results["verdict"] == "pass"
+    assert metrics["fidelity.cga"]["value"] == 1.0
+    assert metrics["fidelity.kl_mean"]["value"] < 1e-6
+    assert cand["backend"] == "http" and cand["engine"] == "vllm"
+    assert cand["engine_version"] == "0.32.0" and cand["served_model"] == "demo"
+    assert cand["endpoint"].startswith("http://127.0.0.1:")
+    assert cand["served_settings"]["dtype"] == "float32"
+    assert cand["api_key_env"] == "GATE_TEST_KEY"
+    log = out.with_name("results.server.log")
+    assert cand["server_log"] == str(log) and log.stat().st_size > 0
+    # the key the client sent is nowhere: not in the results, the output or the log
+    for where in (text, done.stdout, done.stderr, log.read_text(errors="replace")):
+        assert SECRET not in where
+    assert _servers_on(_port(cand["endpoint"])) == []
+
+
+def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
+    engine_cache: Path, tmp_path: Path
+) -> None:
+    python = engine_python()
+    candidate = vllm_command(python, "--quantization", "fp8_per_channel", "--dtype", "bfloat16")
+    baseline = vllm_command(python, "--dtype", "float32")
+    config = tmp_path / "gate.toml"
+    config.write_text(
+        "[tiers.latency]\n"
+        "new_tokens = 8\n"
+        "batch_sizes = [1, 2]\n"
+        "warmup = 1\n"
+        "runs = 3\n"
+        "load_requests = 6\n"
+        "load_concurrency = [1, 3]\n"
+    )
+    out = tmp_path / "results.json"
+    before = _api_servers()
+    done = _gate(
+        tmp_path,
+        engine_cache,
+        "run",
+        "--candidate",
+        "demo",
+        "--against",
+        "fp32",
+        "--tiers",
+        "fidelity,latency",
+        "--config",
+        str(config),
+        "--serve",
+        candidate,
+        "--baseline-serve",
+        baseline,
+        "--startup-timeout",
+        "1800",
+        "--allow-hardware-mismatch",
+        "--json",
+        str(out),
+    )
+    assert done.returncode in (ExitCode.OK, ExitCode.BLOCKED), (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )
+    results = json.loads(out.read_text())
+    metrics = _metrics(results)
+    cand = results["candidate"]
+    # the same build's fidelity in process, in bfloat16 (the engine's activations)
+    from gate.models.backends.loading import load_backend
+
+    stored = load_baseline_file(BASELINE / "0001-fp32.json")
+    settings = fidelity.settings_from(stored.provenance["tier_settings"]["fidelity"])
+    pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
+    bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
+    local = {
+        m.name: m.value
+        for m in fidelity.measure(bf16, pack, settings, prompts=fidelity.load_prompts(settings))
+    }
+    load = metrics["latency.load_ttft_p50"]["details"]
+    _figures(
+        "served fp8 (CLI) beside in-process bf16",
+        served_fp8_cga=metrics["fidelity.cga"]["value"],
+        served_fp8_kl_mean=metrics["fidelity.kl_mean"]["value"],
+        served_fp8_fidelity_severity=metrics["fidelity.cga"]["severity"],
+        inprocess_bf16_cga=local["fidelity.cga"],
+        inprocess_bf16_kl_mean=local["fidelity.kl_mean"],
+        verdict=results["verdict"],
+        exit_code=done.returncode,
+        ttft_p50=metrics["latency.ttft_p50"]["value"],
+        ttft_p50_baseline_in_session=metrics["latency.ttft_p50"]["baseline_value"],
+        load={c: s["output_throughput"] for c, s in load["per_concurrency"].items()},
+    )
+    assert results["verdict"] in ("pass", "warn", "block")
+    assert results["exit_code"] == done.returncode
+    assert cand["quantization"] == "fp8_per_channel" and cand["dtype_requested"] == "bfloat16"
+    # a genuinely compressed build, within the stated tolerance of bfloat16 in process
+    assert metrics["fidelity.cga"]["value"] < 1.0
+    assert abs(metrics["fidelity.cga"]["value"] - local["fidelity.cga"]) <= 0.05
+    # latency from the streams, compared with the baseline build's own server in session
+    assert metrics["latency.ttft_p50"]["details"]["reference"] == "in-session"
+    assert metrics["latency.load_ttft_p50"]["details"]["reference"] == "in-session"
+    assert set(load["per_concurrency"]) == {"1", "3"}
+    for summary in load["per_concurrency"].values():
+        assert summary["completed"] == 6 and summary["failed"] == 0
+    assert "latency.peak_rss_bytes" not in metrics  # the server's memory is not ours
+    # both servers stopped, both logs kept
+    assert _servers_on(_port(cand["endpoint"])) == []
+    assert out.with_name("results.server.log").stat().st_size > 0
+    assert out.with_name("results.baseline-server.log").stat().st_size > 0
+    assert _api_servers() <= before  # the baseline server too: no new server is left
+
+
+def _api_servers() -> set[int]:
+    """Every vLLM API server process on the machine."""
+    return {
+        int(p.info["pid"])
+        for p in psutil.process_iter(["pid", "cmdline"])
+        if "vllm.entrypoints.openai.api_server" in (p.info["cmdline"] or [])
+    }
+
+
+def test_endpoint_accuracy_and_capability_through_the_cli(
+    engine_cache: Path, tmp_path: Path
+) -> None:
+    """A server someone else runs (``--endpoint``): the accuracy and capability tiers
+    over HTTP, float32, against the committed float32 baseline: nothing may change."""
+    from gate.models.serve import serving
+
+    command = vllm_command(engine_python(), "--dtype", "float32")
+    out = tmp_path / "results.json"
+    with serving(
+        command,
+        log_path=tmp_path / "own-server.log",
+        startup_timeout=1800,
+        env=engine_env(engine_cache),
+    ) as server:
+        done = _gate(
+            tmp_path,
+            engine_cache,
+            "run",
+            "--candidate",
+            "demo",
+            "--against",
+            "fp32",
+            "--tiers",
+            "accuracy,capability",
+            "--endpoint",
+            server.base_url,
+            "--served-model",
+            "demo",
+            "--max-concurrency",
+            "4",
+            "--json",
+            str(out),
+        )
+        assert server.alive()  # gate leaves a server it did not start alone
+    assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    metrics = _metrics(results)
+    _figures(
+        "endpoint accuracy + capability (CLI)",
+        **{name: m["value"] for name, m in metrics.items()},
+        verdict=results["verdict"],
+    )
+    assert results["candidate"]["endpoint"] == server.base_url
+    assert results["candidate"]["server_log"] is None
+    assert any(name.startswith("accuracy.") for name in metrics)
+    assert any(name.startswith("capability.") for name in metrics)
+    for m in metrics.values():
+        assert m["severity"] == "pass", m["reason"]
