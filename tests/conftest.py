@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ import scipy.stats  # noqa: F401
 
 if TYPE_CHECKING:
     from gate.models.backends.hf import HFBackend
+    from gate.models.backends.http import HTTPBackend
 
 pytest_plugins = ["pytester"]
 
@@ -127,3 +129,20 @@ def demo_backend() -> HFBackend:
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")
     return load_backend(ModelSpec.parse("demo"))
+
+
+# ------------------------------------------------------------------ the real serving engine
+
+
+@pytest.fixture(scope="session")
+def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One compile cache for every vLLM server of the session (later starts reuse it)."""
+    return tmp_path_factory.mktemp("engine-cache")
+
+
+@pytest.fixture(scope="session")
+def served(engine_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPBackend]:
+    """The demo model in float32 behind vLLM's OpenAI server, shared by the engine tests."""
+    from tests.engine_support import serve_demo
+
+    yield from serve_demo(["--dtype", "float32"], engine_cache, tmp_path_factory.mktemp("fp32"))

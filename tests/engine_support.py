@@ -13,11 +13,16 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gate.models.spec import demo_model_dir
+
+if TYPE_CHECKING:
+    from gate.models.backends.http import HTTPBackend
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup_engine.sh"
@@ -80,3 +85,23 @@ def vllm_command(python: str, *extra: str) -> str:
         *extra,
     ]
     return shlex.join(argv)
+
+
+def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
+    """The demo model behind vLLM with ``extra`` server flags, warmed up; stopped on exit."""
+    from gate.models.backends.base import ScoreRequest
+    from gate.models.engine import EngineSpec, open_engine
+    from gate.models.spec import ModelSpec
+
+    engine = EngineSpec(
+        serve=vllm_command(engine_python(), *extra),
+        env=engine_env(cache),
+        max_concurrency=8,
+        startup_timeout_s=1800,
+        request_timeout_s=600,
+        **kw,
+    )
+    with open_engine(ModelSpec.parse("demo"), engine, log_dir=log_dir) as backend:
+        # the first log-prob request compiles the engine's kernels: warm up once
+        backend.score([ScoreRequest([1, 4], [47, 80])], top_k=2, full=True)
+        yield backend

@@ -2,9 +2,10 @@
 
 Marked ``engine`` (the engine is set up by scripts/setup_engine.sh when
 missing). Each test is one ``gate run`` subprocess, as a user or a workflow
-runs it; gate starts the servers itself and must stop them. Three server starts
-in all (the float32 build; the FP8 build with a float32 baseline server for the
-paired A/B latency mode). Figures are printed (run with ``-s``).
+runs it; gate starts the servers itself and must stop them. Two server starts
+in all (the float32 build and the FP8 build, each started by gate); the
+float32 server the engine tests share (``served`` in tests/conftest.py) is
+the paired baseline and the endpoint of the ``--endpoint`` test. Figures are printed (run with ``-s``).
 
 * the float32 served demo against the committed demo baseline: CGA 1, mean KL
   below 1e-6, exit 0; provenance names engine, version, served model and
@@ -31,6 +32,7 @@ import pytest
 
 from gate.errors import ExitCode
 from gate.measurement import MeasurementDetail
+from gate.models.backends.http import HTTPBackend
 from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
@@ -41,12 +43,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 BASELINE = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines" / "demo"
 SECRET = "sk-gate-test-not-a-real-key-4711"
-
-
-@pytest.fixture(scope="module")
-def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One compile cache for every server of the module (later starts reuse it)."""
-    return tmp_path_factory.mktemp("engine-cache")
 
 
 def _gate(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -136,11 +132,13 @@ def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: P
 
 
 def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
-    engine_cache: Path, tmp_path: Path
+    engine_cache: Path, served: HTTPBackend, tmp_path: Path
 ) -> None:
+    """The FP8 build started by gate (``--serve``); the baseline build is the session's
+    float32 server, reached as ``--baseline-endpoint`` (paired A/B latency)."""
     python = engine_python()
     candidate = vllm_command(python, "--quantization", "fp8_per_channel", "--dtype", "bfloat16")
-    baseline = vllm_command(python, "--dtype", "float32")
+    baseline = served.settings.base_url
     config = tmp_path / "gate.toml"
     config.write_text(
         "[tiers.latency]\n"
@@ -167,7 +165,7 @@ def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
         str(config),
         "--serve",
         candidate,
-        "--baseline-serve",
+        "--baseline-endpoint",
         baseline,
         "--startup-timeout",
         "1800",
@@ -222,8 +220,8 @@ def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
     # both servers stopped, both logs kept
     assert _servers_on(_port(cand["endpoint"])) == []
     assert out.with_name("results.server.log").stat().st_size > 0
-    assert out.with_name("results.baseline-server.log").stat().st_size > 0
-    assert _api_servers() <= before  # the baseline server too: no new server is left
+    assert _api_servers() <= before  # no new server is left; the shared one still serves
+    assert served.generate([[1, 4]], max_new_tokens=1)
 
 
 def _api_servers() -> set[int]:
@@ -236,40 +234,33 @@ def _api_servers() -> set[int]:
 
 
 def test_endpoint_accuracy_and_capability_through_the_cli(
-    engine_cache: Path, tmp_path: Path
+    engine_cache: Path, served: HTTPBackend, tmp_path: Path
 ) -> None:
-    """A server someone else runs (``--endpoint``): the accuracy and capability tiers
-    over HTTP, float32, against the committed float32 baseline: nothing may change."""
-    from gate.models.serve import serving
-
-    command = vllm_command(engine_python(), "--dtype", "float32")
+    """A server someone else runs (``--endpoint``: the session's float32 server): the
+    accuracy and capability tiers over HTTP against the committed float32 baseline:
+    nothing may change, and gate leaves the server it did not start alone."""
+    endpoint = served.settings.base_url
     out = tmp_path / "results.json"
-    with serving(
-        command,
-        log_path=tmp_path / "own-server.log",
-        startup_timeout=1800,
-        env=engine_env(engine_cache),
-    ) as server:
-        done = _gate(
-            tmp_path,
-            engine_cache,
-            "run",
-            "--candidate",
-            "demo",
-            "--against",
-            "fp32",
-            "--tiers",
-            "accuracy,capability",
-            "--endpoint",
-            server.base_url,
-            "--served-model",
-            "demo",
-            "--max-concurrency",
-            "4",
-            "--json",
-            str(out),
-        )
-        assert server.alive()  # gate leaves a server it did not start alone
+    done = _gate(
+        tmp_path,
+        engine_cache,
+        "run",
+        "--candidate",
+        "demo",
+        "--against",
+        "fp32",
+        "--tiers",
+        "accuracy,capability",
+        "--endpoint",
+        endpoint,
+        "--served-model",
+        "demo",
+        "--max-concurrency",
+        "4",
+        "--json",
+        str(out),
+    )
+    assert _servers_on(_port(endpoint)) != []  # still running
     assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads(out.read_text())
     metrics = _metrics(results)
@@ -278,7 +269,7 @@ def test_endpoint_accuracy_and_capability_through_the_cli(
         **{name: m["value"] for name, m in metrics.items()},
         verdict=results["verdict"],
     )
-    assert results["candidate"]["endpoint"] == server.base_url
+    assert results["candidate"]["endpoint"] == endpoint
     assert results["candidate"]["server_log"] is None
     assert any(name.startswith("accuracy.") for name in metrics)
     assert any(name.startswith("capability.") for name in metrics)

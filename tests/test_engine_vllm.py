@@ -2,7 +2,7 @@
 
 Marked ``engine``: the engine is set up by scripts/setup_engine.sh when it is
 missing (``python -m pytest tests -m engine`` works from a fresh clone). One
-float32 server serves the whole session; the FP8 and bfloat16 builds and the
+float32 server (the ``served`` fixture of tests/conftest.py) serves the whole session; the FP8 and bfloat16 builds and the
 server that is killed mid-run have their own. Figures the checks rest on are printed (run with
 ``-s`` to see them).
 
@@ -51,7 +51,13 @@ from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import accuracy, capability, fidelity
-from tests.engine_support import MAX_BATCHED_TOKENS, engine_env, engine_python, vllm_command
+from tests.engine_support import (
+    MAX_BATCHED_TOKENS,
+    engine_env,
+    engine_python,
+    serve_demo,
+    vllm_command,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -66,33 +72,6 @@ def _baseline() -> Any:
 def _fidelity_settings() -> fidelity.FidelitySettings:
     """The settings the demo baseline was recorded with."""
     return fidelity.settings_from(_baseline().provenance["tier_settings"]["fidelity"])
-
-
-@pytest.fixture(scope="session")
-def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One compile cache for every server of the session (later starts reuse it)."""
-    return tmp_path_factory.mktemp("engine-cache")
-
-
-def _serve(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
-    engine = EngineSpec(
-        serve=vllm_command(engine_python(), *extra),
-        env=engine_env(cache),
-        max_concurrency=8,
-        startup_timeout_s=1800,
-        request_timeout_s=600,
-        **kw,
-    )
-    with open_engine(DEMO, engine, log_dir=log_dir) as backend:
-        # the first log-prob request compiles the engine's kernels: warm up once
-        backend.score([ScoreRequest([1, 4], [47, 80])], top_k=2, full=True)
-        yield backend
-
-
-@pytest.fixture(scope="session")
-def served(engine_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPBackend]:
-    """The demo model in float32 behind vLLM's OpenAI server."""
-    yield from _serve(["--dtype", "float32"], engine_cache, tmp_path_factory.mktemp("fp32"))
 
 
 @pytest.fixture(scope="session")
@@ -264,7 +243,7 @@ def served_fp8(
     engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HTTPBackend]:
     """The demo model with FP8 per-channel weights (bfloat16 activations) behind vLLM."""
-    yield from _serve(
+    yield from serve_demo(
         ["--quantization", "fp8_per_channel", "--dtype", "bfloat16"],
         engine_cache,
         tmp_path_factory.mktemp("fp8"),
@@ -327,7 +306,7 @@ def served_bf16(
     engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HTTPBackend]:
     """The demo model in bfloat16 behind vLLM (the same build as the in-process bfloat16 one)."""
-    yield from _serve(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
+    yield from serve_demo(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
 
 
 def test_bf16_build_served_and_in_process_agree(served_bf16: HTTPBackend) -> None:
