@@ -161,11 +161,11 @@ class GatePlugin:
             if backend is not None:
                 return backend
             from gate.data.calibration import calibration_for
-            from gate.models.backends.loading import load_backend
+            from gate.models.backends.loading import load_candidate
             from gate.models.spec import ModelSpec
 
             texts = calibration_for(recipe, calibration)
-            return load_backend(ModelSpec.parse(model), recipe, calibration=texts)
+            return load_candidate(ModelSpec.parse(model), recipe, calibration=texts)
 
         return load
 
