@@ -149,6 +149,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     bad input, 5 when none of a candidate's tiers has a suite).
     """
     from gate.data.calibration import calibration_for
+    from gate.models.precheck import check_recipe_runs
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
     from gate.session.runner import select_tiers
@@ -161,6 +162,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
+            check_recipe_runs(candidate.model, candidate.recipe)
         tiers, _ = select_tiers(candidate.tiers)
         check_targets(targets)
         checked.append(CheckedCandidate(candidate, inputs, tiers, targets))

@@ -36,19 +36,14 @@ import torch
 from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.models.backends.hf import HFBackend
 from gate.models.compress import apply_recipe, load_kwargs
-from gate.models.recipes import Recipe, checkpoint_method, get_recipe, parse_recipe
+from gate.models.precheck import checkpoint_dir, require_quanto
+from gate.models.recipes import Recipe, get_recipe, parse_recipe
 from gate.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from gate.models.backends.chunked import CacheBackend
     from gate.models.compress.kvcache import CacheMethod
 
-#: How to make a missing checkpoint of the demo model (named in the one-line error).
-MAKE_CHECKPOINTS = (
-    "make it in llm-compressor's own environment: "
-    "PY=$(bash scripts/setup_tool_env.sh llmcompressor | tail -n 1); "
-    "$PY scripts/make_compressed_checkpoints.py {method}"
-)
 
 #: Package to install for each ``quant_method`` of a pre-quantized checkpoint.
 KERNEL_PACKAGES: dict[str, str] = {
@@ -352,38 +347,6 @@ def _hub_snapshot(source: str, revision: str | None) -> Path | None:
         return None
 
 
-def checkpoint_dir(spec: ModelSpec, recipe: Recipe) -> Path:
-    """The directory of a checkpoint recipe's checkpoint of ``spec`` (made offline).
-
-    Only the demo model has checkpoints gate knows how to find
-    (:func:`gate.models.checkpoints.find`: packaged, then cached by the hashes of
-    the demo weights and the calibration file). A missing one is a
-    :class:`ModelLoadError` (exit 3) naming the command that makes it; another
-    model's checkpoint is given as the model itself (``--model DIR``).
-    """
-    from gate.models import checkpoints
-
-    method = checkpoint_method(recipe)
-    if not spec.is_demo:
-        raise ConfigError(
-            f"recipe {recipe} names a checkpoint of the demo model; {spec.source} has none known",
-            f"make a {method} checkpoint of {spec.source} with your tool and pass it as"
-            " --model DIR (with --recipe none)",
-        )
-    if method not in checkpoints.METHODS:
-        raise ConfigError(
-            f"recipe {recipe}: no {method} checkpoint is made for the demo model",
-            f"choose one of {', '.join(checkpoints.METHODS)}",
-        )
-    found = checkpoints.find(method)
-    if found is None:
-        raise ModelLoadError(
-            f"the demo model's {method} checkpoint is not packaged or cached",
-            MAKE_CHECKPOINTS.format(method=method),
-        )
-    return found
-
-
 def cache_method_of(recipe: Recipe) -> CacheMethod | None:
     """The KV-cache method of a ``kv-*`` recipe, checked before any model loads (else None).
 
@@ -397,13 +360,7 @@ def cache_method_of(recipe: Recipe) -> CacheMethod | None:
 
     method = cache_method(recipe)
     if method.bits is not None:
-        try:
-            import optimum.quanto  # noqa: F401
-        except ImportError:
-            raise ModelLoadError(
-                f"recipe {recipe} needs optimum-quanto (transformers' quantized KV cache)",
-                "pip install optimum-quanto",
-            ) from None
+        require_quanto(recipe)
     return method
 
 
