@@ -114,6 +114,7 @@ def _compare(
     from gate.report.outputs import write_reports
     from gate.report.results_json import build_results
     from gate.store.baseline import check_compatible
+    from gate.tiers.exercised import notes as exercised_notes
 
     if not measured:
         code = problem if problem is not None else int(ExitCode.NO_MEASUREMENTS)
@@ -127,7 +128,7 @@ def _compare(
     )
     outcome = decide(verdicts, strict=inputs.options.strict)
     code = int(outcome.exit_code) if problem is None else problem
-    notes = [line.removeprefix("gate: ") for line in lines]
+    notes = [line.removeprefix("gate: ") for line in lines] + exercised_notes(measured)
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()
     )

@@ -330,6 +330,8 @@ class CacheBackend:
         self.chunk_size = chunk_size
         self.name = inner.name if label in inner.name else f"{inner.name}[{label}]"
         self.exercise_log = ExerciseLog()
+        #: The KV-cache figures of the last timed generation (read by the latency tier).
+        self.last_kv_cache: dict[str, Any] | None = None
         method.check(self.model)
 
     @property
@@ -418,7 +420,7 @@ class CacheBackend:
                 prompt, batch_size=batch_size, new_tokens=new_tokens, clock=clock
             )
             return timed
-        return timed_through_cache(
+        timed = timed_through_cache(
             self.model,
             self.method,
             prompt,
@@ -427,6 +429,8 @@ class CacheBackend:
             clock=clock,
             recipe=self.label,
         )
+        self.last_kv_cache = {k: v for k, v in timed.details.items() if k.startswith("kv_")}
+        return timed
 
     def provenance(self) -> dict[str, Any]:
         """The inner backend's provenance plus the cache method and chunk size."""
