@@ -390,3 +390,59 @@ def test_notes_group_untouched_metrics_by_tier() -> None:
         " (its cache held every pair), so these values do not measure the method;"
         " give longer prompts or a smaller budget"
     ]
+
+
+# ---------------------------------------------------------------- the paper panel
+
+
+def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gate.session import paper_panel
+
+    recipes = paper_panel.panel_recipes()
+    assert recipes[0] == "none"
+    families = {family(r) for r in recipes[1:]}
+    assert families == {"checkpoint", "attention", "cache"}
+    names = {parse_recipe(r).name for r in recipes[1:]}
+    assert {"gptq", "attn-fp8", "attn-sage", "attn-topk"} <= names
+    assert {"kv-snapkv", "kv-h2o", "kv-streaming", "kv-quant"} <= names
+    for recipe in recipes:
+        precheck.check_recipe_runs("demo", recipe)  # every panel recipe can run
+    monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache
+    assert paper_panel.panel_recipes() == tuple(
+        r for r in recipes if r not in ("awq:w4a16", "sparsegpt:0.5")
+    )
+    notes = paper_panel.left_out()
+    assert len(notes) == 2 and "make_compressed_checkpoints.py sparsegpt-0.5" in notes[1]
+
+
+def test_the_paper_table_has_the_papers_columns() -> None:
+    from rich.console import Console
+
+    from gate.session import paper_panel
+    from gate.session.demo import CandidateResult
+
+    result = CandidateResult(
+        "kv-h2o:0.5",
+        1,
+        "block",
+        {
+            "fidelity.cga": 0.93,
+            "fidelity.kl_mean": 0.0215,
+            "accuracy.perplexity": 104.9,
+            "accuracy.acc": 0.4,
+            "accuracy.flips": 0.1,
+        },
+        breakdowns={"fidelity.cga": {"category:code": 0.91, "length:long": 0.88}},
+    )
+    row = paper_panel.row(result)
+    assert row["family"] == "KV cache: eviction"
+    assert row["cga_by_category"] == {"code": 0.91}
+    assert row["cga_by_length"] == {"long": 0.88}
+    console = Console(width=250, record=True)
+    console.print(paper_panel.table([result]))
+    text = console.export_text()
+    for column in ("method", "family", "CGA code", "CGA len:long", "mean KL", "ppl", "MCQ acc"):
+        assert column in text
+    assert "0.930" in text and "104.90" in text and "BLOCK" in text
