@@ -22,8 +22,13 @@ StreamingLLM), because nothing changes the cache between steps; for methods
 that act during decoding (a rolling window, the quantized cache's residual)
 a chunk sees up to ``chunk_size - 1`` pairs the per-token loop would already
 have evicted or quantized. The default (``chunk_size=None``) is therefore the
-exact one for every method: 1 when the method acts during decoding, the
-whole continuation in one chunk otherwise.
+exact one for every method: the whole continuation in one chunk for methods
+that act only at the prefill; for the quantized cache too while the tokens fed
+after the prompt (``T - 1``) fit its full-precision residual (at most
+``KV_QUANT_RESIDUAL`` = 128: the residual is quantized only when it fills, so
+up to then every query, per token or chunked, sees the quantized prompt and the
+unquantized continuation); 1 otherwise (a rolling window, a longer
+continuation through the quantized cache).
 
 Requests run one at a time (batch 1, no padding), as a press selects pairs per
 sequence.
@@ -50,7 +55,13 @@ import torch
 
 from gate.errors import DataError
 from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
-from gate.models.compress.kvcache import CacheMethod, PressCache, PressLayer, cache_bytes
+from gate.models.compress.kvcache import (
+    KV_QUANT_RESIDUAL,
+    CacheMethod,
+    PressCache,
+    PressLayer,
+    cache_bytes,
+)
 
 
 @dataclass
@@ -100,7 +111,9 @@ def token_scores(
 
 
 def exact_chunk_size(method: CacheMethod, steps: int) -> int:
-    """The default chunk: 1 where the method acts during decoding, else the whole continuation."""
+    """The default chunk: the whole continuation where that is exact (see the module doc), else 1."""
+    if method.bits is not None and method.press is None:
+        return max(1, steps) if steps - 1 <= KV_QUANT_RESIDUAL else 1
     return 1 if method.acts_in_decoding else max(1, steps)
 
 
