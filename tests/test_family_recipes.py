@@ -9,6 +9,7 @@ measurements say whether the method touched what they scored.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -446,3 +447,71 @@ def test_the_paper_table_has_the_papers_columns() -> None:
     for column in ("method", "family", "CGA code", "CGA len:long", "mean KL", "ppl", "MCQ acc"):
         assert column in text
     assert "0.930" in text and "104.90" in text and "BLOCK" in text
+
+
+# ---------------------------------------------------------------- strength through the gate
+
+#: Reference-pack prompts the strength sweep scores (the demo pack has 96).
+SWEEP_LIMIT = 48
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sweep",
+    [
+        (
+            "kv-snapkv:ratio=0.25,window=16",
+            "kv-snapkv:ratio=0.5,window=16",
+            "kv-snapkv:ratio=0.75,window=16",
+        ),
+        ("kv-h2o:0.25", "kv-h2o:0.5", "kv-h2o:0.75"),
+        ("kv-quant:int4", "kv-quant:int2"),
+    ],
+)
+def test_stronger_cache_compression_gives_lower_cga(
+    base: HFBackend, pack: Any, sweep: tuple[str, ...]
+) -> None:
+    """Keep ratios 0.75 / 0.5 / 0.25 and int4 / int2: CGA falls with strength, KL grows."""
+    settings = fidelity.FidelitySettings(limit=SWEEP_LIMIT)
+    cga, kl = [], []
+    for recipe in sweep:
+        backend = CacheBackend(base, cache_method(parse_recipe(recipe)), label=recipe)
+        got = {m.name: m.value for m in fidelity.measure(backend, pack, settings)}
+        cga.append(got["fidelity.cga"])
+        kl.append(got["fidelity.kl_mean"])
+    assert all(a > b for a, b in itertools.pairwise(cga)), cga
+    assert all(a < b for a, b in itertools.pairwise(kl)), kl
+    assert cga[-1] < 0.97
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["kv-h2o:0.75", "kv-snapkv:ratio=0.75,window=16"])
+def test_the_gate_blocks_the_strongest_eviction(tmp_path: Path, recipe: str) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text("[tiers.fidelity]\nlimit = 96\nmax_new_tokens = 64\nbatch_size = 16\n")
+    out = tmp_path / "results.json"
+    done = _gate(
+        tmp_path,
+        "run",
+        "--candidate",
+        "demo",
+        "--recipe",
+        recipe,
+        "--against",
+        "fp32",
+        "--tiers",
+        "fidelity",
+        "--config",
+        str(config),
+        "--json",
+        str(out),
+    )
+    assert done.returncode == ExitCode.BLOCKED, done.stdout[-3000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    critical = [
+        v
+        for v in results["verdicts"]
+        if v["severity"] == "critical" and v["metric"] == "fidelity.cga"
+    ]
+    assert critical, "the block must come from CGA"
+    assert results["candidate"]["cache_method"] == recipe
