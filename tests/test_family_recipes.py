@@ -510,8 +510,8 @@ def test_the_gate_blocks_the_strongest_eviction(tmp_path: Path, recipe: str) -> 
     results = json.loads(out.read_text())
     critical = [
         v
-        for v in results["verdicts"]
-        if v["severity"] == "critical" and v["metric"] == "fidelity.cga"
+        for v in results["metrics"]
+        if v["severity"] == "critical" and v["name"] == "fidelity.cga"
     ]
     assert critical, "the block must come from CGA"
     assert results["candidate"]["cache_method"] == recipe
