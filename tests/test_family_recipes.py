@@ -509,9 +509,7 @@ def test_the_gate_blocks_the_strongest_eviction(tmp_path: Path, recipe: str) -> 
     assert done.returncode == ExitCode.BLOCKED, done.stdout[-3000:] + done.stderr[-2000:]
     results = json.loads(out.read_text())
     critical = [
-        v
-        for v in results["metrics"]
-        if v["severity"] == "critical" and v["name"] == "fidelity.cga"
+        v for v in results["metrics"] if v["severity"] == "critical" and v["name"] == "fidelity.cga"
     ]
     assert critical, "the block must come from CGA"
     assert results["candidate"]["cache_method"] == recipe
