@@ -92,7 +92,7 @@ def row(result: CandidateResult) -> dict[str, Any]:
         "cga_by_length": _slices(result, "fidelity.cga", "length:"),
         "kl_mean": values.get("fidelity.kl_mean"),
         "perplexity": values.get("accuracy.perplexity"),
-        "mcq_accuracy": values.get("accuracy.acc"),
+        "mcq_accuracy": values.get("accuracy.mcq_acc"),
         "mcq_flips": values.get("accuracy.flips"),
         "verdict": result.verdict if result.error is None else f"error: {result.error}",
     }
