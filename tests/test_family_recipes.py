@@ -513,3 +513,36 @@ def test_the_gate_blocks_the_strongest_eviction(tmp_path: Path, recipe: str) -> 
     ]
     assert critical, "the block must come from CGA"
     assert results["candidate"]["cache_method"] == recipe
+
+
+def test_a_run_config_takes_every_family_and_refuses_a_missing_checkpoint(tmp_path: Path) -> None:
+    entries = [
+        ("gptq", "gptq:w4a16"),
+        ("fp8", "attn-fp8"),
+        ("topk", "attn-topk:0.1"),
+        ("snap", "kv-snapkv:ratio=0.5,window=16"),
+        ("h2o", "kv-h2o:0.5"),
+        ("stream", "kv-streaming:sinks=4,window=32"),
+        ("kvq", "kv-quant:int2"),
+    ]
+    body = '[run]\nagainst = ["fp32"]\ntiers = ["fidelity"]\n'
+    for name, recipe in entries:
+        body += f'\n[[candidates]]\nname = "{name}"\nmodel = "demo"\nrecipe = "{recipe}"\n'
+    (tmp_path / "gate.toml").write_text(body)
+    done = _gate(tmp_path, "run", "--config", "gate.toml", "--dry-run")
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    for name, recipe in entries:
+        assert f"candidate {name}: model demo, recipe {recipe}" in done.stdout
+    body += '\n[[candidates]]\nname = "awq"\nmodel = "demo"\nrecipe = "awq:w4a16"\n'
+    (tmp_path / "gate.toml").write_text(body)
+    done = _gate(
+        tmp_path,
+        "run",
+        "--config",
+        "gate.toml",
+        "--dry-run",
+        GATE_TOOL_CACHE=str(tmp_path / "empty-cache"),
+    )
+    assert done.returncode == ExitCode.INTERNAL_ERROR
+    assert done.stderr.strip().startswith("gate: error: candidate 'awq': the demo model's")
+    assert "make_compressed_checkpoints.py awq-w4a16" in done.stderr

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.errors import UsageError
+from gate.errors import GateError, UsageError
 from gate.session.options import DEFAULT_STORE, SessionOptions
 
 if TYPE_CHECKING:
@@ -162,7 +162,10 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
-            check_recipe_runs(candidate.model, candidate.recipe)
+            try:
+                check_recipe_runs(candidate.model, candidate.recipe)
+            except GateError as exc:
+                raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         tiers, _ = select_tiers(candidate.tiers)
         check_targets(targets)
         checked.append(CheckedCandidate(candidate, inputs, tiers, targets))
