@@ -438,13 +438,14 @@ def test_the_paper_table_has_the_papers_columns() -> None:
         breakdowns={"fidelity.cga": {"category:code": 0.91, "length:long": 0.88}},
     )
     row = paper_panel.row(result)
-    assert row["family"] == "KV cache: eviction"
+    assert row["family"] == "KV eviction"
     assert row["cga_by_category"] == {"code": 0.91}
     assert row["cga_by_length"] == {"long": 0.88}
     console = Console(width=250, record=True)
     console.print(paper_panel.table([result]))
+    console.print(paper_panel.category_table([result]))
     text = console.export_text()
-    for column in ("method", "family", "CGA code", "CGA len:long", "mean KL", "ppl", "MCQ acc"):
+    for column in ("method", "family", "CGA long", "mean KL", "ppl", "MCQ acc", "code", "0.910"):
         assert column in text
     assert "0.930" in text and "104.90" in text and "0.400" in text and "BLOCK" in text
 

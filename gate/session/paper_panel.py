@@ -28,16 +28,16 @@ DEMO_SNAPKV_WINDOW = 16
 #: ``(recipe, family)`` of the panel, the control first.
 PAPER_PANEL: tuple[tuple[str, str], ...] = (
     (CONTROL, "control"),
-    ("gptq:w4a16", "weights: INT4"),
-    ("awq:w4a16", "weights: INT4"),
-    ("sparsegpt:0.5", "weights: pruning"),
-    ("attn-fp8", "attention: low precision"),
-    ("attn-sage", "attention: low precision"),
-    ("attn-topk:0.1", "attention: sparse"),
-    (f"kv-snapkv:ratio=0.5,window={DEMO_SNAPKV_WINDOW}", "KV cache: eviction"),
-    ("kv-h2o:0.5", "KV cache: eviction"),
-    ("kv-streaming:sinks=4,window=32", "KV cache: eviction"),
-    ("kv-quant:int4", "KV cache: quantization"),
+    ("gptq:w4a16", "weights INT4"),
+    ("awq:w4a16", "weights INT4"),
+    ("sparsegpt:0.5", "pruning"),
+    ("attn-fp8", "attn low-prec"),
+    ("attn-sage", "attn low-prec"),
+    ("attn-topk:0.1", "attn sparse"),
+    (f"kv-snapkv:ratio=0.5,window={DEMO_SNAPKV_WINDOW}", "KV eviction"),
+    ("kv-h2o:0.5", "KV eviction"),
+    ("kv-streaming:sinks=4,window=32", "KV eviction"),
+    ("kv-quant:int4", "KV quant"),
 )
 #: Recipes whose checkpoint is not packaged (the panel leaves them out when absent).
 OPTIONAL: tuple[str, ...] = ("awq:w4a16", "sparsegpt:0.5")
@@ -98,25 +98,27 @@ def row(result: CandidateResult) -> dict[str, Any]:
     }
 
 
+#: Prompt-length slices of the fidelity tier, in order (gate.data.categorize.length_tier).
+LENGTHS: tuple[str, ...] = ("short", "medium", "long")
+
+
 def table(results: Sequence[CandidateResult]) -> Any:
-    """A rich table in the paper's shape (per-slice CGA columns for every slice measured)."""
+    """The paper-shaped table: method, family, CGA (overall, per length slice), KL, ppl, MCQ."""
     from rich.table import Table
 
     rows = [row(r) for r in results]
-    categories = sorted({k for r in rows for k in r["cga_by_category"]})
-    lengths = sorted({k for r in rows for k in r["cga_by_length"]})
+    lengths = [n for n in LENGTHS if any(n in r["cga_by_length"] for r in rows)]
     out = Table(title="gate demo --panel paper: the CGA paper's methods on the demo model")
-    for name in ("method", "family", "CGA"):
-        out.add_column(name, justify="right" if name == "CGA" else "left")
-    for name in categories:
-        out.add_column(f"CGA {name}", justify="right")
+    out.add_column("method", no_wrap=True)
+    out.add_column("family", no_wrap=True)
+    out.add_column("CGA", justify="right")
     for name in lengths:
-        out.add_column(f"CGA len:{name}", justify="right")
-    for name in ("mean KL", "ppl", "MCQ acc", "flips", "verdict"):
-        out.add_column(name, justify="left" if name == "verdict" else "right")
+        out.add_column(f"CGA {name}", justify="right")
+    for name in ("mean KL", "ppl", "MCQ acc", "flips"):
+        out.add_column(name, justify="right")
+    out.add_column("verdict", no_wrap=True)
     for r in rows:
         cells = [r["method"], r["family"], _fmt(r["cga"])]
-        cells += [_fmt(r["cga_by_category"].get(c)) for c in categories]
         cells += [_fmt(r["cga_by_length"].get(n)) for n in lengths]
         cells += [
             _fmt(r["kl_mean"], ".4f"),
@@ -129,6 +131,21 @@ def table(results: Sequence[CandidateResult]) -> Any:
     return out
 
 
+def category_table(results: Sequence[CandidateResult]) -> Any:
+    """CGA per prompt category, one row per method (the paper's per-category breakdown)."""
+    from rich.table import Table
+
+    rows = [row(r) for r in results]
+    categories = sorted({k for r in rows for k in r["cga_by_category"]})
+    out = Table(title="CGA per prompt category")
+    out.add_column("method", no_wrap=True)
+    for name in categories:
+        out.add_column(name, justify="right")
+    for r in rows:
+        out.add_row(r["method"], *[_fmt(r["cga_by_category"].get(c)) for c in categories])
+    return out
+
+
 def _fmt(value: float | None, digits: str = ".3f") -> str:
     return "-" if value is None else format(value, digits)
 
@@ -138,4 +155,13 @@ def rows_json(results: Sequence[CandidateResult]) -> list[Mapping[str, Any]]:
     return [row(r) for r in results]
 
 
-__all__ = ["PAPER_PANEL", "family_of", "left_out", "panel_recipes", "row", "rows_json", "table"]
+__all__ = [
+    "PAPER_PANEL",
+    "category_table",
+    "family_of",
+    "left_out",
+    "panel_recipes",
+    "row",
+    "rows_json",
+    "table",
+]
