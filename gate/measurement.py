@@ -193,3 +193,6 @@ class MeasurementDetail:
     #: ``Fingerprint.hash`` and ``Fingerprint.hardware_hash`` of that fingerprint -> HTML.
     FINGERPRINT_HASH: Final = "fingerprint_hash"
     HARDWARE_HASH: Final = "hardware_hash"
+    #: Requests a KV-cache method scored and how many it touched, ``{"method",
+    #: "requests", "exercised"}`` (:mod:`gate.tiers.exercised`) -> report notes.
+    COMPRESSION_EXERCISED: Final = "compression_exercised"

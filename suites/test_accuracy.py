@@ -14,6 +14,7 @@ import pytest
 
 from gate.session.run import GateRun
 from gate.tiers import accuracy as tier
+from gate.tiers import exercised
 
 pytestmark = pytest.mark.accuracy
 
@@ -27,6 +28,7 @@ def test_perplexity(gate_run: GateRun) -> None:
 
 def test_multiple_choice(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
     settings = gate_run.settings("accuracy")
+    before = exercised.counts(gate_run.backend)
     results = tier.run_mcq(gate_run.backend, settings)
     baseline = None
     if gate_run.mode == "record":
@@ -34,5 +36,6 @@ def test_multiple_choice(gate_run: GateRun, tmp_path_factory: pytest.TempPathFac
         gate_run.attach(tier.MCQ_ARTIFACT, tier.write_mcq_results(path, results))
     else:
         baseline = tier.read_mcq_results(gate_run.baseline_artifact(tier.MCQ_ARTIFACT))
-    for measurement in tier.mcq_measurements(results, baseline):
+    measured = tier.mcq_measurements(results, baseline)
+    for measurement in exercised.attach(measured, gate_run.backend, before):
         gate_run.record(measurement)

@@ -148,8 +148,30 @@ def test_prefill_only_presses_are_exact_at_any_chunk(
 
 def test_decoding_methods_default_to_chunk_one() -> None:
     assert exact_chunk_size(METHODS["streaming"], STEPS) == 1
-    assert exact_chunk_size(METHODS["kv-int4"], STEPS) == 1
     assert exact_chunk_size(CacheMethod(StreamingLLM(4, 24, rolling=False)), STEPS) == STEPS
+    # the quantized cache changes only when its 128-token residual fills
+    assert exact_chunk_size(METHODS["kv-int4"], STEPS) == STEPS
+    assert exact_chunk_size(METHODS["kv-int4"], 129) == 129
+    assert exact_chunk_size(METHODS["kv-int4"], 130) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("steps", [STEPS, 129, 140])
+def test_quantized_cache_exact_chunk_equals_the_per_token_loop(
+    backend: Any, requests: Any, steps: int
+) -> None:
+    """One chunk is exact while the residual holds the fed tokens; beyond, the default is 1."""
+    request = requests[0]
+    tokens = (list(request.continuation) * 10)[:steps]
+    long = ScoreRequest(request.context, tokens)
+    method = METHODS["kv-int4"]
+    per_token = cache_logprobs(backend.model, method, long, chunk_size=1)
+    torch.testing.assert_close(
+        cache_logprobs(backend.model, method, long), per_token, atol=1e-5, rtol=1e-6
+    )
+    if steps > 129:  # one chunk past the residual sees unquantized pairs the loop quantized
+        one_chunk = cache_logprobs(backend.model, method, long, chunk_size=steps)
+        assert not torch.allclose(one_chunk, per_token, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", list(METHODS))

@@ -32,6 +32,11 @@ EXAMPLE = {
     "prune-wanda": "prune-wanda:0.5",
     "drop-layers": "drop-layers:1",
     "delay": "delay:1ms",
+    "attn-topk": "attn-topk:0.5",
+    "kv-snapkv": "kv-snapkv:0.5",
+    "kv-h2o": "kv-h2o:0.5",
+    "kv-streaming": "kv-streaming:sinks=4,window=256",
+    "kv-quant": "kv-quant:int4",
 }
 LINEAR_CLASS = {
     "bnb-int8": "Linear8bitLt",
@@ -81,7 +86,7 @@ def test_every_catalogued_recipe_has_hooks_and_no_hook_is_uncatalogued() -> None
     assert list(HOOKS) == list(RECIPES)
 
 
-@pytest.mark.parametrize("name", recipe_names())
+@pytest.mark.parametrize("name", [n for n in recipe_names() if RECIPES[n].family != "checkpoint"])
 def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     recipe = EXAMPLE.get(name, name)
     backend = load(recipe)
@@ -100,6 +105,12 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     assert len(out[0]) >= 1
     logits = _logits(backend, _ids(backend))
     assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("recipe", ["gptq:w4a16", "awq:w4a16", "sparsegpt:0.5"])
+def test_checkpoint_recipes_name_a_demo_checkpoint(tiny_model_dir: Path, recipe: str) -> None:
+    with pytest.raises(ConfigError, match="names a checkpoint of the demo model"):
+        load_backend(ModelSpec.parse(str(tiny_model_dir)), recipe)
 
 
 def test_quantized_builds_store_fewer_bytes(load: Loader) -> None:
@@ -293,6 +304,8 @@ def test_every_recipe_on_the_demo_model(demo_backend: HFBackend) -> None:
     prompts = [base.encode_prompt(t) for t in [*TEXTS, "Hello, how are you?", "What is 3 plus 4?"]]
     figures: dict[str, float] = {}
     for name in recipe_names():
+        if RECIPES[name].family in ("checkpoint", "cache"):
+            continue  # tests/test_family_recipes.py: a checkpoint / the compressed cache
         recipe = EXAMPLE.get(name, name).replace("drop-layers:1", "drop-layers:2")
         cand = load_backend(spec, recipe, calibration=TEXTS)
         figures[recipe] = _agreement(base, cand, prompts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,6 +15,24 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     if not text:
         return default
     return tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+
+
+def _paper_table(candidates: Any, json_dir: Path | None) -> None:
+    """Print the paper-shaped table (and write it as paper_panel.json under ``json_dir``)."""
+    import json
+
+    from gate.report.console import make_console
+    from gate.session import paper_panel
+    from gate.store.atomic import write_atomic
+
+    console = make_console()
+    console.print(paper_panel.table(candidates))
+    console.print(paper_panel.category_table(candidates))
+    for line in paper_panel.left_out():
+        console.print(f"[yellow]note:[/] {line}")
+    if json_dir is not None:
+        text = json.dumps(paper_panel.rows_json(candidates), indent=2) + "\n"
+        write_atomic(json_dir / "paper_panel.json", text.encode())
 
 
 @click.command("demo")
@@ -30,6 +49,14 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     "against the unmodified model in the same session, interleaved A/B, so the comparison "
     "holds on any machine).",
 )
+@click.option(
+    "--panel",
+    "panel_name",
+    type=click.Choice(["paper"]),
+    help="paper: one candidate per method of the CGA paper (INT4 checkpoints, SparseGPT, "
+    "FP8/Sage/Top-k attention, SnapKV/H2O/StreamingLLM eviction, KV quantization) and a "
+    "table in the paper's shape.",
+)
 @dir_option("--json-dir", help="Write each candidate's results JSON and summary.json here.")
 @click.option(
     "--record-baseline",
@@ -37,7 +64,11 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     help="Maintainers: re-record the committed demo baseline (ref fp32) with the demo settings.",
 )
 def demo(
-    recipes: str | None, tiers: str | None, json_dir: Path | None, record_baseline: bool
+    recipes: str | None,
+    tiers: str | None,
+    panel_name: str | None,
+    json_dir: Path | None,
+    record_baseline: bool,
 ) -> int:
     """Gate a panel of compressed builds of the packaged demo model.
 
@@ -58,6 +89,7 @@ def demo(
       gate demo --recipes none,bnb-nf4,quanto-int2 --tiers fidelity
       gate demo --json-dir demo-results
       gate demo --tiers fidelity,accuracy,capability   # about 80 s per build
+      gate demo --panel paper --tiers fidelity,accuracy
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -72,6 +104,10 @@ def demo(
         return int(panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS))
     tier_list = parse_tiers(tiers) or panel.DEFAULT_TIERS
     recipe_list = _split(recipes, panel.DEFAULT_RECIPES)
+    if panel_name == "paper":
+        from gate.session import paper_panel
+
+        recipe_list = _split(recipes, paper_panel.panel_recipes())
     console = make_console()
     with Progress(
         TextColumn("[bold]gate demo[/]"),
@@ -96,6 +132,8 @@ def demo(
             recipe_list, tier_list, json_dir=json_dir, on_start=start, on_done=done
         )
     console.print(panel.summary_table(result.candidates))
+    if panel_name == "paper":
+        _paper_table(result.candidates, json_dir)
     if result.problem:
         console.print(f"[bold red]demo failed:[/] {result.problem}")
     else:

@@ -18,7 +18,19 @@ Today's kinds and their ranges:
 * ``fraction`` — a number in the open interval (0, 1) (``prune-wanda:0.25``);
 * ``count`` — a whole number >= 1 (``drop-layers:2``);
 * ``duration`` — milliseconds, written ``20ms``, ``0.5s`` or a bare ``7`` (ms),
-  always written back in ms (``delay:0.5s`` -> ``delay:500ms``).
+  always written back in ms (``delay:0.5s`` -> ``delay:500ms``);
+* ``choice`` — one of the words :data:`CHOICES` lists for the recipe
+  (``gptq:w4a16``, ``kv-quant:int2``);
+* ``press`` — a KV-eviction budget: a bare compression ratio in (0, 1) (the
+  fraction of the prompt's key/value pairs removed, ``kv-snapkv:0.5``) or keyed
+  values ``ratio=0.5,window=16,kernel=5`` (the keys :data:`PRESS_KEYS` allows
+  for the recipe), written back bare when only the ratio is given;
+* ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1).
+
+Recipes belong to a *family* (:data:`FAMILIES`): weights changed at load time,
+a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
+attention replacement, or a KV-cache method, which runs through the
+compressed cache in scoring and generation.
 """
 
 from __future__ import annotations
@@ -85,6 +97,8 @@ class RecipeDef:
     needs_calibration: bool = False
     #: Whether the recipe changes weights (it cannot run on a pre-quantized checkpoint).
     changes_weights: bool = True
+    #: What the recipe acts on (:data:`FAMILIES`).
+    family: str = "weights"
 
 
 RECIPES: dict[str, RecipeDef] = {
@@ -114,8 +128,99 @@ RECIPES: dict[str, RecipeDef] = {
             "sleep before every forward call (tests the latency tier)",
             arg="duration",
             changes_weights=False,
+            family="test",
+        ),
+        RecipeDef(
+            "gptq",
+            "a GPTQ W4A16 checkpoint made offline (compressed-tensors)",
+            arg="choice",
+            changes_weights=False,
+            family="checkpoint",
+        ),
+        RecipeDef(
+            "awq",
+            "an AWQ W4A16 checkpoint made offline (compressed-tensors)",
+            arg="choice",
+            changes_weights=False,
+            family="checkpoint",
+        ),
+        RecipeDef(
+            "sparsegpt",
+            "a SparseGPT unstructured-sparse checkpoint made offline",
+            arg="fraction",
+            changes_weights=False,
+            family="checkpoint",
+        ),
+        RecipeDef(
+            "attn-fp8",
+            "FP8 (e4m3) attention numerics, per-head scales",
+            changes_weights=False,
+            family="attention",
+        ),
+        RecipeDef(
+            "attn-sage",
+            "SageAttention numerics: INT8 QK with smoothed K, FP16 PV",
+            changes_weights=False,
+            family="attention",
+        ),
+        RecipeDef(
+            "attn-topk",
+            "Top-k sparse attention: each query keeps its top fraction of scores",
+            arg="fraction",
+            changes_weights=False,
+            family="attention",
+        ),
+        RecipeDef(
+            "kv-snapkv",
+            "SnapKV eviction of the prompt's KV cache (ratio removed)",
+            arg="press",
+            changes_weights=False,
+            family="cache",
+        ),
+        RecipeDef(
+            "kv-h2o",
+            "observed-attention (H2O-style) eviction of the prompt's KV cache",
+            arg="press",
+            changes_weights=False,
+            family="cache",
+        ),
+        RecipeDef(
+            "kv-streaming",
+            "StreamingLLM: attention sinks plus a rolling recent window",
+            arg="budget",
+            changes_weights=False,
+            family="cache",
+        ),
+        RecipeDef(
+            "kv-quant",
+            "KV cache quantized to int4/int2 (transformers' quantized cache, quanto)",
+            arg="choice",
+            changes_weights=False,
+            family="cache",
         ),
     )
+}
+
+#: What a recipe acts on, by :attr:`RecipeDef.family`.
+FAMILIES: Mapping[str, str] = {
+    "weights": "weights changed after loading",
+    "checkpoint": "a pre-quantized or sparse checkpoint loaded as it is",
+    "attention": "the attention computation replaced",
+    "cache": "the KV cache compressed during generation",
+    "test": "no compression (a test instrument)",
+}
+
+#: The words a ``choice`` argument accepts, per recipe.
+CHOICES: Mapping[str, tuple[str, ...]] = {
+    "gptq": ("w4a16",),
+    "awq": ("w4a16",),
+    "kv-quant": ("int4", "int2"),
+}
+
+#: The keys a ``press`` argument accepts, per recipe (``ratio`` is required).
+PRESS_KEYS: Mapping[str, tuple[str, ...]] = {
+    "kv-snapkv": ("ratio", "window", "kernel"),
+    "kv-h2o": ("ratio",),
 }
 
 
@@ -156,6 +261,76 @@ def _duration_ms(name: str, text: str) -> RecipeValue:
     return value * 1000.0 if match.group(2) == "s" else value
 
 
+def _choice(name: str, text: str) -> RecipeValue:
+    allowed = CHOICES.get(name, ())
+    word = text.lower()
+    if word not in allowed:
+        raise ConfigError(
+            f"{name}: {text!r} is not one of {', '.join(allowed)}", f"e.g. {name}:{allowed[0]}"
+        )
+    return word
+
+
+def _pairs(name: str, text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"{name}: {part!r} is not key=value", f"e.g. {example(name)}")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
+def _whole(name: str, key: str, text: str, least: int) -> int:
+    if not text.isdigit() or int(text) < least:
+        raise ConfigError(
+            f"{name}: {key}={text} is not a whole number >= {least}", f"e.g. {example(name)}"
+        )
+    return int(text)
+
+
+def _press(name: str, text: str) -> RecipeValue:
+    args = _pairs(name, text) if "=" in text else {"ratio": text}
+    allowed = PRESS_KEYS.get(name, ("ratio",))
+    unknown = sorted(set(args) - set(allowed))
+    if unknown or "ratio" not in args:
+        what = f"unknown key {unknown[0]!r}" if unknown else "no ratio"
+        raise ConfigError(
+            f"{name}: {what} (it takes {', '.join(allowed)})", f"e.g. {example(name)}"
+        )
+    try:
+        ratio = float(args["ratio"])
+    except ValueError:
+        raise ConfigError(
+            f"{name}: ratio {args['ratio']!r} is not a number", f"e.g. {example(name)}"
+        ) from None
+    if not 0.0 < ratio < 1.0:
+        raise ConfigError(
+            f"{name}: ratio {args['ratio']} is outside (0, 1) (the fraction of KV pairs removed)",
+            f"e.g. {example(name)}",
+        )
+    rest = tuple((key, _whole(name, key, args[key], 1)) for key in allowed[1:] if key in args)
+    return (("ratio", ratio), *rest)
+
+
+def _budget(name: str, text: str) -> RecipeValue:
+    args = _pairs(name, text)
+    unknown = sorted(set(args) - {"sinks", "window"})
+    if unknown or "window" not in args:
+        what = f"unknown key {unknown[0]!r}" if unknown else "no window"
+        raise ConfigError(f"{name}: {what} (it takes sinks, window)", f"e.g. {example(name)}")
+    sinks = _whole(name, "sinks", args.get("sinks", "4"), 0)
+    return (("sinks", sinks), ("window", _whole(name, "window", args["window"], 1)))
+
+
+def _format_keyed(value: RecipeValue) -> str:
+    if not isinstance(value, tuple):
+        return _number_text(value)
+    if len(value) == 1 and value[0][0] == "ratio":
+        return _number_text(value[0][1])
+    return ",".join(f"{key}={_number_text(v)}" for key, v in value)
+
+
 #: Every kind of recipe argument, by the name a :class:`RecipeDef` gives in ``arg``.
 ARG_KINDS: Mapping[str, ArgKind] = {
     kind.name: kind
@@ -164,6 +339,9 @@ ARG_KINDS: Mapping[str, ArgKind] = {
         ArgKind("fraction", "0.5", _fraction, _number_text),
         ArgKind("count", "2", _count, _number_text),
         ArgKind("duration", "20ms", _duration_ms, lambda value: f"{_number_text(value)}ms"),
+        ArgKind("choice", "", _choice, str),
+        ArgKind("press", "0.5", _press, _format_keyed),
+        ArgKind("budget", "sinks=4,window=256", _budget, _format_keyed),
     )
 }
 
@@ -188,7 +366,28 @@ def example(name: str) -> str:
     definition = RECIPES.get(name)
     if definition is None or definition.arg == "none":
         return name
+    if definition.arg == "choice":
+        return f"{name}:{CHOICES[name][0]}"
     return f"{name}:{ARG_KINDS[definition.arg].example}"
+
+
+def family(recipe: Recipe | str) -> str:
+    """The family of a recipe (``weights``, ``checkpoint``, ``attention``, ``cache``, ``test``)."""
+    name = recipe.name if isinstance(recipe, Recipe) else parse_recipe(recipe).name
+    return get_recipe(name).family
+
+
+def keyed(recipe: Recipe) -> dict[str, float | int | str]:
+    """The keyed values of a ``press``/``budget`` recipe as a dict (``{"ratio": 0.5}``)."""
+    value = recipe.value
+    if not isinstance(value, tuple):
+        return {}
+    return {key: v for key, v in value}
+
+
+def checkpoint_method(recipe: Recipe) -> str:
+    """The checkpoint directory name of a checkpoint recipe (``gptq-w4a16``, ``sparsegpt-0.5``)."""
+    return f"{recipe.name}-{ARG_KINDS[get_recipe(recipe.name).arg].format(recipe.value)}"
 
 
 def parse_recipe(text: str | Recipe | None) -> Recipe:
@@ -226,14 +425,20 @@ def format_recipe(recipe: Recipe) -> str:
 
 __all__ = [
     "ARG_KINDS",
+    "CHOICES",
+    "FAMILIES",
+    "PRESS_KEYS",
     "RECIPES",
     "ArgKind",
     "Recipe",
     "RecipeDef",
     "RecipeValue",
+    "checkpoint_method",
     "example",
+    "family",
     "format_recipe",
     "get_recipe",
+    "keyed",
     "parse_recipe",
     "recipe_names",
 ]

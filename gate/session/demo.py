@@ -148,6 +148,8 @@ class CandidateResult:
     values: Mapping[str, float] = field(default_factory=dict)
     json_path: Path | None = None
     error: str | None = None
+    #: Slice values of each whole metric (``"fidelity.cga" -> {"category:code": 0.9}``).
+    breakdowns: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,12 +172,14 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
     if outcome.doc is None:
         return CandidateResult(recipe, code, "error", error="no results were written")
     results = results_from_document(outcome.doc)
-    values = {
-        v.metric: v.value
-        for v in results.verdicts
-        if v.slice is None and v.against in (BASELINE_REF, "baseline")
-    }
-    return CandidateResult(recipe, code, results.verdict, values, outcome.results)
+    whole = [
+        v for v in results.verdicts if v.slice is None and v.against in (BASELINE_REF, "baseline")
+    ]
+    values = {v.metric: v.value for v in whole}
+    breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown}
+    return CandidateResult(
+        recipe, code, results.verdict, values, outcome.results, breakdowns=breakdowns
+    )
 
 
 def judge(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:

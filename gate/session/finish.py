@@ -130,6 +130,7 @@ def _compare(
     from gate.report.outputs import write_reports
     from gate.report.results_json import build_results
     from gate.store.baseline import check_compatible
+    from gate.tiers.exercised import notes as exercised_notes
 
     if not measured:
         code = problem if problem is not None else int(ExitCode.NO_MEASUREMENTS)
@@ -146,6 +147,7 @@ def _compare(
     unbounded = unbounded_metrics(inputs.thresholds, names)
     notes = [line.removeprefix("gate: ") for line in lines]
     notes += coverage_notes(missing, unbounded, inputs.thresholds.source, inputs.options.strict)
+    notes += exercised_notes(measured)
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()
     )

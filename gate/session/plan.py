@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.errors import UsageError
+from gate.errors import GateError, UsageError
 from gate.session.options import DEFAULT_STORE, SessionOptions
 
 if TYPE_CHECKING:
@@ -158,6 +158,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     from gate.data.calibration import calibration_for
     from gate.gating.thresholds import require_a_bound
     from gate.metrics.registry import all_metrics
+    from gate.models.precheck import check_recipe_runs
     from gate.session.engine import session_engines
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
@@ -173,6 +174,10 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
+            try:
+                check_recipe_runs(candidate.model, candidate.recipe)
+            except GateError as exc:
+                raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         tiers, _ = select_tiers(candidate.tiers)
         require_a_bound(
             inputs.thresholds,

@@ -179,12 +179,12 @@ class GatePlugin:
             if backend is not None:
                 return backend
             from gate.data.calibration import calibration_for
-            from gate.models.backends.loading import load_backend
+            from gate.models.backends.loading import load_candidate
             from gate.models.spec import ModelSpec
 
             texts = calibration_for(recipe, options.calibration)
             spec = ModelSpec.parse(model, allow_pickle=options.allow_pickle)
-            return load_backend(
+            return load_candidate(
                 spec,
                 recipe,
                 calibration=texts,

@@ -42,6 +42,7 @@ from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.store.schema import check_schema_version
+from gate.tiers import exercised
 
 TIER = "accuracy"
 #: Name of the per-question results file stored beside a baseline.
@@ -180,7 +181,12 @@ def perplexity_measurement(
 
 
 def measure_perplexity(backend: Scorer, settings: AccuracySettings) -> Measurement:
-    """Load the corpus, tokenize, score the windows, build the measurement."""
+    """Load the corpus, tokenize, score the windows, build the measurement.
+
+    Through a KV-cache method the measurement says how many windows the
+    method touched (:mod:`gate.tiers.exercised`).
+    """
+    before = exercised.counts(backend)
     # Reading ~8 characters per wanted token is ample for BPE tokenizers.
     text = load_corpus(settings.perplexity_corpus, max_chars=8 * settings.perplexity_max_tokens)
     ids = backend.encode_text(text)[: settings.perplexity_max_tokens]
@@ -191,12 +197,13 @@ def measure_perplexity(backend: Scorer, settings: AccuracySettings) -> Measureme
         stride=settings.perplexity_stride,
         batch_size=settings.batch_size,
     )
-    return perplexity_measurement(
+    measurement = perplexity_measurement(
         scores,
         window=settings.perplexity_window,
         stride=settings.perplexity_stride,
         corpus=settings.perplexity_corpus,
     )
+    return exercised.attach([measurement], backend, before)[0]
 
 
 # --------------------------------------------------------------------------- multiple choice

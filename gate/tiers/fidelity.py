@@ -20,6 +20,7 @@ numbers: CGA exactly 1 and KL exactly 0.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -42,6 +43,7 @@ from gate.store.reference import (
     prompt_set_sha256,
     write_pack,
 )
+from gate.tiers import exercised
 
 TIER = "fidelity"
 #: k of the CGA@k metric (``fidelity.cga_at_5``).
@@ -83,6 +85,10 @@ class FidelitySettings:
     #: Score from the second output token, as the released FidBench code does;
     #: the default (false) counts every position, as the CGA paper's eq. 5 does.
     skip_first_token: bool = False
+    #: Tokens teacher-forced per forward call through a KV-cache recipe's cache
+    #: (:mod:`gate.models.backends.chunked`); None (the default) is the exact size:
+    #: 1 for a method that acts during decoding, the whole continuation otherwise.
+    cache_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "top_k", "batch_size"):
@@ -99,6 +105,8 @@ class FidelitySettings:
             )
         if self.tail_seed < 0:
             raise ValueError(f"tail_seed must be >= 0, got {self.tail_seed}")
+        if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
+            raise ValueError(f"cache_chunk_size must be >= 1, got {self.cache_chunk_size}")
 
 
 def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
@@ -580,15 +588,23 @@ def measure(
     baseline_backend: Backend | None = None,
     progress: Progress | None = None,
 ) -> list[Measurement]:
-    """The fidelity measurements of ``backend`` against ``pack`` (verified first)."""
+    """The fidelity measurements of ``backend`` against ``pack`` (verified first).
+
+    A backend that scores through a KV-cache method scores in chunks of
+    ``settings.cache_chunk_size``; the measurements then say how many of the
+    scored prompts the method touched (:mod:`gate.tiers.exercised`).
+    """
     verify_candidate(backend, pack, prompts)
-    results = score_pack(
-        backend, pack, settings, baseline_backend=baseline_backend, progress=progress
-    )
+    before = exercised.counts(backend)
+    chunking = getattr(backend, "scoring_chunk", None)
+    with chunking(settings.cache_chunk_size) if callable(chunking) else nullcontext():
+        results = score_pack(
+            backend, pack, settings, baseline_backend=baseline_backend, progress=progress
+        )
     scored = pack.tensors["tail_logmass"][
         : int(pack.tensors["output_offsets"][results[-1].index + 1])
     ]
-    return measurements(
+    out = measurements(
         results,
         k=pack.k,
         exact=baseline_backend is not None,
@@ -596,3 +612,4 @@ def measure(
         m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
         recording=pack.recording_summary(),
     )
+    return exercised.attach(out, backend, before)

@@ -205,6 +205,9 @@ class LatencyResult:
     fingerprint: Fingerprint
     settings: LatencySettings
     extra_details: dict[str, Any] = field(default_factory=dict)
+    #: What a KV-cache recipe's timed generation held (``kv_bytes_per_token`` ...;
+    #: :func:`gate.models.backends.chunked.timed_through_cache`), None for other builds.
+    kv_cache: Mapping[str, Any] | None = None
     #: Paired mode: the in-session baseline build's runs (``None`` otherwise).
     reference: PairedReference | None = None
     #: Served builds: the load runs, by concurrency (empty in process).
@@ -479,6 +482,7 @@ def run_tier(
         )
     provenance = backend.provenance()
     raw_bytes = provenance.get("parameter_bytes", provenance.get("param_bytes"))
+    kv_cache = getattr(backend, "last_kv_cache", None)
     return LatencyResult(
         runs=tuple(runs),
         sweep=result_sweep,
@@ -487,6 +491,7 @@ def run_tier(
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
+        kv_cache=dict(kv_cache) if kv_cache else None,
         reference=reference,
         load=tuple(levels[-1]),
         reference_load=tuple(levels[0]) if len(sides) > 1 else (),
@@ -580,6 +585,14 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             )
     if result.param_bytes is not None:
         out.append(Measurement("latency.param_bytes", float(result.param_bytes), details=common))
+    if result.kv_cache is not None:
+        out.append(
+            Measurement(
+                "latency.kv_bytes_per_token",
+                float(result.kv_cache["kv_bytes_per_token"]),
+                details={**common, **result.kv_cache},
+            )
+        )
     out += load_measurements(result, common)
     return out
 

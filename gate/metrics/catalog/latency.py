@@ -73,4 +73,10 @@ SPECS: tuple[MetricSpec, ...] = (
         "bytes of the loaded parameters and buffers (the CPU memory-reduction metric)",
         SampleKind.POINT,
     ),
+    _lower(
+        "kv_bytes_per_token",
+        "B",
+        "KV-cache bytes held per token seen at the end of a timed generation (cache recipes)",
+        SampleKind.POINT,
+    ),
 )

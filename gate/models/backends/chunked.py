@@ -22,24 +22,69 @@ StreamingLLM), because nothing changes the cache between steps; for methods
 that act during decoding (a rolling window, the quantized cache's residual)
 a chunk sees up to ``chunk_size - 1`` pairs the per-token loop would already
 have evicted or quantized. The default (``chunk_size=None``) is therefore the
-exact one for every method: 1 when the method acts during decoding, the
-whole continuation in one chunk otherwise.
+exact one for every method: the whole continuation in one chunk for methods
+that act only at the prefill; for the quantized cache too while the tokens fed
+after the prompt (``T - 1``) fit its full-precision residual (at most
+``KV_QUANT_RESIDUAL`` = 128: the residual is quantized only when it fills, so
+up to then every query, per token or chunked, sees the quantized prompt and the
+unquantized continuation); 1 otherwise (a rolling window, a longer
+continuation through the quantized cache).
 
 Requests run one at a time (batch 1, no padding), as a press selects pairs per
 sequence.
+
+**What the scores saw.** A request *exercised* the method when at least one
+of its scored rows was computed while the cache was compressed: a press had
+evicted pairs (held < seen) or the quantized cache held quantized pairs. A
+continuation of one token never does (row 0 comes from the uncompressed
+prompt), nor does a StreamingLLM whose budget exceeds prompt + continuation.
+:class:`CacheBackend` counts requests and exercised requests
+(:class:`ExerciseLog`); the tiers put the counts into their measurements'
+details, so a metric computed on requests the method never touched says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from gate.errors import DataError
-from gate.models.backends.base import ScoreRequest, TokenScores
-from gate.models.compress.kvcache import CacheMethod
+from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
+from gate.models.compress.kvcache import (
+    KV_QUANT_RESIDUAL,
+    CacheMethod,
+    PressCache,
+    PressLayer,
+    cache_bytes,
+)
+
+
+@dataclass
+class ExerciseLog:
+    """Requests scored through a cache method, and how many of them the method touched."""
+
+    requests: int = 0
+    exercised: int = 0
+
+    def add(self, exercised: bool) -> None:
+        """Count one scored request."""
+        self.requests += 1
+        self.exercised += int(exercised)
+
+
+def compressed(cache: Any) -> bool:
+    """Whether ``cache`` now holds fewer pairs than tokens seen, or quantized pairs."""
+    if isinstance(cache, PressCache):
+        return any(
+            isinstance(layer, PressLayer) and layer.held() < layer.cumulative_length
+            for layer in cache.layers
+        )
+    return any(getattr(layer, "_quantized_keys", None) is not None for layer in cache.layers)
 
 
 def token_scores(
@@ -66,7 +111,9 @@ def token_scores(
 
 
 def exact_chunk_size(method: CacheMethod, steps: int) -> int:
-    """The default chunk: 1 where the method acts during decoding, else the whole continuation."""
+    """The default chunk: the whole continuation where that is exact (see the module doc), else 1."""
+    if method.bits is not None and method.press is None:
+        return max(1, steps) if steps - 1 <= KV_QUANT_RESIDUAL else 1
     return 1 if method.acts_in_decoding else max(1, steps)
 
 
@@ -85,9 +132,18 @@ def _forward(
 
 @torch.no_grad()
 def cache_logprobs(
-    model: Any, method: CacheMethod, request: ScoreRequest, *, chunk_size: int | None = None
+    model: Any,
+    method: CacheMethod,
+    request: ScoreRequest,
+    *,
+    chunk_size: int | None = None,
+    log: ExerciseLog | None = None,
 ) -> torch.Tensor:
-    """``[T, V]`` float32 log-probs of ``request.continuation`` through ``method``'s cache."""
+    """``[T, V]`` float32 log-probs of ``request.continuation`` through ``method``'s cache.
+
+    ``log`` counts the request, as exercised when a chunk was fed to a
+    compressed cache (see the module doc).
+    """
     if len(request.context) == 0:
         raise DataError("a score request has an empty context", "give >= 1 context token")
     steps = len(request.continuation)
@@ -100,10 +156,14 @@ def cache_logprobs(
     with method.active(model):
         rows.append(_forward(model, request.context, cache, device, last_only=True)[-1:])
         feed = list(request.continuation[: max(0, steps - 1)])
+        exercised = False
         for start in range(0, len(feed), chunk):
+            exercised = exercised or compressed(cache)
             rows.append(
                 _forward(model, feed[start : start + chunk], cache, device, last_only=False)
             )
+    if log is not None:
+        log.add(exercised)
     logits = torch.cat(rows, dim=0)[:steps]
     return logits.float().log_softmax(dim=-1).cpu()
 
@@ -116,12 +176,16 @@ def score_through_cache(
     top_k: int = 32,
     full: bool = False,
     chunk_size: int | None = None,
+    log: ExerciseLog | None = None,
 ) -> list[TokenScores]:
     """Teacher-forced scores of each request through ``method``'s cache (see the module doc)."""
     method.check(model)
     return [
         token_scores(
-            cache_logprobs(model, method, r, chunk_size=chunk_size), r.continuation, top_k, full
+            cache_logprobs(model, method, r, chunk_size=chunk_size, log=log),
+            r.continuation,
+            top_k,
+            full,
         )
         for r in requests
     ]
@@ -165,14 +229,103 @@ def generate_through_cache(
     return new
 
 
+def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> float:
+    """Bytes per token of an uncompressed cache: ``2 L H_kv d`` elements of ``dtype``."""
+    text = config.get_text_config(decoder=True)
+    heads = int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads)
+    item = torch.empty(0, dtype=dtype).element_size()
+    return float(2 * int(text.num_hidden_layers) * heads * head_dim * item)
+
+
+@torch.no_grad()
+def timed_through_cache(
+    model: Any,
+    method: CacheMethod,
+    prompt: Sequence[int],
+    *,
+    batch_size: int,
+    new_tokens: int,
+    clock: StepClock,
+    recipe: str,
+) -> TimedGeneration:
+    """Exactly ``new_tokens`` greedy tokens for ``batch_size`` copies of ``prompt`` through the cache.
+
+    One clock mark per step, as the in-process backend's timed generation. The
+    details carry what a cache method is for: ``kv_cache_bytes`` held at the end
+    (keys and values, or quantized codes with their scales), ``kv_tokens`` seen,
+    their ratio per token and sequence (``kv_bytes_per_token``) and the same
+    figure for an uncompressed cache of the model's dtype
+    (``kv_bytes_per_token_uncompressed``).
+    """
+    from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+    if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
+        raise DataError(
+            "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
+        )
+    method.check(model)
+
+    class _MarkEachStep(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            clock.mark()
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([list(prompt)] * batch_size, dtype=torch.long, device=device)
+    config = GenerationConfig(
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        num_beams=1,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        pad_token_id=0,
+    )
+    cache = method.new_cache(model)
+    with method.active(model):
+        clock.start()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            past_key_values=cache,
+            generation_config=config,
+            stopping_criteria=StoppingCriteriaList([_MarkEachStep()]),
+        )
+    steps = tuple(clock.elapsed())
+    generated = int(out.shape[1] - ids.shape[1])
+    held = cache_bytes(cache)
+    seen = int(cache.get_seq_length())
+    dtype = model.get_input_embeddings().weight.dtype
+    return TimedGeneration(
+        batch_size=batch_size,
+        prompt_tokens=len(prompt),
+        new_tokens=generated,
+        step_times=steps,
+        end_to_end=steps[-1] if steps else 0.0,
+        details={
+            "device": str(device),
+            "recipe": recipe,
+            "kv_cache_bytes": held,
+            "kv_tokens": seen,
+            "kv_bytes_per_token": held / max(seen * batch_size, 1),
+            "kv_bytes_per_token_uncompressed": kv_bytes_per_token(model.config, dtype),
+        },
+    )
+
+
 class CacheBackend:
     """A backend whose scoring and greedy generation run through a KV-cache method.
 
     Wraps an in-process backend: ``score`` is :func:`score_through_cache`,
     ``generate`` is :func:`generate_through_cache` one prompt at a time (a
-    press selects pairs per sequence, so prompts are not padded together);
-    tokenization, timed generation and identity are the inner backend's, with
-    the method's description added to the provenance.
+    press selects pairs per sequence, so prompts are not padded together),
+    ``generate_timed`` is :func:`timed_through_cache`; tokenization and
+    identity are the inner backend's, with the method's description added to
+    the provenance. With the identity method (an attention recipe scored one
+    call at a time) generation is the inner backend's, which runs the same
+    computation batched. ``exercise_log`` counts the requests scored and the
+    ones the method touched.
     """
 
     def __init__(
@@ -188,8 +341,31 @@ class CacheBackend:
         self.method = method
         self.label = label
         self.chunk_size = chunk_size
-        self.name = f"{inner.name}[{label}]"
+        self.name = inner.name if label in inner.name else f"{inner.name}[{label}]"
+        self.exercise_log = ExerciseLog()
+        #: The KV-cache figures of the last timed generation (read by the latency tier).
+        self.last_kv_cache: dict[str, Any] | None = None
         method.check(self.model)
+
+    @property
+    def identity(self) -> bool:
+        """Whether the cache is uncompressed (the wrapper only changes how scoring is chunked)."""
+        return self.method.press is None and self.method.bits is None
+
+    @contextlib.contextmanager
+    def scoring_chunk(self, chunk_size: int | None) -> Iterator[None]:
+        """Score with ``chunk_size`` inside the block (None keeps the backend's own)."""
+        if chunk_size is not None and chunk_size < 1:
+            raise DataError(
+                f"chunk size {chunk_size} is not >= 1", "give a chunk size of 1 or more"
+            )
+        saved = self.chunk_size
+        if chunk_size is not None:
+            self.chunk_size = chunk_size
+        try:
+            yield
+        finally:
+            self.chunk_size = saved
 
     def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
         """The inner backend's prompt encoding."""
@@ -211,6 +387,13 @@ class CacheBackend:
             raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
         if max_new_tokens < 1:
             return [[] for _ in prompts]
+        if self.identity:
+            return [
+                list(row)
+                for row in self.inner.generate(
+                    prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
+                )
+            ]
         return [
             generate_through_cache(
                 self.model,
@@ -232,12 +415,35 @@ class CacheBackend:
     ) -> list[TokenScores]:
         """Teacher-forced scores through the method's cache (``batch_size`` is not used)."""
         return score_through_cache(
-            self.model, self.method, requests, top_k=top_k, full=full, chunk_size=self.chunk_size
+            self.model,
+            self.method,
+            requests,
+            top_k=top_k,
+            full=full,
+            chunk_size=self.chunk_size,
+            log=None if self.identity else self.exercise_log,
         )
 
-    def generate_timed(self, prompt: Sequence[int], **kwargs: Any) -> Any:
-        """The inner backend's timed generation."""
-        return self.inner.generate_timed(prompt, **kwargs)
+    def generate_timed(
+        self, prompt: Sequence[int], *, batch_size: int, new_tokens: int, clock: StepClock
+    ) -> TimedGeneration:
+        """Timed greedy generation through the method's cache (the inner one's for identity)."""
+        if self.identity:
+            timed: TimedGeneration = self.inner.generate_timed(
+                prompt, batch_size=batch_size, new_tokens=new_tokens, clock=clock
+            )
+            return timed
+        timed = timed_through_cache(
+            self.model,
+            self.method,
+            prompt,
+            batch_size=batch_size,
+            new_tokens=new_tokens,
+            clock=clock,
+            recipe=self.label,
+        )
+        self.last_kv_cache = {k: v for k, v in timed.details.items() if k.startswith("kv_")}
+        return timed
 
     def provenance(self) -> dict[str, Any]:
         """The inner backend's provenance plus the cache method and chunk size."""
@@ -250,9 +456,13 @@ class CacheBackend:
 
 __all__ = [
     "CacheBackend",
+    "ExerciseLog",
     "cache_logprobs",
+    "compressed",
     "exact_chunk_size",
     "generate_through_cache",
+    "kv_bytes_per_token",
     "score_through_cache",
+    "timed_through_cache",
     "token_scores",
 ]

@@ -29,15 +29,21 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.models.backends.hf import HFBackend
 from gate.models.compress import apply_recipe, load_kwargs
+from gate.models.precheck import checkpoint_dir, require_quanto
 from gate.models.recipes import Recipe, get_recipe, parse_recipe
 from gate.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from gate.models.backends.chunked import CacheBackend
+    from gate.models.compress.kvcache import CacheMethod
+
 
 #: Package to install for each ``quant_method`` of a pre-quantized checkpoint.
 KERNEL_PACKAGES: dict[str, str] = {
@@ -341,6 +347,65 @@ def _hub_snapshot(source: str, revision: str | None) -> Path | None:
         return None
 
 
+def cache_method_of(recipe: Recipe) -> CacheMethod | None:
+    """The KV-cache method of a ``kv-*`` recipe, checked before any model loads (else None).
+
+    ``kv-quant`` needs optimum-quanto (transformers' quantized cache backend):
+    when it is missing this is a :class:`ModelLoadError` (exit 3) naming the
+    package.
+    """
+    if get_recipe(recipe.name).family != "cache":
+        return None
+    from gate.models.compress.kvcache import cache_method
+
+    method = cache_method(recipe)
+    if method.bits is not None:
+        require_quanto(recipe)
+    return method
+
+
+#: Attention recipes whose scales come from each call's tensors: scored one token per
+#: call, as generation runs them (a one-pass score would take the scales over the whole text).
+PER_CALL_SCALES = ("attn-fp8", "attn-sage")
+
+
+def load_candidate(
+    spec: ModelSpec,
+    recipe: Recipe | str | None = None,
+    *,
+    calibration: list[str] | None = None,
+    allow_incomplete_weights: bool = False,
+    chunk_size: int | None = None,
+) -> HFBackend | CacheBackend:
+    """:func:`load_backend`, then wrapped so scoring and generation run the recipe's path.
+
+    * a cache recipe (``kv-*``): a :class:`~gate.models.backends.chunked.CacheBackend`
+      with the recipe's method: prefill through the compressed cache, then
+      teacher forcing in chunks of ``chunk_size`` (None: the exact size, see
+      :func:`~gate.models.backends.chunked.exact_chunk_size`), generation and
+      timed generation through the cache;
+    * ``attn-fp8`` / ``attn-sage``: the same wrapper with the identity cache and
+      chunks of 1, so every call's scales are the ones generation computes;
+    * anything else: the loaded backend as it is.
+
+    A bad recipe or a model the method cannot run on fails here, before any
+    tier runs (:class:`ConfigError`, exit 4; a missing package, exit 3).
+    """
+    recipe = parse_recipe(recipe)
+    method = cache_method_of(recipe)
+    backend = load_backend(
+        spec, recipe, calibration=calibration, allow_incomplete_weights=allow_incomplete_weights
+    )
+    if method is None and recipe.name not in PER_CALL_SCALES:
+        return backend
+    from gate.models.backends.chunked import CacheBackend
+    from gate.models.compress.kvcache import CacheMethod
+
+    if method is None:
+        return CacheBackend(backend, CacheMethod(), label=str(recipe), chunk_size=1)
+    return CacheBackend(backend, method, label=str(recipe), chunk_size=chunk_size)
+
+
 def load_backend(
     spec: ModelSpec,
     recipe: Recipe | str | None = None,
@@ -359,7 +424,7 @@ def load_backend(
     """
     recipe = parse_recipe(recipe)
     definition = get_recipe(recipe.name)
-    local = spec.local_dir
+    local = checkpoint_dir(spec, recipe) if definition.family == "checkpoint" else spec.local_dir
     source = str(local) if local is not None else spec.source
     if local is not None:
         _check_pickle_only(local, spec)

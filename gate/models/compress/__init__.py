@@ -7,7 +7,12 @@ which a recipe acts, for every catalogued name:
 * ``load_kwargs`` — extra keyword arguments for ``from_pretrained`` (the
   bitsandbytes recipes pass a ``BitsAndBytesConfig``);
 * ``apply`` — an in-place change of the loaded model (quanto quantization,
-  pruning, dropped layers, an injected delay).
+  pruning, dropped layers, an injected delay, a replaced attention function).
+
+Checkpoint recipes (``gptq:w4a16`` ...) act before loading (the loader reads
+the checkpoint instead of the base model) and cache recipes (``kv-*``) after
+it (the loader wraps the backend so scoring and generation run through the
+compressed cache): both have no hooks here.
 """
 
 from __future__ import annotations
@@ -80,6 +85,13 @@ def _delay(model: nn.Module, recipe: Recipe, calibration: Calibration | None) ->
     delay.add_forward_delay(model, _number(recipe) / 1000.0)
 
 
+def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+    from gate.models.compress import attention
+
+    argument = None if recipe.value is None else format_recipe(recipe).partition(":")[2]
+    attention.install(model, attention.parse_method(recipe.name, argument))
+
+
 def _number(recipe: Recipe) -> float:
     value = recipe.value
     # parse_recipe guarantees a number for these recipes; this guards hand-built ones
@@ -103,6 +115,16 @@ HOOKS: dict[str, RecipeHooks] = {
     "prune-wanda": RecipeHooks(apply=_wanda),
     "drop-layers": RecipeHooks(apply=_drop),
     "delay": RecipeHooks(apply=_delay),
+    "gptq": RecipeHooks(),
+    "awq": RecipeHooks(),
+    "sparsegpt": RecipeHooks(),
+    "attn-fp8": RecipeHooks(apply=_attention),
+    "attn-sage": RecipeHooks(apply=_attention),
+    "attn-topk": RecipeHooks(apply=_attention),
+    "kv-snapkv": RecipeHooks(),
+    "kv-h2o": RecipeHooks(),
+    "kv-streaming": RecipeHooks(),
+    "kv-quant": RecipeHooks(),
 }
 
 

@@ -55,6 +55,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from gate.errors import ConfigError, ModelLoadError
+from gate.models.recipes import Recipe, keyed
 
 #: transformers' quantized-cache defaults, stated here because the docs quote them.
 KV_QUANT_GROUP = 64
@@ -448,6 +449,35 @@ def cache_bytes(cache: Cache) -> int:
     return total
 
 
+#: SnapKV's observation window when a recipe does not give one (the method's default).
+SNAPKV_WINDOW = 64
+
+
+def cache_method(recipe: Recipe) -> CacheMethod:
+    """The cache method of a parsed ``kv-*`` recipe (validated by :mod:`gate.models.recipes`).
+
+    ``kv-snapkv:<r>`` -> :class:`SnapKV` (window :data:`SNAPKV_WINDOW`, kernel 5
+    unless given), ``kv-h2o:<r>`` -> :class:`ObservedAttention`,
+    ``kv-streaming:sinks=s,window=w`` -> a rolling :class:`StreamingLLM`,
+    ``kv-quant:int4|int2`` -> a quantized cache of 4 / 2 bits.
+    """
+    values = keyed(recipe)
+    if recipe.name == "kv-quant":
+        return CacheMethod(bits=int(str(recipe.value).removeprefix("int")))
+    if recipe.name == "kv-streaming":
+        return CacheMethod(StreamingLLM(sinks=int(values["sinks"]), window=int(values["window"])))
+    ratio = float(values["ratio"])
+    if recipe.name == "kv-snapkv":
+        window = int(values.get("window", SNAPKV_WINDOW))
+        return CacheMethod(SnapKV(ratio, window=window, kernel=int(values.get("kernel", 5))))
+    if recipe.name == "kv-h2o":
+        return CacheMethod(ObservedAttention(ratio))
+    raise ConfigError(
+        f"{recipe.name} is not a KV-cache recipe",
+        "choose kv-snapkv, kv-h2o, kv-streaming or kv-quant",
+    )
+
+
 def parse_press(name: str, argument: str) -> Press:
     """A press from a recipe ``name`` and its argument text (see :func:`parse_arguments`).
 
@@ -526,6 +556,7 @@ __all__ = [
     "SnapKV",
     "StreamingLLM",
     "cache_bytes",
+    "cache_method",
     "check_press_support",
     "parse_arguments",
     "parse_press",
