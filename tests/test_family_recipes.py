@@ -194,7 +194,7 @@ def _gate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]
     [
         ("kv-snapkv:1.5", ExitCode.USAGE_ERROR, "ratio 1.5 is outside (0, 1)"),
         ("kv-tova:0.5", ExitCode.USAGE_ERROR, "unknown recipe 'kv-tova'"),
-        ("sparsegpt:0.5", ExitCode.INTERNAL_ERROR, "make_compressed_checkpoints.py sparsegpt-0.5"),
+        ("awq:w4a16", ExitCode.INTERNAL_ERROR, "make_compressed_checkpoints.py awq-w4a16"),
     ],
 )
 def test_gate_run_stops_in_one_line_before_any_model_loads(
@@ -410,12 +410,11 @@ def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
     assert {"kv-snapkv", "kv-h2o", "kv-streaming", "kv-quant"} <= names
     for recipe in recipes:
         precheck.check_recipe_runs("demo", recipe)  # every panel recipe can run
+    assert "sparsegpt:0.5" in recipes  # packaged
     monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache
-    assert paper_panel.panel_recipes() == tuple(
-        r for r in recipes if r not in ("awq:w4a16", "sparsegpt:0.5")
-    )
+    assert paper_panel.panel_recipes() == tuple(r for r in recipes if r != "awq:w4a16")
     notes = paper_panel.left_out()
-    assert len(notes) == 2 and "make_compressed_checkpoints.py sparsegpt-0.5" in notes[1]
+    assert len(notes) == 1 and "make_compressed_checkpoints.py awq-w4a16" in notes[0]
 
 
 def test_the_paper_table_has_the_papers_columns() -> None:

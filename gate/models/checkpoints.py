@@ -1,10 +1,11 @@
 """Where the demo model's compressed checkpoints live: packaged, or cached by what made them.
 
 ``scripts/make_compressed_checkpoints.py`` (run in llm-compressor's own
-environment) writes a checkpoint per method. The INT4 ones are a few MB and
-ship under ``gate/assets/checkpoints/<method>``; a larger one (SparseGPT is
-written dense, 18 MB: compressed-tensors no longer stores sparse formats) is
-cached under ``${GATE_TOOL_CACHE:-~/.cache/gate-tools}/checkpoints`` in a
+environment) writes a checkpoint per method. The demo's ship under
+``gate/assets/checkpoints/<method>`` (the INT4 ones a few MB; SparseGPT 18 MB,
+written dense: compressed-tensors no longer stores sparse formats), so a fresh
+clone gates them without the tool; a method made anew (another model or
+calibration set) is cached under ``${GATE_TOOL_CACHE:-~/.cache/gate-tools}/checkpoints`` in a
 directory named by the method and the sha256 prefixes of the base weights and
 of the calibration file, so a second run finds it and a changed model or
 calibration set makes a new one. Standard library only: the tool environment
@@ -21,10 +22,10 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 PACKAGED = ASSETS / "checkpoints"
 DEMO_WEIGHTS = ASSETS / "demo_model" / "model.safetensors"
 CALIBRATION = ASSETS / "calibration" / "sharegpt_calibration.jsonl"
-#: Methods whose checkpoints are packaged (a few MB); the others are cached.
-PACKAGED_METHODS = ("gptq-w4a16", "awq-w4a16")
+#: Every method the checkpoint script makes; each is looked for in the package first.
+PACKAGED_METHODS = ("gptq-w4a16", "awq-w4a16", "sparsegpt-0.5")
 #: Every method the checkpoint script makes.
-METHODS = (*PACKAGED_METHODS, "sparsegpt-0.5")
+METHODS = PACKAGED_METHODS
 
 
 def file_sha256(path: Path) -> str:

@@ -40,7 +40,7 @@ PAPER_PANEL: tuple[tuple[str, str], ...] = (
     ("kv-quant:int4", "KV quant"),
 )
 #: Recipes whose checkpoint is not packaged (the panel leaves them out when absent).
-OPTIONAL: tuple[str, ...] = ("awq:w4a16", "sparsegpt:0.5")
+OPTIONAL: tuple[str, ...] = ("awq:w4a16",)
 
 
 def _absent(recipe: str) -> bool:
