@@ -195,6 +195,13 @@ def _repeated_evidence(
     )
 
 
+def _elo(p: float, n: int) -> float:
+    """``-400 log10(1/p - 1)`` with ``p`` clamped to ``[1/(2n), 1 - 1/(2n)]`` (half a game)."""
+    half = 1.0 / (2 * max(n, 1))
+    q = min(max(p, half), 1.0 - half) if n > 1 else 0.5
+    return -400.0 * math.log10(1.0 / q - 1.0)
+
+
 def _evidence(
     cand: Measurement, ref: Reference, spec: MetricSpec, n_resamples: int, margin: float = 0.0
 ) -> Evidence | str:
@@ -235,6 +242,12 @@ def _evidence(
     ci = boot.ci
     if spec.log_samples:  # mean-log difference x -> value difference r (e^x - 1)
         ci = (ref.value * math.expm1(ci[0]), ref.value * math.expm1(ci[1]))
+    if spec.elo_samples:  # centred-score difference x -> Elo delta D(1/2 + mean(b) + x) - r
+        centre = 0.5 + float(np.mean(b))
+        ci = (
+            _elo(centre + ci[0], len(c)) - ref.value,
+            _elo(centre + ci[1], len(c)) - ref.value,
+        )
     return Evidence(
         method=Method.PAIRED_BOOTSTRAP, p_worse=boot.p_worse, ci=ci, n=boot.n, pairing=pairing
     )
