@@ -7,7 +7,8 @@ Run mode (candidate): take the baseline's answers from that artifact (a baseline
 recorded without it is one line, exit 4), let the candidate answer the same
 prompts, judge every pair with the configured panel and record the Elo delta,
 validity and the judges' rates. An UNSTABLE panel records the rates and, when
-the tier is required, fails with exit 5 (nothing measured).
+the tier is required (the default), fails with exit 5 (nothing measured); so
+does a panel that decided no pair.
 """
 
 from __future__ import annotations
@@ -60,5 +61,5 @@ def test_judge(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> N
     result = tier.compare_outputs(candidate, baseline, judges, settings)
     for measurement in result.measurements:
         gate_run.record(measurement)
-    if not result.stability.stable and settings.required:
-        raise tier.unstable_error(result)
+    if result.problem is not None and (settings.required or result.stability.stable):
+        raise result.problem

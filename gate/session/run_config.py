@@ -202,14 +202,14 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
     return RunConfig(source=source, run=run, candidates=tuple(candidates), tiers=tiers)
 
 
-def _with_judges(
-    judges: Any, tiers_table: Mapping[str, Any], source: str
-) -> Mapping[str, Any]:
+def _with_judges(judges: Any, tiers_table: Mapping[str, Any], source: str) -> Mapping[str, Any]:
     """``[[judges]]`` folded into ``[tiers.judge] judges`` (validated with that tier's settings)."""
     if judges is None:
         return tiers_table
     if not isinstance(judges, list):
-        raise ConfigError(f"{source}: 'judges' must be an array of tables", "write [[judges]] sections")
+        raise ConfigError(
+            f"{source}: 'judges' must be an array of tables", "write [[judges]] sections"
+        )
     judge_table = tiers_table.get("judge", {})
     if isinstance(judge_table, Mapping) and "judges" in judge_table:
         raise ConfigError(

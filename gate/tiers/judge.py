@@ -96,7 +96,9 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
-            raise ValueError(f"judge name {self.name!r} must be 1-64 letters, digits, '.', '_', '-'")
+            raise ValueError(
+                f"judge name {self.name!r} must be 1-64 letters, digits, '.', '_', '-'"
+            )
         if not self.model.strip():
             raise ValueError(f"judge {self.name!r}: model is empty")
         if self.concurrency < 1:
@@ -333,7 +335,7 @@ def elo_value(samples: Sequence[float]) -> float:
     """``D(1/2 + mean)`` of centred scores (clamped to half a game at 0 or 1)."""
     n = len(samples)
     p = 0.5 + sum(samples) / n
-    return elo_from_score(min(1.0, max(0.0, p)), n)[0]
+    return elo_from_score(min(1.0, max(0.0, p)), n)[0] + 0.0  # no "-0"
 
 
 def _elo_measurement(
@@ -406,18 +408,25 @@ def pick_examples(
             return 1
         return 2 if o.outcome is Outcome.WIN else 3
 
-    chosen = sorted((k for k, o in enumerate(outcomes) if not o.identical), key=lambda k: (rank(k), k))
+    chosen = sorted(
+        (k for k, o in enumerate(outcomes) if not o.identical), key=lambda k: (rank(k), k)
+    )
     return [_example(pairs[k], ids[k], outcomes[k], names) for k in chosen[:count]]
 
 
 @dataclass(frozen=True)
 class JudgeResult:
-    """What one judged comparison produced: the measurements and the panel's state."""
+    """What one judged comparison produced: the measurements and the panel's state.
+
+    ``problem`` is set when the tier has no verdict (an UNSTABLE panel, or no pair
+    decided): the measurements then hold only the judges' rates.
+    """
 
     measurements: tuple[Measurement, ...]
     counts: Tally
     stability: Stability
     elo: EloResult | None
+    problem: NothingMeasuredError | None = None
 
 
 def _rates(counts: Tally, n_judges: int, details: Mapping[str, Any]) -> list[Measurement]:
@@ -462,6 +471,9 @@ def compare_outputs(
     ids = [o.id for o in cand]
     pairs = [Pair(base[o.id].prompt, o.text, base[o.id].text) for o in cand]
     outcomes = judge_panel(judges, templates, pairs)
+    validity = None
+    if baseline_validity:
+        validity = validity_measurement(judges, templates, OutputSet(0, "", tuple(cand)))
     counts = tally(outcomes)
     stable = stability(counts, len(judges), settings.disagreement_bound)
     names = [j.judge.name for j in judges]
@@ -493,30 +505,34 @@ def compare_outputs(
         },
         JudgeDetail.EXAMPLES: pick_examples(pairs, ids, outcomes, names, settings.examples),
     }
-    rates = _rates(counts, len(judges), details)
-    if not stable.stable:
-        return JudgeResult(tuple(rates), counts, stable, None)
     scored = [k for k, o in enumerate(outcomes) if o.outcome is not None]
-    if not scored:
-        raise NothingMeasuredError(
-            f"the judges decided none of the {counts.pairs} pairs "
-            f"({counts.swap_inconsistent} swap-inconsistent, {counts.unparsed} unparsed)",
-            "check the judges' answers (parse failures in the report) or use stronger judges",
+    if not stable.stable or not scored:
+        # no verdict: the rates carry the panel summary (and the reason) to the reports
+        problem: NothingMeasuredError = (
+            unstable_error(stable)
+            if not stable.stable
+            else NothingMeasuredError(
+                f"the judges decided none of the {counts.pairs} pairs "
+                f"({counts.swap_inconsistent} swap-inconsistent, {counts.unparsed} unparsed)",
+                "check the judges' answers (parse failures in the report) or use stronger judges",
+            )
         )
-    scored_outcomes = [outcomes[k].outcome for k in scored]
-    elo = elo_result([o for o in scored_outcomes if o is not None], seed=settings.seed)
+        rates = _rates(counts, len(judges), details)
+        return JudgeResult(tuple(rates), counts, stable, None, problem)
+    scored_outcomes = [o for o in (outcomes[k].outcome for k in scored) if o is not None]
+    elo = elo_result(scored_outcomes, seed=settings.seed)
     details[JudgeDetail.ELO] = {
         "wins": elo.wins,
         "losses": elo.losses,
         "ties": elo.ties,
         "score": elo.score,
-        "delta": elo.delta,
-        "ci": list(elo.ci),
+        "delta": elo.delta + 0.0,
+        "ci": [elo.ci[0] + 0.0, elo.ci[1] + 0.0],
         "p_worse_sign_test": elo.p_worse,
         "clamped": elo.clamped,
     }
     s_ids = [ids[k] for k in scored]
-    samples = [centred(outcomes[k].outcome) for k in scored if outcomes[k].outcome is not None]
+    samples = [centred(o) for o in scored_outcomes]
     groups: dict[str, list[int]] = {}
     for pos, k in enumerate(scored):
         o = cand[k]
@@ -527,17 +543,15 @@ def compare_outputs(
         ):
             groups.setdefault(key, []).append(pos)
     measurements = [_elo_measurement(s_ids, samples, groups, details)]
-    if baseline_validity:
-        validity = validity_measurement(judges, templates, OutputSet(0, "", tuple(cand)))
-        if validity is not None:
-            measurements.append(validity)
-    measurements += rates
-    return JudgeResult(tuple(measurements), counts, stable, elo)
+    if validity is not None:
+        measurements.append(validity)
+    measurements += _rates(counts, len(judges), {})
+    return JudgeResult(tuple(measurements), counts, stable, elo, None)
 
 
-def unstable_error(result: JudgeResult) -> JudgeUnstableError:
+def unstable_error(stable: Stability) -> JudgeUnstableError:
     """The one line of an UNSTABLE panel."""
     return JudgeUnstableError(
-        f"judge tier UNSTABLE, no verdict: {result.stability.reason}",
+        f"judge tier UNSTABLE, no verdict: {stable.reason}",
         "use judges that agree more often, or raise [tiers.judge] disagreement_bound",
     )
