@@ -28,7 +28,8 @@ def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
     metavar="T1,T2,...",
     help="Tiers to run (default: fidelity,accuracy,capability; add latency to time each build "
     "against the unmodified model in the same session, interleaved A/B, so the comparison "
-    "holds on any machine).",
+    "holds on any machine; judge: the packaged judge model compares each build's answers "
+    "with the baseline's).",
 )
 @dir_option("--json-dir", help="Write each candidate's results JSON and summary.json here.")
 @click.option(
@@ -58,6 +59,7 @@ def demo(
       gate demo --recipes none,bnb-nf4,quanto-int2 --tiers fidelity
       gate demo --json-dir demo-results
       gate demo --tiers fidelity,accuracy,capability   # about 80 s per build
+      gate demo --recipes none,quanto-int2,drop-layers:2 --tiers judge   # LLM judge, Elo
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
