@@ -407,3 +407,18 @@ def test_unstable_panel_is_reported_with_its_reason(tmp_path: Path) -> None:
     results = _results(tmp_path, prefer(len), prefer(lambda s: -len(s)))
     md = render_markdown(results)  # type: ignore[arg-type]
     assert "UNSTABLE, no verdict" in md and "above the 15% bound" in md
+
+
+def test_elo_test_is_the_sign_test_on_differing_prompts() -> None:
+    (v,) = compare([_elo_measurement(5, 40, 55)], [], THRESHOLDS)
+    expected = sum(math.comb(45, k) for k in range(40, 46)) / 2**45
+    assert v.p_value == pytest.approx(expected)
+    # a slice of three prompts, all lost: past the bound, but 1/8 is no evidence
+    samples = [-0.5] * 3 + [0.0] * 40
+    ids = [f"p{i}" for i in range(43)]
+    m = tier._elo_measurement(ids, samples, {"category:x": [0, 1, 2]}, {})
+    whole, part = compare([m], [], THRESHOLDS)
+    assert part.slice == "category:x" and part.value == pytest.approx(-400 * math.log10(5))
+    assert part.severity.name == "PASS" and part.p_value == pytest.approx(1 / 8)
+    assert part.details.get("not_significant") == "CRITICAL"
+    assert whole.severity.name == "PASS"
