@@ -420,5 +420,5 @@ def test_elo_test_is_the_sign_test_on_differing_prompts() -> None:
     whole, part = compare([m], [], THRESHOLDS)
     assert part.slice == "category:x" and part.value == pytest.approx(-400 * math.log10(5))
     assert part.severity.name == "PASS" and part.p_value == pytest.approx(1 / 8)
-    assert part.details.get("not_significant") == "CRITICAL"
+    assert part.details.get("not_significant") == "critical"
     assert whole.severity.name == "PASS"
