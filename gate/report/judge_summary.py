@@ -69,8 +69,8 @@ def elo_text(elo: Mapping[str, Any]) -> str:
     lo, hi = (float(x) for x in elo["ci"])
     if elo.get("clamped"):
         sign = "<=" if delta < 0 else ">="
-        return f"{sign} {delta:+.0f} Elo (every scored prompt {'lost' if delta < 0 else 'won'})"
-    return f"{delta:+.1f} Elo [95% CI {lo:+.1f}, {hi:+.1f}]"
+        return f"{sign} {delta:+.0f} (every scored prompt {'lost' if delta < 0 else 'won'})"
+    return f"{delta:+.1f} [95% CI {lo:+.1f}, {hi:+.1f}]"
 
 
 def summary_lines(summary: JudgeSummary) -> list[str]:

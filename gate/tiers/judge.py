@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,7 +56,7 @@ from gate.judge.protocol import (
 from gate.judge.template import default_template, load_template
 from gate.measurement import Measurement
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.tiers.judge_outputs import OutputSet
+from gate.tiers.judge_outputs import JudgedOutput, OutputSet
 
 TIER = "judge"
 #: Judge names: what reports and cache counters call a judge.
@@ -427,6 +427,9 @@ class JudgeResult:
     stability: Stability
     elo: EloResult | None
     problem: NothingMeasuredError | None = None
+    #: Every pair's panel outcome, in the order of ``ids`` (the raw results).
+    outcomes: tuple[PanelOutcome, ...] = ()
+    ids: tuple[str, ...] = ()
 
 
 def _rates(counts: Tally, n_judges: int, details: Mapping[str, Any]) -> list[Measurement]:
@@ -518,7 +521,7 @@ def compare_outputs(
             )
         )
         rates = _rates(counts, len(judges), details)
-        return JudgeResult(tuple(rates), counts, stable, None, problem)
+        return JudgeResult(tuple(rates), counts, stable, None, problem, tuple(outcomes), tuple(ids))
     scored_outcomes = [o for o in (outcomes[k].outcome for k in scored) if o is not None]
     elo = elo_result(scored_outcomes, seed=settings.seed)
     details[JudgeDetail.ELO] = {
@@ -542,11 +545,32 @@ def compare_outputs(
             f"gen_length:{length_bucket(o.tokens)}",
         ):
             groups.setdefault(key, []).append(pos)
+    details[JudgeDetail.OUTPUTS] = [asdict(o) for o in cand]
     measurements = [_elo_measurement(s_ids, samples, groups, details)]
     if validity is not None:
         measurements.append(validity)
     measurements += _rates(counts, len(judges), {})
-    return JudgeResult(tuple(measurements), counts, stable, elo, None)
+    return JudgeResult(tuple(measurements), counts, stable, elo, None, tuple(outcomes), tuple(ids))
+
+
+def outputs_from_details(entries: Sequence[Mapping[str, Any]]) -> OutputSet:
+    """The candidate outputs stored in ``details["candidate_outputs"]``."""
+    return OutputSet(
+        0,
+        "",
+        tuple(
+            JudgedOutput(
+                id=str(e["id"]),
+                category=str(e["category"]),
+                length=str(e["length"]),
+                prompt=str(e["prompt"]),
+                prompt_tokens=int(e["prompt_tokens"]),
+                text=str(e["text"]),
+                tokens=int(e["tokens"]),
+            )
+            for e in entries
+        ),
+    )
 
 
 def unstable_error(stable: Stability) -> JudgeUnstableError:

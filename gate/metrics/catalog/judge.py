@@ -77,3 +77,6 @@ class JudgeDetail:
     EXAMPLES = "examples"
     #: The tier's own Elo estimate: wins, losses, ties, score, delta, ci, clamped ...
     ELO = "elo"
+    #: The candidate's judged answers (``id, category, length, prompt, prompt_tokens,
+    #: text, tokens``): a round robin among several candidates judges them pairwise.
+    OUTPUTS = "candidate_outputs"
