@@ -422,3 +422,30 @@ def test_elo_test_is_the_sign_test_on_differing_prompts() -> None:
     assert part.severity.name == "PASS" and part.p_value == pytest.approx(1 / 8)
     assert part.details.get("not_significant") == "critical"
     assert whole.severity.name == "PASS"
+
+
+def test_github_output_carries_the_judge_verdicts_and_panel(tmp_path: Path) -> None:
+    import io
+
+    from gate.report.github import emit
+
+    results = _results(tmp_path, prefer(len))
+    summary = tmp_path / "summary.md"
+    stream = io.StringIO()
+    emit(results, environ={"GITHUB_STEP_SUMMARY": str(summary)}, stream=stream)  # type: ignore[arg-type]
+    assert "::error" in stream.getvalue() and "judge.elo_delta" in stream.getvalue()
+    text = summary.read_text()
+    assert "judge panel vs fp32: STABLE" in text and "66 calls made" in text
+
+
+def test_results_json_round_trips_the_panel(tmp_path: Path) -> None:
+    from gate.gating.verdict import decide
+    from gate.report.judge_summary import judge_summary
+    from gate.report.results_json import build_results, results_from_json, write_results
+
+    results = _results(tmp_path, prefer(len))
+    doc = build_results(decide(results.verdicts), exit_code=1)  # type: ignore[attr-defined]
+    write_results(tmp_path / "r.json", doc)
+    (panel_back,) = judge_summary(results_from_json(tmp_path / "r.json").verdicts)
+    assert panel_back.judges[0]["calls"] == 66 and panel_back.tally["pairs"] == 30
+    assert panel_back.elo is not None and panel_back.examples
