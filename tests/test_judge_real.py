@@ -193,8 +193,9 @@ def test_two_real_judges_exclusions_follow_the_raw_answers(store: Path, tmp_path
         disagreement_bound=1.0,
     )
     result = tier.compare_outputs(cand, base, tier.open_panel(settings), settings)
-    assert result.elo is not None
-    scored = {m.name: m for m in result.measurements}["judge.elo_delta"].sample_ids or ()
+    measured = {m.name: m for m in result.measurements}
+    elo = measured.get("judge.elo_delta")
+    scored = set(elo.sample_ids or ()) if elo is not None else set()
     flips = disagreements = 0
     for pid, outcome in zip(result.ids, result.outcomes, strict=True):
         each = outcome.judges
@@ -211,6 +212,10 @@ def test_two_real_judges_exclusions_follow_the_raw_answers(store: Path, tmp_path
             assert pid in scored and {j.outcome for j in each} == {outcome.outcome}
     assert flips > 0 or disagreements > 0  # the rules were exercised on real answers
     assert result.counts.disagreements == disagreements
+    if result.counts.decidable:
+        assert measured["judge.disagreement"].value == pytest.approx(
+            disagreements / result.counts.decidable
+        )
 
 
 @needs_judge
