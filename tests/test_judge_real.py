@@ -225,7 +225,7 @@ def test_two_real_judges_above_the_bound_are_unstable_exit_5(store: Path, tmp_pa
     code, doc, log = run(
         tmp_path,
         store,
-        "quanto-int2",
+        "drop-layers:2",
         cache=tmp_path / "cache",
         judges=judges,
         extra="disagreement_bound = 0.0\n",
