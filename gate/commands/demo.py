@@ -47,7 +47,8 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     metavar="T1,T2,...",
     help="Tiers to run (default: fidelity,accuracy,capability; add latency to time each build "
     "against the unmodified model in the same session, interleaved A/B, so the comparison "
-    "holds on any machine).",
+    "holds on any machine; judge: the packaged judge model compares each build's answers "
+    "with the baseline's).",
 )
 @click.option(
     "--panel",
@@ -90,6 +91,7 @@ def demo(
       gate demo --json-dir demo-results
       gate demo --tiers fidelity,accuracy,capability   # about 80 s per build
       gate demo --panel paper --tiers fidelity,accuracy
+      gate demo --recipes none,quanto-int2,drop-layers:2 --tiers judge   # LLM judge, Elo
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

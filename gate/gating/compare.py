@@ -27,6 +27,10 @@ its breakdown slices):
    which the reason says. A slice (``category:x``) with fewer than
    ``min_samples`` items is never escalated without significant evidence.
 
+Pairwise judge scores (``MetricSpec.elo_samples``: per-prompt centred scores,
+value = Elo delta) are tested with the sign test on the prompts where the two
+sides differ and their bootstrap interval is mapped to Elo points.
+
 ``Verdict.ci`` is the interval of ``delta`` in the units of the per-sample
 values (tiers store ``value = mean(samples)``); for metrics whose samples are
 logs of the value (``MetricSpec.log_samples``: perplexity from per-window NLL)
@@ -202,6 +206,40 @@ def _repeated_evidence(
     )
 
 
+def _elo(p: float, n: int) -> float:
+    """``-400 log10(1/p - 1)`` with ``p`` clamped to ``[1/(2n), 1 - 1/(2n)]`` (half a game)."""
+    half = 1.0 / (2 * max(n, 1))
+    q = min(max(p, half), 1.0 - half) if n > 1 else 0.5
+    return -400.0 * math.log10(1.0 / q - 1.0)
+
+
+def _elo_evidence(
+    c: np.ndarray, b: np.ndarray, ci: tuple[float, float], ref: Reference, pairing: Pairing
+) -> Evidence:
+    """Pairwise scores (``MetricSpec.elo_samples``): the CI mapped to Elo, the sign test.
+
+    The bootstrap interval ``[lo, hi]`` of the centred-score difference becomes
+    ``[D(1/2 + mean(b) + lo) - r, D(1/2 + mean(b) + hi) - r]``. "Worse" is the sign
+    test on the prompts where the two sides differ (McNemar's exact test, ties
+    concordant): ``p_worse = P[Binom(w + l, 1/2) >= l]`` with ``l`` prompts the
+    candidate scored lower on. Unlike a bootstrap, it does not call three lost
+    prompts out of three significant.
+    """
+    centre = 0.5 + float(np.mean(b))
+    mapped = (_elo(centre + ci[0], len(c)) - ref.value, _elo(centre + ci[1], len(c)) - ref.value)
+    lower = c < b
+    higher = c > b
+    sign = stats.mcnemar(~lower, ~higher)
+    return Evidence(
+        method=Method.MCNEMAR,
+        p_worse=sign.p_worse,
+        ci=mapped,
+        n=int(c.size),
+        pairing=pairing,
+        discordant=(sign.b, sign.c),
+    )
+
+
 def _evidence(
     cand: Measurement, ref: Reference, spec: MetricSpec, n_resamples: int, margin: float = 0.0
 ) -> Evidence | str:
@@ -242,6 +280,8 @@ def _evidence(
     ci = boot.ci
     if spec.log_samples:  # mean-log difference x -> value difference r (e^x - 1)
         ci = (ref.value * math.expm1(ci[0]), ref.value * math.expm1(ci[1]))
+    if spec.elo_samples:
+        return _elo_evidence(c, b, ci, ref, pairing)
     return Evidence(
         method=Method.PAIRED_BOOTSTRAP, p_worse=boot.p_worse, ci=ci, n=boot.n, pairing=pairing
     )

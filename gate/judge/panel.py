@@ -39,7 +39,15 @@ from gate.judge.protocol import (
 )
 from gate.judge.template import JudgeTemplate
 
-__all__ = ["JudgeTemplates", "Pair", "judge_pairs", "judge_panel", "validity_question"]
+__all__ = [
+    "JudgeTemplates",
+    "Pair",
+    "judge_pairs",
+    "judge_panel",
+    "judge_validity",
+    "panel_validity",
+    "validity_question",
+]
 
 
 @dataclass(frozen=True)
@@ -157,3 +165,30 @@ def judge_panel(
         raise ValueError("judge_panel: no judge")
     per_judge = [judge_pairs(j, templates, pairs, ask_identical=ask_identical) for j in judges]
     return [panel_outcome([outcomes[i] for outcomes in per_judge]) for i in range(len(pairs))]
+
+
+def judge_validity(
+    judge: CachedJudge, template: JudgeTemplate, items: Sequence[tuple[str, str]]
+) -> list[Validity | None]:
+    """One judge's validity answer for each ``(prompt, response)`` (``None``: unparsed twice).
+
+    Responses are normalized first, so a response that also appears in a pair is
+    the same cached question.
+    """
+    questions = [
+        validity_question(judge, template, prompt, normalize_response(response))
+        for prompt, response in items
+    ]
+    return _ask_parsed(judge, questions, [parse_validity] * len(questions)) if questions else []
+
+
+def panel_validity(answers: Sequence[Sequence[Validity | None]]) -> list[bool]:
+    """Per item, whether the panel lets the response stand: ``False`` only when every
+    judge that answered called it corrupted (and at least one answered)."""
+    if not answers:
+        raise ValueError("panel_validity: no judge")
+    out: list[bool] = []
+    for row in zip(*answers, strict=True):
+        given = [v for v in row if v is not None]
+        out.append(not given or any(v is Validity.VALID for v in given))
+    return out

@@ -46,6 +46,11 @@ class MetricSpec:
     #: of ``delta`` is then mapped to the value's unit: a difference ``x`` of the
     #: mean log is a ratio ``e^x``, so ``delta = r (e^x - 1)`` for reference ``r``.
     log_samples: bool = False
+    #: The per-sample values are centred pairwise scores (win +1/2, tie 0, loss -1/2)
+    #: and the value is the Elo delta ``D(1/2 + mean)``, ``D(p) = -400 log10(1/p - 1)``.
+    #: The verdict's CI ``[lo, hi]`` of the mean difference against the reference's
+    #: centred scores is mapped to ``[D(1/2 + lo), D(1/2 + hi)]`` (``D`` increases).
+    elo_samples: bool = False
 
     @property
     def tier(self) -> str:

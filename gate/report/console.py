@@ -34,6 +34,7 @@ from rich.text import Text
 
 from gate.errors import exit_label
 from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictDetail, VerdictThreshold
+from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.results_json import final_words
 
 SEVERITY_STYLE = {
@@ -233,6 +234,9 @@ def render(
     tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
     for tier in tier_order:
         console.print(tier_table(tier, tiers[tier], show_against=show_against))
+    for panel in judge_summary(verdicts):
+        for k, text in enumerate(summary_lines(panel)):
+            console.print(Text(("" if k == 0 else "  ") + text, style="bold" if k == 0 else ""))
     findings, left_out = listed_findings(verdicts)
     if findings:
         console.print(Text("findings:", style="bold"))

@@ -28,6 +28,7 @@ from typing import Any
 from gate.gating.verdict import Severity, Verdict
 from gate.measurement import MeasurementDetail
 from gate.report.console import number_cells, order
+from gate.report.judge_summary import JudgeSummary, judge_summary, summary_lines
 from gate.report.markdown import (
     baseline_text,
     candidate_text,
@@ -102,6 +103,7 @@ dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; word-break: break-all; }
 .cols { display: grid; grid-template-columns: repeat(auto-fit, minmax(340px, 1fr)); gap: 16px; }
 .note { background: #fff8c5; border-left: 4px solid var(--warn); padding: 6px 10px; margin: 6px 0; }
 .muted { color: var(--muted); }
+pre { white-space: pre-wrap; background: var(--bg); padding: 6px; font-size: 12px; }
 """
 
 
@@ -299,6 +301,47 @@ def provenance_section(results: Results) -> str:
     return '<h2 id="provenance">Provenance</h2><div class="cols">' + "".join(blocks) + "</div>"
 
 
+def _judge_example(example: Mapping[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><td>{esc(j.get('name'))}</td><td>{esc(j.get('candidate_first'))}</td>"
+        f"<td>{esc(j.get('candidate_second'))}</td><td>{esc(j.get('candidate_valid'))}</td>"
+        f'<td>{esc(j.get("baseline_valid"))}</td><td class="reason">{esc(j.get("reason"))}</td></tr>'
+        for j in example.get("judges", [])
+    )
+    outcome = example.get("outcome") or example.get("status")
+    return (
+        f"<details><summary>{esc(example.get('id'))}: {esc(outcome)}</summary>"
+        f"<p><b>Prompt</b></p><pre>{esc(example.get('prompt'))}</pre>"
+        '<div class="cols">'
+        f"<div><p><b>Candidate</b></p><pre>{esc(example.get('candidate'))}</pre></div>"
+        f"<div><p><b>Baseline</b></p><pre>{esc(example.get('baseline'))}</pre></div></div>"
+        "<table><tr><th>judge</th><th>candidate as A</th><th>candidate as B</th>"
+        "<th>candidate valid</th><th>baseline valid</th><th>reason</th></tr>"
+        f"{rows}</table></details>"
+    )
+
+
+def _judge_panel(panel: JudgeSummary) -> str:
+    head, *rest = summary_lines(panel)
+    parts = [f"<p><b>{esc(head)}</b></p><ul>"]
+    parts += [f"<li>{esc(line)}</li>" for line in rest]
+    parts.append("</ul>")
+    if panel.examples:
+        parts.append(
+            "<h3>Example pairs (candidate outcome; each judge's verdict in both orders)</h3>"
+        )
+        parts += [_judge_example(e) for e in panel.examples]
+    return "".join(parts)
+
+
+def judge_section(results: Results) -> str:
+    """The judge panel: stability, Elo, counters per judge, and a few example pairs."""
+    panels = judge_summary(results.verdicts)
+    if not panels:
+        return ""
+    return '<h2 id="judge">Judge panel</h2>' + "".join(_judge_panel(p) for p in panels)
+
+
 def notes_section(results: Results) -> str:
     """The run's notes (tier failures, errors)."""
     if not results.notes:
@@ -318,6 +361,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
             notes_section(results),
             findings(results),
             plots_section(all_plots(results.verdicts, drift)),
+            judge_section(results),
             tiers_section(results),
             provenance_section(results),
             "</main>",

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
+from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.markdown import candidate_text, headline
 from gate.report.results_json import Results
 
@@ -92,6 +93,10 @@ def _suite(
         elif verdict.severity == Severity.WARN:
             out = ET.SubElement(case, "system-out")
             out.text = f"WARN: {_detail(verdict)}"
+    panels = judge_summary(verdicts)
+    if panels:  # the judge panel (after the cases, as the format orders a suite's children)
+        text = ET.SubElement(suite, "system-out")
+        text.text = "\n".join(line for panel in panels for line in summary_lines(panel))
     return suite
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
 from gate.report.console import number_cells, order
+from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.results_json import Results
 
 #: A mark before the headline, so the verdict reads at a glance in a PR thread.
@@ -161,6 +162,9 @@ def render_markdown(
         lines += ["Every metric is within its bounds.", ""]
     else:
         lines += ["Nothing was measured.", ""]
+    for panel in judge_summary(results.verdicts):
+        head, *rest = summary_lines(panel)
+        lines += [f"**{cell(head)}**", "", *(f"- {cell(line)}" for line in rest), ""]
     tiers = tiers_section(results)
     if tiers:
         lines += [*tiers, ""]

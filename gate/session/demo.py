@@ -44,11 +44,12 @@ DEFAULT_RECIPES: tuple[str, ...] = (
 )
 #: Tiers the committed baseline holds (latency is left out: its baseline only
 #: holds on the hardware it was recorded on).
-BASELINE_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
-#: Tiers gated by default: all three the baseline holds. The seven-build panel
+BASELINE_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability", "judge")
+#: Tiers gated by default: the first three the baseline holds (the judge tier is
+#: opt-in, ``--tiers judge``: the packaged judge model answers). The seven-build panel
 #: takes about 75 s on an idle two-core CPU (about 10 s per build); on a heavily
 #: loaded machine `--tiers fidelity` keeps it short.
-DEFAULT_TIERS: tuple[str, ...] = BASELINE_TIERS
+DEFAULT_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
 CONTROL = "none"
 #: Ref and label of the committed baseline: the demo model is stored and recorded in float32.
 BASELINE_REF = "fp32"
@@ -66,6 +67,9 @@ DEMO_SETTINGS: Mapping[str, Mapping[str, Any]] = {
         "max_new_tokens": 40,
         "batch_size": 40,
     },
+    # The packaged judge (gate/assets/judge_model) compares each build's answers with
+    # the baseline's stored ones (artifact judge-outputs of the committed baseline).
+    "judge": {"limit": 64, "max_new_tokens": 64, "batch_size": 16},
     # Paired A/B timing against the unmodified model in the same session: the
     # committed baseline holds no timings (they only hold on the machine that
     # recorded them), and interleaving cancels a shared machine's drift.
@@ -87,6 +91,7 @@ HEADLINES: tuple[tuple[str, str], ...] = (
     ("accuracy.perplexity", "ppl"),
     ("accuracy.flips", "flips"),
     ("capability.arithmetic_easy", "arith"),
+    ("judge.elo_delta", "Elo"),
     ("latency.tokens_per_s", "tok/s"),
 )
 

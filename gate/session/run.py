@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from gate.tiers.accuracy import AccuracySettings
     from gate.tiers.capability import CapabilitySettings
     from gate.tiers.fidelity import FidelitySettings
+    from gate.tiers.judge import JudgeSettings
     from gate.tiers.latency import LatencySettings
     from gate.tiers.registry import TierSettings
 
@@ -103,6 +104,8 @@ class GateRun:
     def settings(self, tier: Literal["capability"]) -> CapabilitySettings: ...
     @overload
     def settings(self, tier: Literal["fidelity"]) -> FidelitySettings: ...
+    @overload
+    def settings(self, tier: Literal["judge"]) -> JudgeSettings: ...
     @overload
     def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
     @overload

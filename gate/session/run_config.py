@@ -25,6 +25,11 @@ Layout (documented with an example in docs/run-config.md)::
     [tiers.fidelity]             # settings of a tier (each tier validates its own keys)
     max_new_tokens = 64
 
+    [[judges]]                   # judges of the judge tier (default: the packaged judge)
+    name = "qwen"                # unique; also: family, endpoint, api_key_env,
+    model = "Qwen/Qwen2.5-7B-Instruct"   # max_output_tokens, concurrency
+    endpoint = "http://127.0.0.1:8001/v1"
+
 ``[run.engine]`` is the default engine of every candidate without its own.
 
 Everything is validated before any model is loaded: unknown keys and tiers
@@ -48,7 +53,7 @@ from gate.errors import ConfigError, UsageError
 from gate.gating.thresholds import build_dataclass, check_keys, load_toml
 from gate.metrics.registry import TIERS, check_tier
 
-TOP_KEYS = ("run", "candidates", "tiers")
+TOP_KEYS = ("run", "candidates", "tiers", "judges")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -270,10 +275,31 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
     tiers_table = data.get("tiers", {})
     if not isinstance(tiers_table, Mapping):
         raise ConfigError(f"{source}: 'tiers' must be a table", "write [tiers.<name>] sections")
+    tiers_table = _with_judges(data.get("judges"), tiers_table, source)
     from gate.tiers.registry import validate_tables
 
     tiers = validate_tables(tiers_table, source=source)
     return RunConfig(source=source, run=run, candidates=tuple(candidates), tiers=tiers)
+
+
+def _with_judges(judges: Any, tiers_table: Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """``[[judges]]`` folded into ``[tiers.judge] judges`` (validated with that tier's settings)."""
+    if judges is None:
+        return tiers_table
+    if not isinstance(judges, list):
+        raise ConfigError(
+            f"{source}: 'judges' must be an array of tables", "write [[judges]] sections"
+        )
+    judge_table = tiers_table.get("judge", {})
+    if isinstance(judge_table, Mapping) and "judges" in judge_table:
+        raise ConfigError(
+            f"{source}: judges are given both as [[judges]] and in [tiers.judge]",
+            "keep the [[judges]] tables only",
+        )
+    merged = dict(judge_table) if isinstance(judge_table, Mapping) else judge_table
+    if isinstance(merged, dict):
+        merged["judges"] = judges
+    return {**tiers_table, "judge": merged}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
-from gate.metrics.registry import TIERS, check_tier
+from gate.metrics.registry import DEFAULT_TIERS, TIERS, check_tier
 from gate.session.options import SessionOptions
 from gate.session.run import MODES, Mode
 
@@ -48,12 +48,13 @@ def available_tiers(directory: Path | None = None) -> tuple[str, ...]:
 def select_tiers(
     tiers: Sequence[str] | None, directory: Path | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(runnable, missing)``: the tiers asked for (``None``: all) with and without a suite.
+    """``(runnable, missing)``: the tiers asked for (``None``: all but the opt-in ones,
+    :data:`~gate.metrics.registry.DEFAULT_TIERS`) with and without a suite.
 
     None runnable: :class:`NothingMeasuredError` (exit 5).
     """
     root = directory if directory is not None else suites_dir()
-    wanted = tuple(tiers) if tiers else TIERS
+    wanted = tuple(tiers) if tiers else DEFAULT_TIERS
     present = available_tiers(root)
     selected = tuple(t for t in wanted if t in present)
     if not selected:

@@ -28,10 +28,13 @@ from gate.metrics.registry import check_tier
 from gate.tiers.accuracy import AccuracySettings
 from gate.tiers.capability import CapabilitySettings
 from gate.tiers.fidelity import FidelitySettings
+from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 
 #: The settings of any tier.
-TierSettings: TypeAlias = AccuracySettings | CapabilitySettings | FidelitySettings | LatencySettings
+TierSettings: TypeAlias = (
+    AccuracySettings | CapabilitySettings | FidelitySettings | JudgeSettings | LatencySettings
+)
 
 #: Tier name -> its settings class (the keys are :data:`gate.metrics.registry.TIERS`).
 SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
@@ -39,6 +42,7 @@ SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
         "accuracy": AccuracySettings,
         "capability": CapabilitySettings,
         "fidelity": FidelitySettings,
+        "judge": JudgeSettings,
         "latency": LatencySettings,
     }
 )

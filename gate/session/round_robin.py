@@ -1,0 +1,186 @@
+"""Several candidates judged by the judge tier: a round robin, an Elo table, transitivity.
+
+After ``gate run --config`` gated several candidates with the judge tier, each
+candidate's results hold its Elo result against the baseline and its judged
+answers (``details`` of ``judge.elo_delta``). :func:`round_robin` then
+
+1. judges every pair of candidates (B, C) with the same panel and protocol
+   (:func:`gate.tiers.judge.compare_outputs`, C's answers against B's; the
+   judge cache makes a rerun free);
+2. fits Bradley-Terry (Elo) ratings to every match, baseline included, the
+   baseline at 0 (:func:`gate.judge.elo.fit_ratings`);
+3. checks transitivity for every pair: ``D(base, C)`` against
+   ``D(base, B) + D(B, C)`` within the root sum of squares of the three CI
+   half-widths (:func:`gate.judge.elo.transitivity`).
+
+The Elo method for efficiency techniques that the judge tier follows uses this
+check to tell whether the judged preferences form a consistent scale. The
+judges come from the run config's ``[tiers.judge]`` / ``[[judges]]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from gate.judge.elo import EloResult, Match, Transitivity, fit_ratings, transitivity
+from gate.metrics.catalog.judge import JudgeDetail
+
+__all__ = ["RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
+
+#: The baseline's name in the Elo table.
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class RoundRobin:
+    """Ratings of the baseline and every candidate, the matches, transitivity checks."""
+
+    ratings: Mapping[str, float]
+    direct: Mapping[str, float]
+    matches: tuple[Match, ...]
+    checks: tuple[tuple[str, str, Transitivity], ...]
+    skipped: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "ratings": dict(self.ratings),
+            "elo_vs_baseline": dict(self.direct),
+            "matches": [m.__dict__ for m in self.matches],
+            "transitivity": [
+                {
+                    "b": b,
+                    "c": c,
+                    "direct": t.direct,
+                    "via": t.via,
+                    "residual": t.residual,
+                    "tolerance": t.tolerance,
+                    "holds": t.holds,
+                }
+                for b, c, t in self.checks
+            ],
+            "skipped": list(self.skipped),
+        }
+
+
+def _elo_entry(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for entry in doc.get("metrics", []):
+        if entry.get("name") == "judge.elo_delta" and entry.get("slice") is None:
+            details = entry.get("details") or {}
+            if JudgeDetail.ELO in details and JudgeDetail.OUTPUTS in details:
+                return dict(details)
+    return None
+
+
+def _elo_result(elo: Mapping[str, Any]) -> EloResult:
+    return EloResult(
+        wins=int(elo["wins"]),
+        losses=int(elo["losses"]),
+        ties=int(elo["ties"]),
+        score=float(elo["score"]),
+        delta=float(elo["delta"]),
+        ci=(float(elo["ci"][0]), float(elo["ci"][1])),
+        p_worse=float(elo["p_worse_sign_test"]),
+        clamped=bool(elo["clamped"]),
+    )
+
+
+def judged_candidates(docs: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Mapping[str, Any]]:
+    """Candidates (by name) whose results hold a judge-tier Elo result and their answers."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for name, doc in docs.items():
+        details = _elo_entry(doc) if doc is not None else None
+        if details is not None:
+            out[name] = details
+    return out
+
+
+def round_robin(judged: Mapping[str, Mapping[str, Any]], settings: Any) -> RoundRobin:
+    """The round robin among ``judged`` candidates (at least two), judged per ``settings``."""
+    from gate.tiers.judge import compare_outputs, open_panel, outputs_from_details
+
+    names = list(judged)
+    base = {n: _elo_result(judged[n][JudgeDetail.ELO]) for n in names}
+    outputs = {n: outputs_from_details(judged[n][JudgeDetail.OUTPUTS]) for n in names}
+    # the baseline's wins against C are C's losses
+    matches = [Match(BASELINE, n, base[n].losses, base[n].wins, base[n].ties) for n in names]
+    judges = open_panel(settings)
+    checks: list[tuple[str, str, Transitivity]] = []
+    skipped: list[str] = []
+    for b, c in itertools.combinations(names, 2):
+        result = compare_outputs(outputs[c], outputs[b], judges, settings, baseline_validity=False)
+        if result.elo is None:
+            reason = result.problem.message if result.problem is not None else "no verdict"
+            skipped.append(f"{b} vs {c}: {reason}")
+            continue
+        matches.append(Match(b, c, result.elo.losses, result.elo.wins, result.elo.ties))
+        checks.append((b, c, transitivity(base[c], base[b], result.elo)))
+    ratings = fit_ratings(matches, BASELINE)
+    direct = {n: base[n].delta for n in names}
+    return RoundRobin(ratings, direct, tuple(matches), tuple(checks), tuple(skipped))
+
+
+def round_robin_table(rr: RoundRobin) -> Table:
+    """The Elo table and the transitivity checks, for the console."""
+    table = Table(
+        title="judge tier: round robin (Bradley-Terry ratings, baseline = 0)", box=box.SIMPLE
+    )
+    table.add_column("build")
+    table.add_column("rating", justify="right")
+    table.add_column("Elo vs baseline", justify="right")
+    for name, rating in sorted(rr.ratings.items(), key=lambda kv: -kv[1]):
+        direct = rr.direct.get(name)
+        table.add_row(name, f"{rating:+.1f}", "-" if direct is None else f"{direct:+.1f}")
+    return table
+
+
+def transitivity_lines(rr: RoundRobin) -> list[str]:
+    """One line per checked pair (and per skipped one)."""
+    lines = []
+    for b, c, t in rr.checks:
+        word = {True: "holds", False: "VIOLATED", None: "not checked (a clamped delta)"}[t.holds]
+        lines.append(
+            f"transitivity {BASELINE}->{c} {t.direct:+.1f} vs {BASELINE}->{b}->{c} {t.via:+.1f}: "
+            f"residual {t.residual:+.1f}, tolerance {t.tolerance:.1f}: {word}"
+        )
+    lines += [f"round robin skipped {s}" for s in rr.skipped]
+    return lines
+
+
+def settings_from_config(config: Path | None) -> Any:
+    """The judge tier's settings of the run config (defaults without one)."""
+    from gate.session.run_config import load_run_config
+    from gate.tiers.registry import build_settings
+
+    tables = load_run_config(config).tiers if config is not None else {}
+    return build_settings("judge", tables.get("judge", {}))
+
+
+def report_round_robin(
+    docs: Mapping[str, Mapping[str, Any] | None], config: Path | None, console: Any
+) -> RoundRobin | None:
+    """Run and print the round robin when two or more candidates were judged."""
+    judged = judged_candidates(docs)
+    if len(judged) < 2:
+        return None
+    rr = round_robin(judged, settings_from_config(config))
+    console.print(round_robin_table(rr))
+    for line in transitivity_lines(rr):
+        console.print(f"gate: {line}", markup=False)
+    return rr
+
+
+def write_round_robin(path: Path, rr: RoundRobin) -> None:
+    """Write the round robin as JSON (atomically)."""
+    import json
+
+    from gate.store.atomic import write_atomic
+
+    write_atomic(path, (json.dumps(rr.to_dict(), indent=2) + "\n").encode())
