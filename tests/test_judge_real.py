@@ -35,7 +35,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 JUDGE = REPO / "gate" / "assets" / "judge_model"
 SMALL = REPO / "gate" / "assets" / "judge_model_small"
-SETTINGS = "limit = 48\nmax_new_tokens = 48\nbatch_size = 16\nexamples = 3\n"
+#: 96-token replies: the length the packaged judges were trained on.
+SETTINGS = "limit = 48\nmax_new_tokens = 96\nbatch_size = 16\nexamples = 3\n"
 
 needs_judge = pytest.mark.skipif(
     not (JUDGE / "model.safetensors").is_file(), reason="the packaged judge model is absent"

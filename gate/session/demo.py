@@ -69,7 +69,9 @@ DEMO_SETTINGS: Mapping[str, Mapping[str, Any]] = {
     },
     # The packaged judge (gate/assets/judge_model) compares each build's answers with
     # the baseline's stored ones (artifact judge-outputs of the committed baseline).
-    "judge": {"limit": 64, "max_new_tokens": 64, "batch_size": 16},
+    # Replies of 96 tokens: the length the packaged judge was trained on (its
+    # TRAINING.md); asked about 48-token replies it mostly answers by position.
+    "judge": {"limit": 64, "max_new_tokens": 96, "batch_size": 16},
     # Paired A/B timing against the unmodified model in the same session: the
     # committed baseline holds no timings (they only hold on the machine that
     # recorded them), and interleaving cancels a shared machine's drift.
