@@ -404,7 +404,7 @@ def test_suite_records_then_gates_through_the_cli(tiny_model_dir: Path, tmp_path
     )  # fmt: skip
     output = tampered.stdout + tampered.stderr
     assert tampered.returncode == 4, output
-    assert "sampled tail tokens fall inside the stored top-k" in output
+    assert "sampled tail tokens fall inside the stored top-k" in output, output
     assert "Traceback" not in output
 
 

@@ -378,10 +378,10 @@ def _render_text(end: SessionEnd, *, color: bool) -> str:
     try:
         if end.render is not None:
             end.render(console)
-        for line in end.lines:
-            console.print(line, markup=False)
+        for line in end.lines:  # one line each, never wrapped (logs are grepped)
+            console.print(line, markup=False, soft_wrap=True)
         if end.render is None and end.code != ExitCode.OK:  # a report ends with its own
-            console.print(f"gate: {exit_label(end.code)}", markup=False)
+            console.print(f"gate: {exit_label(end.code)}", markup=False, soft_wrap=True)
     except Exception as exc:  # never raise from a reporting hook
         buffer.write(f"gate: the report failed: {type(exc).__name__}: {exc}\n")
     return buffer.getvalue()
