@@ -150,6 +150,19 @@ def test_a_tier_no_conversation_reaches_is_refused(tokenizer: Any) -> None:
         build_long_context_set(short, _builder_count(tokenizer), len, (256,), per_tier=1)
 
 
+def test_tiers_beyond_the_models_window_are_refused_before_any_work() -> None:
+    from types import SimpleNamespace
+
+    from gate.tiers.fidelity import long_context_prompts
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
+    backend: Any = SimpleNamespace(name="fake", model=model)
+    settings = settings_from({"context_tiers": [256, 512, 960], "max_new_tokens": 128})
+    with pytest.raises(ConfigError, match="exceeds the model's 1024 positions") as info:
+        long_context_prompts(backend, settings)
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
+
+
 # ------------------------------------------------------------------- end to end
 
 

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gate.errors import BaselineError, DataError, ModelLoadError
+from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
@@ -175,6 +175,14 @@ def long_context_prompts(backend: Backend, settings: FidelitySettings) -> list[P
     from gate.data.long_context import build_long_context_set, load_conversations
 
     assert settings.context_tiers is not None
+    positions = _model_positions(backend)
+    longest = settings.context_tiers[-1] + settings.max_new_tokens
+    if positions is not None and longest > positions:
+        raise ConfigError(
+            f"[tiers.fidelity] context tier {settings.context_tiers[-1]} + max_new_tokens "
+            f"{settings.max_new_tokens} = {longest} tokens exceeds the model's {positions} positions",
+            f"keep the largest context tier at most {positions} - max_new_tokens",
+        )
     convs = load_conversations(settings.conversations)
     return list(
         build_long_context_set(
@@ -185,6 +193,17 @@ def long_context_prompts(backend: Backend, settings: FidelitySettings) -> list[P
             settings.context_prompts_per_tier,
         )
     )
+
+
+def _model_positions(backend: Backend) -> int | None:
+    """The positions of an in-process model (``config.max_position_embeddings``), if known."""
+    inner: Any = backend
+    while getattr(inner, "inner", None) is not None:
+        inner = inner.inner
+    value = getattr(
+        getattr(getattr(inner, "model", None), "config", None), "max_position_embeddings", None
+    )
+    return int(value) if isinstance(value, int) else None
 
 
 def _encode_messages(backend: Backend, turns: Sequence[tuple[str, str]]) -> list[int]:
