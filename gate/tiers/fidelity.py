@@ -174,12 +174,14 @@ def long_context_prompts(backend: Backend, settings: FidelitySettings) -> list[P
     """
     from gate.data.long_context import build_long_context_set, load_conversations
 
-    assert settings.context_tiers is not None
+    tiers = settings.context_tiers
+    if tiers is None:
+        raise DataError("no context tiers are set", "set [tiers.fidelity] context_tiers")
     positions = _model_positions(backend)
-    longest = settings.context_tiers[-1] + settings.max_new_tokens
+    longest = tiers[-1] + settings.max_new_tokens
     if positions is not None and longest > positions:
         raise ConfigError(
-            f"[tiers.fidelity] context tier {settings.context_tiers[-1]} + max_new_tokens "
+            f"[tiers.fidelity] context tier {tiers[-1]} + max_new_tokens "
             f"{settings.max_new_tokens} = {longest} tokens exceeds the model's {positions} positions",
             f"keep the largest context tier at most {positions} - max_new_tokens",
         )
@@ -189,7 +191,7 @@ def long_context_prompts(backend: Backend, settings: FidelitySettings) -> list[P
             convs,
             lambda turns: len(_encode_messages(backend, [(t.role, t.content) for t in turns])),
             lambda text: len(backend.encode_text(text)),
-            settings.context_tiers,
+            tiers,
             settings.context_prompts_per_tier,
         )
     )
