@@ -25,12 +25,12 @@ ARTIFACT = "reference"
 def test_fidelity(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> None:
     settings = gate_run.settings("fidelity")
     if gate_run.mode == "record":
-        prompts = tier.load_prompts(settings)
+        prompts = tier.load_prompts(settings, backend=gate_run.backend)
         path = tmp_path_factory.mktemp("fidelity") / "reference.safetensors"
         tier.record(gate_run.backend, prompts, settings, path)
         gate_run.attach(ARTIFACT, path)
     else:
-        prompts = tier.load_prompts(settings, apply_limit=False)
+        prompts = tier.load_prompts(settings, apply_limit=False, backend=gate_run.backend)
         path = gate_run.baseline_artifact(ARTIFACT)
     pack = load_pack(path)
     if gate_run.mode == "record":

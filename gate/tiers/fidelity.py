@@ -10,7 +10,8 @@ pack's ``prompt + reference output`` (never the baseline model, unless a live
 baseline is given for the exact KL), then the metrics of
 :mod:`gate.metrics.fidelity` per prompt, aggregated into measurements with
 per-prompt samples (``sample_ids`` = prompt ids) and breakdowns
-``category:<c>`` and ``length:<t>``.
+``category:<c>`` and ``length:<t>``, plus ``context:<budget>`` with the
+long-context prompts (``context_tiers``, :mod:`gate.data.long_context`).
 
 Both sides batch the same way (:func:`batches`: by decreasing total length,
 fixed size), so a baseline scored against its own pack sees bitwise the same
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gate.errors import BaselineError, DataError, ModelLoadError
+from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
@@ -89,6 +90,14 @@ class FidelitySettings:
     #: (:mod:`gate.models.backends.chunked`); None (the default) is the exact size:
     #: 1 for a method that acts during decoding, the whole continuation otherwise.
     cache_chunk_size: int | None = None
+    #: Long-context prompts instead of the single-turn set: token budgets of the
+    #: context tiers (e.g. ``[256, 512, 896]`` on the demo, ``[8192, 16384, 24576]``
+    #: on a real model); None (the default) uses the single-turn prompts.
+    context_tiers: tuple[int, ...] | None = None
+    #: Long-context prompts per context tier.
+    context_prompts_per_tier: int = 12
+    #: Multi-turn conversations JSONL of the long-context prompts; None is the packaged set.
+    conversations: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "top_k", "batch_size"):
@@ -107,6 +116,19 @@ class FidelitySettings:
             raise ValueError(f"tail_seed must be >= 0, got {self.tail_seed}")
         if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
             raise ValueError(f"cache_chunk_size must be >= 1, got {self.cache_chunk_size}")
+        if self.context_prompts_per_tier < 1:
+            raise ValueError(
+                f"context_prompts_per_tier must be >= 1, got {self.context_prompts_per_tier}"
+            )
+        if self.context_tiers is None:
+            if self.conversations is not None:
+                raise ValueError("conversations is read only with context_tiers; set both")
+        else:
+            from gate.data.long_context import check_tiers
+
+            check_tiers(self.context_tiers)
+            if self.prompts is not None:
+                raise ValueError("prompts and context_tiers are two prompt sets; give one of them")
 
 
 def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
@@ -116,11 +138,25 @@ def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
     return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
 
 
-def load_prompts(settings: FidelitySettings, *, apply_limit: bool = True) -> list[PromptLike]:
-    """The fidelity prompt set (packaged unless ``settings.prompts``), cut to ``limit``."""
+def load_prompts(
+    settings: FidelitySettings, *, apply_limit: bool = True, backend: Backend | None = None
+) -> list[PromptLike]:
+    """The fidelity prompt set (packaged unless ``settings.prompts``), cut to ``limit``.
+
+    With ``settings.context_tiers`` it is the long-context set, cut to the tiers
+    with ``backend``'s tokenizer and chat template (:func:`long_context_prompts`).
+    """
     from gate.data.prompt_set import load_prompt_set
 
-    prompts: list[PromptLike] = list(load_prompt_set(settings.prompts))
+    if settings.context_tiers is not None:
+        if backend is None:
+            raise DataError(
+                "long-context prompts are cut with the model's tokenizer",
+                "pass the backend to load_prompts",
+            )
+        prompts: list[PromptLike] = list(long_context_prompts(backend, settings))
+    else:
+        prompts = list(load_prompt_set(settings.prompts))
     if apply_limit and settings.limit is not None:
         prompts = prompts[: settings.limit]
     if not prompts:
@@ -128,6 +164,67 @@ def load_prompts(settings: FidelitySettings, *, apply_limit: bool = True) -> lis
             "the fidelity prompt set is empty", "give a JSONL file with at least one prompt"
         )
     return prompts
+
+
+def long_context_prompts(backend: Backend, settings: FidelitySettings) -> list[PromptLike]:
+    """The long-context prompts of ``settings.context_tiers``, counted with ``backend``'s template.
+
+    Token counts are those of :func:`encode`, so a prompt's tier is exactly
+    where the pack's prompt length puts it.
+    """
+    from gate.data.long_context import build_long_context_set, load_conversations
+
+    tiers = settings.context_tiers
+    if tiers is None:
+        raise DataError("no context tiers are set", "set [tiers.fidelity] context_tiers")
+    positions = _model_positions(backend)
+    longest = tiers[-1] + settings.max_new_tokens
+    if positions is not None and longest > positions:
+        raise ConfigError(
+            f"[tiers.fidelity] context tier {tiers[-1]} + max_new_tokens "
+            f"{settings.max_new_tokens} = {longest} tokens exceeds the model's {positions} positions",
+            f"keep the largest context tier at most {positions} - max_new_tokens",
+        )
+    convs = load_conversations(settings.conversations)
+    return list(
+        build_long_context_set(
+            convs,
+            lambda turns: len(_encode_messages(backend, [(t.role, t.content) for t in turns])),
+            lambda text: len(backend.encode_text(text)),
+            tiers,
+            settings.context_prompts_per_tier,
+        )
+    )
+
+
+def _model_positions(backend: Backend) -> int | None:
+    """The positions of an in-process model (``config.max_position_embeddings``), if known."""
+    inner: Any = backend
+    while getattr(inner, "inner", None) is not None:
+        inner = inner.inner
+    value = getattr(
+        getattr(getattr(inner, "model", None), "config", None), "max_position_embeddings", None
+    )
+    return int(value) if isinstance(value, int) else None
+
+
+def _encode_messages(backend: Backend, turns: Sequence[tuple[str, str]]) -> list[int]:
+    encode_messages = getattr(backend, "encode_messages", None)
+    if not callable(encode_messages):
+        raise ModelLoadError(
+            f"backend {backend.name} cannot render multi-turn prompts",
+            "use the single-turn fidelity prompts (leave context_tiers unset)",
+        )
+    return [int(i) for i in encode_messages([{"role": r, "content": c} for r, c in turns])]
+
+
+def encode(backend: Backend, prompt: PromptLike) -> list[int]:
+    """Prompt ids: a multi-turn prompt (one with ``messages``) through the chat template
+    as user/assistant turns, any other prompt as one user turn."""
+    messages = getattr(prompt, "messages", None)
+    if messages is not None:
+        return _encode_messages(backend, [(t.role, t.content) for t in messages])
+    return backend.encode_prompt(prompt.text)
 
 
 def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -208,7 +305,7 @@ def record(
     """
     if not prompts:
         raise DataError("the fidelity prompt set is empty", "give at least one prompt")
-    prompt_ids = [backend.encode_prompt(p.text) for p in prompts]
+    prompt_ids = [encode(backend, p) for p in prompts]
     empty = [p.id for p, ids in zip(prompts, prompt_ids, strict=True) if not ids]
     if empty:
         raise DataError(f"prompt {empty[0]!r} encodes to no tokens", "remove empty prompts")
@@ -358,7 +455,7 @@ def verify_candidate(
         by_id = {p.id: p for p in prompts}
         for j, meta in enumerate(pack.prompts):
             if meta.id in by_id:
-                check_prompt_ids(pack, j, backend.encode_prompt(by_id[meta.id].text))
+                check_prompt_ids(pack, j, encode(backend, by_id[meta.id]))
 
 
 def score_pack(
@@ -439,11 +536,20 @@ def _check_ids_fit(pack: ReferencePack, vocab: int, *arrays: np.ndarray) -> None
         )
 
 
-def _groups(results: Sequence[PromptScores]) -> dict[str, list[int]]:
+def _groups(
+    results: Sequence[PromptScores], context_tiers: Sequence[int] | None = None
+) -> dict[str, list[int]]:
+    """Slices: ``category:<c>``, ``length:<t>`` and, with ``context_tiers``, ``context:<budget>``
+    (the tier a prompt's token count falls in, :func:`gate.data.long_context.context_tier`)."""
+    from gate.data.long_context import context_tier
+
     groups: dict[str, list[int]] = {}
     for n, r in enumerate(results):
         groups.setdefault(f"category:{r.meta.category}", []).append(n)
         groups.setdefault(f"length:{r.meta.length}", []).append(n)
+        if context_tiers:
+            tier = context_tier(r.meta.n_prompt, context_tiers)
+            groups.setdefault(f"context:{tier}", []).append(n)
     return dict(sorted(groups.items()))
 
 
@@ -485,16 +591,18 @@ def measurements(
     tail_mass_mean: float | None = None,
     m: int = 0,
     recording: RecordingSummary | None = None,
+    context_tiers: Sequence[int] | None = None,
 ) -> list[Measurement]:
     """Aggregate per-prompt scores into the fidelity measurements (see the catalog).
 
     ``tail_mass_mean`` (the baseline's mean probability outside its top-k, from
     the pack) is reported with the KL so a reader can judge the bound; ``m``
     (sampled tail tokens of the pack) says whether the KL is an estimate;
-    ``recording`` (the pack's cut and empty prompts) is reported as well.
+    ``recording`` (the pack's cut and empty prompts) is reported as well;
+    ``context_tiers`` adds a ``context:<budget>`` slice per tier.
     """
     ids = [r.meta.id for r in results]
-    groups = _groups(results)
+    groups = _groups(results, context_tiers)
     everything = list(range(len(results)))
     kl_all = _pooled(results, everything, "kl")
     bound_all = _pooled(results, everything, "kl_bound")
@@ -611,5 +719,6 @@ def measure(
         tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
         m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
         recording=pack.recording_summary(),
+        context_tiers=settings.context_tiers,
     )
     return exercised.attach(out, backend, before)

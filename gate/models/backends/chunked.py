@@ -46,7 +46,7 @@ details, so a metric computed on requests the method never touched says so.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -370,6 +370,10 @@ class CacheBackend:
     def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
         """The inner backend's prompt encoding."""
         return list(self.inner.encode_prompt(text, chat=chat))
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The inner backend's conversation encoding."""
+        return list(self.inner.encode_messages(messages))
 
     def encode_text(self, text: str) -> list[int]:
         """The inner backend's plain encoding."""

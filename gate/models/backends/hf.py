@@ -111,6 +111,10 @@ class HFBackend:
         """Ids of a user turn through the chat template (with the assistant prefix) if any."""
         return tokens.encode_prompt(self.tokenizer, text, chat=chat)
 
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Ids of a conversation through the chat template, with the assistant prefix."""
+        return tokens.encode_messages(self.tokenizer, messages)
+
     def encode_text(self, text: str) -> list[int]:
         """Plain ids, no template, no special tokens."""
         return tokens.encode_text(self.tokenizer, text)

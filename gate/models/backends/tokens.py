@@ -7,13 +7,15 @@ the reference pack's:
 * :func:`encode_prompt` — a user turn through the chat template, with the
   assistant prefix (``add_generation_prompt``), when the tokenizer has a
   template; otherwise the text with the tokenizer's special tokens;
+* :func:`encode_messages` — a whole conversation (user/assistant turns)
+  through the chat template, with the assistant prefix;
 * :func:`encode_text` — plain ids, no template and no special tokens (corpora);
 * :func:`decode` — text of ids, special tokens skipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -30,6 +32,27 @@ def encode_prompt(tokenizer: Any, text: str, *, chat: bool = True) -> list[int]:
             ids = ids["input_ids"]
         return [int(i) for i in ids]
     return [int(i) for i in tokenizer(text, add_special_tokens=True)["input_ids"]]
+
+
+def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """Ids of a conversation through the chat template, with the assistant prefix.
+
+    A tokenizer without a chat template cannot tell turns apart, so it is refused
+    (``ModelLoadError``) rather than guessed at.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        from gate.errors import ModelLoadError
+
+        raise ModelLoadError(
+            "the model's tokenizer has no chat template; multi-turn prompts need one",
+            "use a chat model, or the single-turn fidelity prompt set",
+        )
+    ids = tokenizer.apply_chat_template(
+        [dict(m) for m in messages], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
