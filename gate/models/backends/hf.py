@@ -57,7 +57,7 @@ def _batches(order: list[int], size: int) -> list[list[int]]:
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-class HFBackend:
+class HFBackend(tokens.TokenizerMethods):
     """A transformers causal LM and its tokenizer behind the gate's backend protocol."""
 
     def __init__(
@@ -106,22 +106,6 @@ class HFBackend:
         self.model(input_ids=token, use_cache=False)
 
     # -- tokens ---------------------------------------------------------------
-
-    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
-        """Ids of a user turn through the chat template (with the assistant prefix) if any."""
-        return tokens.encode_prompt(self.tokenizer, text, chat=chat)
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """Ids of a conversation through the chat template, with the assistant prefix."""
-        return tokens.encode_messages(self.tokenizer, messages)
-
-    def encode_text(self, text: str) -> list[int]:
-        """Plain ids, no template, no special tokens."""
-        return tokens.encode_text(self.tokenizer, text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ids with special tokens skipped."""
-        return tokens.decode(self.tokenizer, ids)
 
     # -- greedy generation ----------------------------------------------------
 

@@ -131,7 +131,7 @@ def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
     return {}
 
 
-class HTTPBackend:
+class HTTPBackend(tokens.TokenizerMethods):
     """A model served behind an OpenAI-compatible endpoint, with a local tokenizer."""
 
     #: Full rows are rebuilt from the top-k (see :mod:`gate.models.backends.openai_scores`).
@@ -177,22 +177,6 @@ class HTTPBackend:
         )
 
     # -- tokens ---------------------------------------------------------------
-
-    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
-        """Ids of a user turn through the chat template (with the assistant prefix) if any."""
-        return tokens.encode_prompt(self.tokenizer, text, chat=chat)
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """Ids of a conversation through the chat template, with the assistant prefix."""
-        return tokens.encode_messages(self.tokenizer, messages)
-
-    def encode_text(self, text: str) -> list[int]:
-        """Plain ids, no template, no special tokens."""
-        return tokens.encode_text(self.tokenizer, text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ids with special tokens skipped."""
-        return tokens.decode(self.tokenizer, ids)
 
     @cached_property
     def _vocabulary(self) -> dict[str, int]:

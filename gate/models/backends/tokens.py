@@ -63,3 +63,27 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     """Text of ids with special tokens skipped."""
     return str(tokenizer.decode(list(ids), skip_special_tokens=True))
+
+
+class TokenizerMethods:
+    """The token methods every backend has, over its local ``tokenizer`` (the same
+    tokenizer as the reference pack: in process, and for a served build, whose
+    server is checked to agree)."""
+
+    tokenizer: Any
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """Ids of a user turn through the chat template (with the assistant prefix) if any."""
+        return encode_prompt(self.tokenizer, text, chat=chat)
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """Ids of a conversation through the chat template, with the assistant prefix."""
+        return encode_messages(self.tokenizer, messages)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Plain ids, no template, no special tokens."""
+        return encode_text(self.tokenizer, text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ids with special tokens skipped."""
+        return decode(self.tokenizer, ids)
