@@ -130,6 +130,36 @@ def _model_hash(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+class JudgeIdentity:
+    """The identity half of :class:`Judge`, read from what a judge's ``__init__`` set."""
+
+    _name: str
+    _family: str
+    _model_id: str
+    _max_output: int
+    _concurrency: int
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def family(self) -> str:
+        return self._family
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self._max_output
+
+    @property
+    def concurrency(self) -> int:
+        return self._concurrency
+
+
 class _TokenizerCodec:
     """A transformers tokenizer as a :class:`~gate.judge.template.TextCodec`."""
 
@@ -143,7 +173,7 @@ class _TokenizerCodec:
         return str(self._tokenizer.decode(list(ids)))
 
 
-class TransformersJudge:
+class TransformersJudge(JudgeIdentity):
     """A local causal LM asked in process: greedy answers, batched ``concurrency`` at a time.
 
     Reads ``judge_config.json`` beside the weights when present (field limits, the
@@ -206,26 +236,6 @@ class TransformersJudge:
         self.trained_templates: dict[str, str] = dict(settings.get("templates", {}))
         self._codec = _TokenizerCodec(self._tokenizer)
         self._model_id = f"{self.path.name}@{_model_hash(self.path)}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def family(self) -> str:
-        return self._family
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
 
     @property
     def field_limits(self) -> FieldLimits | None:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gate.errors import ConfigError, ModelLoadError
-from gate.judge.judges import JudgeAnswer
+from gate.judge.judges import JudgeAnswer, JudgeIdentity
 from gate.judge.template import FieldLimits, TextCodec
 from gate.models.backends.openai_client import (
     EndpointClient,
@@ -51,7 +51,7 @@ def _answer(data: Any, url: str) -> JudgeAnswer:
     )
 
 
-class ChatJudge:
+class ChatJudge(JudgeIdentity):
     """A :class:`~gate.judge.judges.Judge` asked over an OpenAI-compatible chat API."""
 
     def __init__(
@@ -76,26 +76,6 @@ class ChatJudge:
         self._max_output = max_output_tokens
         self._concurrency = concurrency
         self._model_id = f"{settings.model}@{public_url(settings.base_url)}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def family(self) -> str:
-        return self._family
-
-    @property
-    def model_id(self) -> str:
-        return self._model_id
-
-    @property
-    def max_output_tokens(self) -> int:
-        return self._max_output
-
-    @property
-    def concurrency(self) -> int:
-        return self._concurrency
 
     @property
     def field_limits(self) -> FieldLimits | None:
