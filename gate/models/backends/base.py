@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from gate.errors import DataError
 from gate.measurement import TimedGeneration
 
 
@@ -30,6 +31,12 @@ class ScoreRequest:
 
     context: Sequence[int]
     continuation: Sequence[int]
+
+
+def require_contexts(requests: Sequence[ScoreRequest]) -> None:
+    """Every backend's rule: a request needs >= 1 context token (row 0 is conditioned on it)."""
+    if any(len(r.context) == 0 for r in requests):
+        raise DataError("a score request has an empty context", "give >= 1 context token")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,13 @@ import numpy as np
 import torch
 
 from gate.errors import DataError
-from gate.models.backends.base import ScoreRequest, StepClock, TimedGeneration, TokenScores
+from gate.models.backends.base import (
+    ScoreRequest,
+    StepClock,
+    TimedGeneration,
+    TokenScores,
+    require_contexts,
+)
 from gate.models.compress.kvcache import (
     KV_QUANT_RESIDUAL,
     CacheMethod,
@@ -144,8 +150,7 @@ def cache_logprobs(
     ``log`` counts the request, as exercised when a chunk was fed to a
     compressed cache (see the module doc).
     """
-    if len(request.context) == 0:
-        raise DataError("a score request has an empty context", "give >= 1 context token")
+    require_contexts([request])
     steps = len(request.continuation)
     chunk = chunk_size if chunk_size is not None else exact_chunk_size(method, steps)
     if chunk < 1:

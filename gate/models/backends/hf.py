@@ -39,7 +39,7 @@ import torch
 from gate.errors import DataError
 from gate.measurement import TimedGeneration
 from gate.models.backends import tokens
-from gate.models.backends.base import ScoreRequest, StepClock, TokenScores
+from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.provenance import (
     combined_digest,
@@ -178,9 +178,7 @@ class HFBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[TokenScores]:
         """Log-probs of each continuation given its context, with the top-k per position."""
-        for r in requests:
-            if len(r.context) == 0:
-                raise DataError("a score request has an empty context", "give >= 1 context token")
+        require_contexts(requests)
         order = sorted(range(len(requests)), key=lambda i: -self._length(requests[i]))
         results: list[TokenScores | None] = [None] * len(requests)
         for batch in _batches(order, max(1, batch_size)):

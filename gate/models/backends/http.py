@@ -56,7 +56,7 @@ from gate.metrics.serving import (
     token_times,
 )
 from gate.models.backends import tokens
-from gate.models.backends.base import ScoreRequest, StepClock, TokenScores
+from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
 from gate.models.backends.openai_client import (
     EndpointClient,
     EndpointSettings,
@@ -386,9 +386,7 @@ class HTTPBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[TokenScores]:
         """Teacher-forced scores, one request per sequence (``batch_size`` is the engine's business)."""
-        for r in requests:
-            if len(r.context) == 0:
-                raise DataError("a score request has an empty context", "give >= 1 context token")
+        require_contexts(requests)
         if not requests:
             return []
         asked = min(max(top_k, self.settings.full_top_k) if full else top_k, self.vocab_size)
