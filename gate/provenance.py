@@ -1,8 +1,8 @@
 """Where a measurement came from: software, hardware, code revision, file hashes.
 
 docs/contracts.md "Results JSON": provenance includes the gate version, the git commit,
-and the environment (python, torch, transformers, bitsandbytes / quanto
-versions, device, GPU name and driver via pynvml when present). The model's own
+and the environment (python, torch, transformers, the quantization kernel
+packages' versions, device, GPU name and driver via pynvml when present). The model's own
 provenance (weights hashes, recipe, quantized linear classes) comes from the
 backend's ``provenance()``.
 
@@ -24,7 +24,9 @@ from typing import Any
 from gate import __version__
 from gate.hw.nvml import open_nvml
 
-#: Distributions whose versions are recorded (name in the environment dict -> distribution).
+#: Distributions whose versions are recorded (name in the environment dict -> distribution);
+#: ``None`` when not installed. Those that move the numbers are compared with the
+#: baseline's by :mod:`gate.gating.versions` (version drift).
 PACKAGES: tuple[tuple[str, str], ...] = (
     ("torch", "torch"),
     ("transformers", "transformers"),
@@ -32,6 +34,8 @@ PACKAGES: tuple[tuple[str, str], ...] = (
     ("accelerate", "accelerate"),
     ("bitsandbytes", "bitsandbytes"),
     ("optimum_quanto", "optimum-quanto"),
+    ("compressed_tensors", "compressed-tensors"),
+    ("kernels", "kernels"),
     ("numpy", "numpy"),
 )
 

@@ -4,6 +4,6 @@
 # Extra arguments go to `gate demo` (see `gate demo --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VPY=$(bash scripts/setup.sh quant data | tail -n 1)
+VPY=$(bash scripts/setup.sh | tail -n 1)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 exec "$VPY" -m gate.cli demo "$@"

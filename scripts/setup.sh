@@ -1,48 +1,105 @@
 #!/usr/bin/env bash
-# Sets up gate on a fresh machine: a virtual environment in .venv (override with
-# GATE_VENV) that can see the system's packages, an existing torch left alone,
-# the CPU build of torch where none is installed and no GPU is present, then
-# gate itself (editable) with the extras given as arguments (default: quant,data).
+# Sets up gate from its lock: a virtual environment in .venv (override with
+# GATE_VENV) that does NOT see the system's packages, holding exactly the
+# versions of requirements/lock.txt (every extra: runtime, quantization, data
+# loaders, GPU monitoring, test tools), installed with --require-hashes
+# --no-deps so that nothing outside the lock can come in, then torch at the
+# version of requirements/torch.txt (the CUDA build where a GPU is present, the
+# CPU build otherwise; a torch of exactly that version already in the venv is
+# kept), then gate itself (editable, no dependencies). The installed versions
+# are checked against the lock before the environment is marked ready.
 #
-#   bash scripts/setup.sh            # runtime: gate + bitsandbytes/quanto + data loaders
-#   bash scripts/setup.sh dev        # + linters, type checker, lm-eval, test tools
+#   bash scripts/setup.sh                     # install or reuse .venv
+#   GATE_LOCK_DIR=out/canary GATE_VENV=.venv-latest bash scripts/setup.sh   # another lock (the canary)
 #
-# Prints the path of the environment's python on its last line.
+# A venv made from another lock (or an older setup with system packages) is
+# made anew. Prints the path of the environment's python on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${GATE_VENV:-.venv}
-EXTRAS=${*:-quant data}
-EXTRAS=${EXTRAS// /,}
+LOCK_DIR=${GATE_LOCK_DIR:-requirements}
+LOCK="$LOCK_DIR/lock.txt"
+TORCH_PIN=$(grep -E '^torch==' "$LOCK_DIR/torch.txt" | head -n 1)
 # Where the CPU build of torch comes from when no GPU is present (an extra index:
 # pip prefers its "+cpu" build over the registry's CUDA build of the same version).
 TORCH_CPU_INDEX=${GATE_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
-TORCH_VERSION=${GATE_TORCH_VERSION:-2.13.0}
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[setup] %s\n' "$*" >&2; }
+# pip, quieted: retries against an unreachable index and notes about absent local index folders are noise
+pip_q() {
+  "$VPY" -m pip "$@" 2> >(grep -v -e '^WARNING: Retrying' -e 'NewConnectionError' \
+    -e 'is ignored: it is neither a file nor a directory' >&2)
+}
+[ $# -eq 0 ] || log "note: the lock holds every extra; arguments ($*) are no longer needed"
 
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating $VENV (with access to system site-packages, so an installed torch is reused)"
-  "$PYTHON" -m venv --system-site-packages "$VENV"
-fi
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || {
+  log "the lock is for CPython 3.11 and $PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'): run with PYTHON=python3.11"
+  exit 4
+}
+[ -n "$TORCH_PIN" ] || { log "$LOCK_DIR/torch.txt names no torch==VERSION: run bash scripts/lock.sh"; exit 4; }
+LOCK_ID=$(cat "$LOCK" "$LOCK_DIR/torch.txt" | sha256sum | cut -c1-16)
+STAMP="$VENV/.gate-lock"
 VPY="$VENV/bin/python"
 
-has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
-
-if "$VPY" -c "import torch" >/dev/null 2>&1; then
-  log "torch $("$VPY" -c 'import torch; print(torch.__version__)') already installed: left alone"
-elif has_gpu; then
-  log "GPU found: installing the default (CUDA) torch build"
-  "$VPY" -m pip install -q "torch>=2.2"
-else
-  log "no GPU found: installing the CPU build of torch $TORCH_VERSION"
-  "$VPY" -m pip install -q --retries 1 --timeout 20 \
-    --extra-index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION" 2> >(grep -v -e '^WARNING: Retrying' -e 'NewConnectionError' >&2)
+if [ -f "$STAMP" ] && [ "$(head -n 1 "$STAMP")" = "$LOCK_ID" ] && [ -x "$VPY" ] \
+  && "$VPY" -c 'import gate' >/dev/null 2>&1; then
+  log "$VENV holds $LOCK (lock $LOCK_ID) already: reused"
+  "$VPY" -m gate.cli --version >&2
+  echo "$VPY"
+  exit 0
 fi
 
-log "installing gate[$EXTRAS]"
-"$VPY" -m pip install -q -e ".[$EXTRAS]"
+if [ -e "$VENV" ]; then
+  log "$VENV was made from another lock or by an older setup: making it anew"
+  rm -rf "$VENV"
+fi
+log "creating $VENV (no system site-packages: only the lock is importable)"
+"$PYTHON" -m venv "$VENV"
+
+log "installing $LOCK ($(grep -cE '^[a-zA-Z0-9]' "$LOCK") packages, hash-checked, no dependencies beyond the lock)"
+pip_q install -q --require-hashes --no-deps -r "$LOCK"
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+if has_gpu; then
+  log "GPU found: installing $TORCH_PIN (the registry's CUDA build)"
+  pip_q install -q "$TORCH_PIN"
+else
+  log "no GPU found: installing the CPU build of $TORCH_PIN"
+  pip_q install -q --retries 1 --timeout 20 --extra-index-url "$TORCH_CPU_INDEX" "$TORCH_PIN"
+fi
+
+log "installing gate (editable, no dependencies: they are the lock's)"
+pip_q install -q --no-deps --no-build-isolation -e .
+
+log "checking the environment against the lock"
+"$VPY" - "$LOCK" "$TORCH_PIN" <<'PY'
+import importlib.metadata as md
+import re
+import subprocess
+import sys
+
+lock_path, torch_pin = sys.argv[1], sys.argv[2]
+pins = dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", open(lock_path).read(), re.M))
+pins["torch"] = torch_pin.split("==", 1)[1]
+wrong = []
+for name, want in sorted(pins.items()):
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        wrong.append(f"{name} missing (lock: {want})")
+        continue
+    if have.split("+", 1)[0] != want:
+        wrong.append(f"{name} {have} (lock: {want})")
+if wrong:
+    sys.exit("[setup] the environment does not match the lock: " + "; ".join(wrong))
+check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+if check.returncode != 0:
+    sys.exit("[setup] pip check failed: " + check.stdout.strip().replace("\n", "; "))
+PY
+printf '%s\n%s\n' "$LOCK_ID" "$LOCK" >"$STAMP"
+log "installed $LOCK (lock $LOCK_ID) and $("$VPY" -c 'import torch; print("torch", torch.__version__)') into $VENV"
 "$VPY" -m gate.cli --version >&2
 echo "$VPY"

@@ -1,27 +1,71 @@
 #!/usr/bin/env bash
-# The project's own checks on a fresh machine: set up (dev extras), lint,
-# type-check, lint the workflows, then the test suite (CPU only). Extra
-# arguments go to pytest.
+# The project's own checks on a fresh machine: set up from the lock, lint,
+# type-check, lint the workflows, then the test suite (CPU only).
+#
+#   bash scripts/test.sh             # the full run (engine tests included), from requirements/lock.txt
+#   bash scripts/test.sh --quick     # pull requests: -m "not engine and not slow"
+#   bash scripts/test.sh --latest    # the upgrade canary: the newest releases instead of the lock
+#
+# --latest resolves the newest release of every dependency (torch stays at
+# requirements/constraints.txt), installs it into .venv-latest, runs the same
+# checks and writes out/canary/report.md: which versions differ from the lock
+# and what passed or failed (junit in out/canary/junit.xml). The lock itself
+# is never changed by it: updating it is `bash scripts/lock.sh
+# --upgrade-package NAME`, a reviewed change. Other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VPY=$(bash scripts/setup.sh dev | tail -n 1)
+
+MODE=locked
+PYTEST_ARGS=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) MODE=quick ;;
+    --latest) MODE=latest ;;
+    *) PYTEST_ARGS+=("$arg") ;;
+  esac
+done
+
+CANARY=out/canary
+if [ "$MODE" = latest ]; then
+  mkdir -p "$CANARY"
+  rm -f "$CANARY/lock.txt" "$CANARY/torch.txt"
+  GATE_LOCK_DIR="$CANARY" bash scripts/lock.sh --upgrade
+  export GATE_LOCK_DIR="$CANARY" GATE_VENV=.venv-latest
+  PYTEST_ARGS+=(--junitxml "$CANARY/junit.xml")
+fi
+VPY=$(bash scripts/setup.sh | tail -n 1)
 export PATH="$(dirname "$VPY"):$PATH"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
+[ "$MODE" = quick ] && PYTEST_ARGS+=(-m "not engine and not slow")
 
 # Headless Chromium renders the HTML report in one test (Debian's package).
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+if [ "$MODE" != quick ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   echo "== installing chromium (HTML report rendering test)"
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
     || echo "chromium could not be installed: the browser test will be skipped"
 fi
 
-echo "== ruff"
-"$VPY" -m ruff check gate suites tests scripts examples
-"$VPY" -m ruff format --check gate suites tests scripts examples
-echo "== mypy"
-"$VPY" -m mypy gate
-echo "== actionlint"
-actionlint .github/workflows/*.yml
-echo "== pytest"
-"$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 "$@"
+status=0
+step() {  # step NAME COMMAND...: run one check; the canary goes on after a failure
+  echo "== $1"
+  shift
+  if [ "$MODE" = latest ]; then
+    "$@" 2>&1 | tee -a "$CANARY/checks.log" || { status=1; echo "$1: FAILED" >>"$CANARY/failed.txt"; }
+  else
+    "$@"
+  fi
+}
+[ "$MODE" = latest ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
+step ruff "$VPY" -m ruff check gate suites tests scripts examples
+step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
+step mypy "$VPY" -m mypy gate
+step actionlint actionlint .github/workflows/*.yml
+step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 "${PYTEST_ARGS[@]}"
+
+if [ "$MODE" = latest ]; then
+  "$VPY" scripts/canary_report.py requirements/lock.txt "$CANARY/lock.txt" \
+    --junit "$CANARY/junit.xml" --failed "$CANARY/failed.txt" >"$CANARY/report.md"
+  cat "$CANARY/report.md"
+  exit "$status"
+fi

@@ -14,12 +14,20 @@ from torch import nn
 
 from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.hw.timing import PerfCounterClock
+from gate.models.activity import Activity, Counting
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.compress import HOOKS
+from gate.models.compress import (
+    HOOKS,
+    QUANTIZED,
+    RecipeHooks,
+    modules_of_class,
+    pruned_linears,
+)
 from gate.models.recipes import RECIPES, recipe_names
 from gate.models.spec import ModelSpec, demo_model_dir
+from gate.tiers import exercised
 
 TEXTS = [
     "What is 7 times 8? The answer is 56.",
@@ -105,6 +113,64 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     assert len(out[0]) >= 1
     logits = _logits(backend, _ids(backend))
     assert torch.isfinite(logits).all()
+
+
+#: What each recipe's activity must count right after loading the 2-layer tiny model
+#: (14 decoder linears; 1 of 2 layers dropped; attention and cache methods count later).
+ACTED_AT_LOAD = {
+    **dict.fromkeys(LINEAR_CLASS, 14),
+    "prune-magnitude": 14,
+    "prune-wanda": 14,
+    "drop-layers": 1,
+    "delay": 1,
+    "attn-fp8": None,  # counted per call
+    "attn-sage": None,
+    "attn-topk": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTED_AT_LOAD))
+def test_every_weight_and_attention_recipe_reports_how_much_it_acted(
+    load: Loader, name: str
+) -> None:
+    backend = load(EXAMPLE.get(name, name))
+    activity = backend.activity
+    assert activity is not None and activity.recipe == EXAMPLE.get(name, name)
+    if activity.footprint.counting is Counting.PER_CALL:
+        before = activity.reading()
+        _logits(backend, _ids(backend))
+        # one replaced call per attention layer per forward
+        assert activity.since(before).acted == len(backend.model.model.layers)
+        assert not activity.since(before).none
+        assert activity.since(activity.reading()).none  # nothing ran since: not exercised
+    else:
+        assert activity.acted == ACTED_AT_LOAD[name], activity
+        assert not activity.since(None).none
+
+
+def test_the_control_has_no_activity_and_every_other_recipe_a_footprint(load: Loader) -> None:
+    assert load("none").activity is None
+    for name in RECIPES:
+        assert name == "none" or HOOKS[name].footprint is not None, name
+
+
+def test_a_recipe_without_a_footprint_does_not_load(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(HOOKS, "quanto-int8", RecipeHooks(None))
+    with pytest.raises(ModelLoadError, match="declares no footprint"):
+        load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"), "quanto-int8")
+    monkeypatch.delitem(HOOKS, "quanto-int8")
+    with pytest.raises(ModelLoadError, match="declares no footprint"):
+        load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"), "quanto-int8")
+
+
+def test_a_quantizer_that_changed_nothing_counts_zero_modules(tiny_backend: HFBackend) -> None:
+    """The count is read off the loaded model's classes, not taken from the recipe's word."""
+    assert modules_of_class(tiny_backend.model, "QLinear", "Linear8bitLt", "Linear4bit") == 0
+    assert pruned_linears(tiny_backend.model) == 0
+    exercise = Activity("quanto-int4", QUANTIZED).since(None)
+    assert exercise.none and "changed no module" in exercised.reason("fidelity", exercise)
 
 
 @pytest.mark.parametrize("recipe", ["gptq:w4a16", "awq:w4a16", "sparsegpt:0.5"])

@@ -271,7 +271,9 @@ def test_cache_backend_scores_and_generates_through_the_cache(base: HFBackend, p
         not np.allclose(g.target_logprobs, o.target_logprobs, atol=1e-4)
         for g, o in zip(got, one_pass, strict=True)
     ), "the press must change the scores of these prompts"
-    assert (backend.exercise_log.requests, backend.exercise_log.exercised) == (2, 2)
+    assert backend.activity is not None
+    assert (backend.activity.requests, backend.activity.exercised) == (2, 2)
+    assert backend.activity.acted > 0  # KV pairs evicted
     prompt = requests[0].context
     assert backend.generate([prompt], max_new_tokens=8) == [
         generate_through_cache(base.model, method, prompt, max_new_tokens=8, eos_ids=base.eos_ids)
@@ -347,16 +349,23 @@ def test_fidelity_says_when_the_cache_method_never_acted(base: HFBackend, pack: 
     )
     untouched = {m.name: m for m in fidelity.measure(roomy, pack, settings)}
     entry = untouched["fidelity.cga"].details[MeasurementDetail.COMPRESSION_EXERCISED]
-    assert entry == {"method": "kv-streaming:big", "requests": 4, "exercised": 0}
+    assert (entry["method"], entry["requests"], entry["exercised"], entry["acted"]) == (
+        "kv-streaming:big",
+        4,
+        0,
+        0,
+    )
     assert untouched["fidelity.cga"].value == 1.0
+    assert list(exercised.not_exercised(list(untouched.values()))) == ["fidelity"]
     notes = exercised.notes(list(untouched.values()))
-    assert len(notes) == 1 and "kv-streaming:big never compressed" in notes[0]
+    assert len(notes) == 1 and "fidelity NOT EXERCISED: kv-streaming:big acted on none" in notes[0]
     tight = CacheBackend(base, CacheMethod(StreamingLLM(sinks=4, window=8)), label="tight")
     touched = {m.name: m for m in fidelity.measure(tight, pack, settings)}
     entry = touched["fidelity.cga"].details[MeasurementDetail.COMPRESSION_EXERCISED]
-    assert entry["exercised"] == 4
+    assert entry["exercised"] == 4 and entry["acted"] > 0
     assert touched["fidelity.cga"].value < 1.0  # a regression the gate must see
     assert exercised.notes(list(touched.values())) == []
+    assert exercised.not_exercised(list(touched.values())) == {}
 
 
 @pytest.mark.slow
@@ -378,19 +387,23 @@ def test_fidelity_chunk_size_setting_reaches_the_scorer(base: HFBackend, pack: A
 
 
 def test_notes_group_untouched_metrics_by_tier() -> None:
-    entry = {"method": "m", "requests": 3, "exercised": 0}
+    entry = {"method": "m", "unit": "KV pairs evicted", "counting": "per-request", "acted": 0}
+    entry |= {"requests": 3, "exercised": 0}
     key = MeasurementDetail.COMPRESSION_EXERCISED
+    partly = {**entry, "requests": 4, "exercised": 1, "acted": 12}
     measured = [
         Measurement("fidelity.cga", 1.0, details={key: entry}),
         Measurement("fidelity.kl_mean", 0.0, details={key: entry}),
-        Measurement("accuracy.perplexity", 9.0, details={key: {**entry, "exercised": 1}}),
+        Measurement("accuracy.perplexity", 9.0, details={key: partly}),
         Measurement("accuracy.acc", 0.5),
     ]
     assert exercised.notes(measured) == [
-        "fidelity.cga, fidelity.kl_mean: scored on 3 request(s) that m never compressed"
-        " (its cache held every pair), so these values do not measure the method;"
-        " give longer prompts or a smaller budget"
+        "fidelity NOT EXERCISED: m acted on none of the 3 request(s);"
+        " give longer prompts or a smaller budget",
+        "accuracy: m acted on 1 of 4 request(s) (25%; 12 KV pairs evicted);"
+        " its metrics include the requests it never touched",
     ]
+    assert list(exercised.not_exercised(measured)) == ["fidelity"]
 
 
 # ---------------------------------------------------------------- the paper panel

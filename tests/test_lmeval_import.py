@@ -134,6 +134,60 @@ def test_bad_files_exit_4_with_one_line(
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("inf", "log-likelihood is inf"),
+        ("-inf", "log-likelihood is -inf"),
+        ("nan", "log-likelihood is nan"),
+        ("Infinity", "log-likelihood is inf"),
+        ("1e400", "log-likelihood is inf"),
+        ("0.5", "log-likelihood is 0.5 > 0"),
+        (3, "log-likelihood is 3 > 0"),
+        (True, "log-likelihood True is not a number"),
+        ("abc", "log-likelihood 'abc' is not a number"),
+    ],
+)
+def test_impossible_log_likelihood_is_exit_4_naming_file_doc_and_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: Any, shown: str
+) -> None:
+    """A log-likelihood is a finite number <= 0; anything else is refused, not approved."""
+    base = base_records(5)
+    cand: list[dict[str, Any]] = json.loads(json.dumps(base))
+    cand[2]["filtered_resps"][1][0] = value
+    cand[2]["resps"][1][0][0] = value
+    path = write(tmp_path / "c.jsonl", cand)
+    code = main(["import", "lm-eval", str(write(tmp_path / "b.jsonl", base)), str(path)])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 4, captured.err
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    assert f"{path}:3 (doc 2) choice 1: {shown}" in lines[0]
+    assert "(re-run lm_eval" in lines[0] or "(give " in lines[0]
+    assert lines[0].endswith("ERROR (input, exit 4)")
+    assert "APPROVED" not in captured.out
+
+
+def test_log_likelihood_bounds_in_process(tmp_path: Path) -> None:
+    """The reader itself: 0 (and float rounding just above it) is fine, +/-inf, NaN, > 0 not."""
+    records = base_records(2)
+    records[0]["filtered_resps"][0][0] = "0.0"
+    records[1]["filtered_resps"][0][0] = "5e-7"
+    assert read_samples(write(tmp_path / "ok.jsonl", records))[0].option_logprobs[0] == 0.0
+    for value in ("inf", "-inf", "nan", "0.01"):
+        records[1]["filtered_resps"][0][0] = value
+        with pytest.raises(DataError, match=r"ok\.jsonl:2 \(doc 1\) choice 0: log-likelihood"):
+            read_samples(write(tmp_path / "ok.jsonl", records))
+
+
+@pytest.mark.parametrize("value", [float("nan"), 2, 0.5, "1"])
+def test_impossible_acc_flag_is_a_data_error(tmp_path: Path, value: Any) -> None:
+    records = base_records(3)
+    records[1]["acc"] = value
+    with pytest.raises(DataError, match=r"f\.jsonl:2 \(doc 1\): acc is .*, not 0 or 1"):
+        read_samples(write(tmp_path / "f.jsonl", records))
+
+
 def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not found"):
         read_samples(tmp_path / "nope.jsonl")

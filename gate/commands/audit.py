@@ -12,6 +12,7 @@ from gate.gating.thresholds import Thresholds, load_thresholds
 from gate.gating.verdict import Severity
 from gate.metrics.registry import all_metrics
 from gate.store import history
+from gate.store.writable import check_writable, writing
 
 
 @click.group("audit")
@@ -65,6 +66,8 @@ def latency(
         )
     if plot_path is not None and plot_path.suffix.lower() not in drift.PLOT_SUFFIXES:
         raise UsageError(f"cannot write a plot to {plot_path}", "use a .png or .svg file name")
+    if plot_path is not None:
+        check_writable(plot_path, "--plot")  # before the (slow) permutation tests
     if not history_dir.is_dir():
         raise UsageError(f"history directory {history_dir} not found", "pass --history DIR")
     files = history.histories(history_dir)
@@ -98,7 +101,8 @@ def latency(
                 if len(files) == 1
                 else plot_path.with_stem(f"{plot_path.stem}-{path.stem}")
             )
-            drift.plot(drifts, str(out), title=f"latency history {path.stem}")
+            with writing("--plot", out):
+                drift.plot(drifts, str(out), title=f"latency history {path.stem}")
             click.echo(f"  plot: {out}")
     if not tested:
         raise NothingMeasuredError(

@@ -18,6 +18,7 @@ from gate.errors import NothingMeasuredError, UsageError
 from gate.gating.compare import compare_many, unmeasured
 from gate.gating.thresholds import load_thresholds, require_a_bound, unbounded_metrics
 from gate.gating.verdict import decide
+from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
@@ -92,9 +93,15 @@ def compare(
     if not verdicts:
         raise NothingMeasuredError("no metric to compare", "the candidate measured nothing")
     missing = unmeasured(candidate.measurements, stored)
-    outcome = decide(verdicts, strict=strict, unmeasured=missing)
+    # the versions that measured each side: the file's own record, never this machine's
+    versions = check_refs(
+        {ref: measured_with(b.environment, b.provenance) for ref, b in baselines.items()},
+        measured_with(candidate.environment, candidate.model),
+    )
+    outcome = decide(verdicts, strict=strict, unmeasured=missing, version_drift=drift_of(versions))
     unbounded = unbounded_metrics(limits, names)
     notes = coverage_notes(missing, unbounded, limits.source, strict)
+    notes += version_notes(versions, strict=strict)
     render(
         outcome,
         make_console(color=color),

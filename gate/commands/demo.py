@@ -24,6 +24,7 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     from gate.report.console import make_console
     from gate.session import paper_panel
     from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
 
     console = make_console()
     console.print(paper_panel.table(candidates))
@@ -32,7 +33,8 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
         console.print(f"[yellow]note:[/] {line}")
     if json_dir is not None:
         text = json.dumps(paper_panel.rows_json(candidates), indent=2) + "\n"
-        write_atomic(json_dir / "paper_panel.json", text.encode())
+        with writing("--json-dir", json_dir / "paper_panel.json"):
+            write_atomic(json_dir / "paper_panel.json", text.encode())
 
 
 @click.command("demo")
@@ -97,8 +99,8 @@ def demo(
 
     from gate.report.console import make_console
     from gate.session import demo as panel
-    from gate.session.plan import check_writable_dir
     from gate.session.runner import parse_tiers
+    from gate.store.writable import check_writable_dir
 
     if json_dir is not None:
         check_writable_dir(json_dir, "--json-dir")

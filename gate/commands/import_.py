@@ -15,7 +15,7 @@ from gate.gating.verdict import decide
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.results_json import build_results, write_results
-from gate.session.plan import check_writable
+from gate.store.writable import check_writable
 
 
 @click.group("import")

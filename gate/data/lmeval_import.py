@@ -14,6 +14,11 @@ per-document flags; flips come from those flags, all-flips from the argmax of
 the choice log-likelihoods, choice KL and top margins from their softmax
 (docs/metrics.md "Multiple choice"). The baseline's own measurements are the same
 metrics against itself (flips 0), so the regular compare machinery applies.
+
+Every number read is checked before it is used: a choice log-likelihood must
+be a finite number <= 0 (``inf``, ``-inf``, NaN or a positive value is no
+model's output), a per-document flag 0 or 1. A bad value is a one-line
+:class:`~gate.errors.DataError` (exit 4) naming the file, line, document and value.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from gate.metrics import accuracy as am
 
 _TASK_RE = re.compile(r"^samples_(?P<task>.+?)_\d{4}-\d{2}-\d{2}T")
 _HINT = "give a file written by lm_eval --log_samples for a multiple-choice task"
+#: Largest log-likelihood accepted: 0 plus float rounding (a sum of log-softmax values).
+_LL_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ def task_name(path: Path) -> str:
 
 
 def _flag(value: Any, where: str, name: str) -> bool:
+    """A per-document metric flag (``acc``, ``acc_norm``): true/false or 0/1, nothing else."""
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
@@ -74,16 +82,28 @@ def _flag(value: Any, where: str, name: str) -> bool:
 
 
 def _float(value: Any, where: str) -> float:
+    """A choice's log-likelihood: a finite number <= 0 (a probability of at most 1)."""
+    if isinstance(value, bool):  # float(True) is 1.0: a flag, not a log-likelihood
+        raise DataError(f"{where}: log-likelihood {value!r} is not a number", _HINT)
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DataError(f"{where}: log-likelihood {value!r} is not a number", _HINT) from None
-    if math.isnan(x):
-        raise DataError(f"{where}: log-likelihood is NaN", "re-run lm_eval; the model produced NaN")
+    if not math.isfinite(x):
+        raise DataError(
+            f"{where}: log-likelihood is {x} (must be a finite number <= 0)",
+            "re-run lm_eval: the model produced inf/NaN scores (check its dtype and weights)",
+        )
+    if x > _LL_TOLERANCE:
+        raise DataError(
+            f"{where}: log-likelihood is {x:g} > 0 (a probability above 1)",
+            "give the harness's own --log_samples output, not edited or rescaled numbers",
+        )
     return x
 
 
 def _choices(resps: Any, where: str) -> tuple[float, ...]:
+    """The log-likelihood of every choice of ``filtered_resps`` (two or more)."""
     if not isinstance(resps, list) or len(resps) < 2:
         raise DataError(
             f"{where}: multiple-choice record has missing choices (filtered_resps)",
@@ -107,6 +127,7 @@ def parse_sample(rec: Any, task: str, where: str) -> LmEvalSample:
     for key in ("doc_id", "doc_hash", "filtered_resps"):
         if key not in rec:
             raise DataError(f"{where}: missing field {key!r}", _HINT)
+    where = f"{where} (doc {rec['doc_id']})"
     if "acc" not in rec:
         raise DataError(f"{where}: no 'acc' value (not a multiple-choice task?)", _HINT)
     doc = rec.get("doc")

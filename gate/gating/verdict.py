@@ -184,6 +184,48 @@ class Unmeasured:
 
 
 @dataclass(frozen=True)
+class VersionDrift:
+    """A package (or the serving engine) whose version differs between the software that
+    measured baseline ``against`` and the software that measured the candidate.
+
+    Found by :func:`gate.gating.versions.compare_versions`; a warning, since numbers may
+    move for that reason alone (``--strict`` blocks).
+    """
+
+    package: str
+    baseline: str
+    candidate: str
+    against: str = "baseline"
+
+    @property
+    def message(self) -> str:
+        """``baseline fp16 measured with transformers 5.23.0, candidate with 5.24.0: ...``."""
+        return (
+            f"baseline {self.against} measured with {self.package} {self.baseline}, "
+            f"candidate with {self.candidate}: numbers may move for that reason alone"
+        )
+
+    def to_dict(self) -> dict[str, str]:
+        """The results JSON ``version_drift[]`` entry."""
+        return {
+            "package": self.package,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "against": self.against,
+        }
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> VersionDrift:
+        """Inverse of :meth:`to_dict` (``KeyError``/``TypeError`` on a malformed entry)."""
+        return cls(
+            package=str(entry["package"]),
+            baseline=str(entry["baseline"]),
+            candidate=str(entry["candidate"]),
+            against=str(entry.get("against", "baseline")),
+        )
+
+
+@dataclass(frozen=True)
 class GateOutcome:
     """The overall result of a run: worst severity, and the exit code it maps to."""
 
@@ -192,19 +234,27 @@ class GateOutcome:
     verdicts: tuple[Verdict, ...]
     #: Baseline metrics of the tiers that ran which the run did not measure (each a warning).
     unmeasured: tuple[Unmeasured, ...] = ()
+    #: Packages or engines measured at other versions than the baseline's (each a warning).
+    version_drift: tuple[VersionDrift, ...] = ()
+    #: One line per tier on whose requests the compression never acted (NOT EXERCISED).
+    not_exercised: tuple[str, ...] = ()
 
     @property
     def word(self) -> str:
-        """``pass | warn | block`` as in the results JSON."""
+        """``pass | warn | block | not_exercised`` as in the results JSON."""
+        if self.exit_code == ExitCode.NO_MEASUREMENTS and self.not_exercised:
+            return "not_exercised"
         return {Severity.PASS: "pass", Severity.WARN: "warn", Severity.CRITICAL: "block"}[
             self.severity
         ]
 
     @property
     def headline(self) -> str:
-        """APPROVED / APPROVED WITH WARNINGS / BLOCKED."""
+        """APPROVED / APPROVED WITH WARNINGS / BLOCKED / NOT EXERCISED."""
         if self.exit_code == ExitCode.BLOCKED:
             return "BLOCKED"
+        if self.exit_code == ExitCode.NO_MEASUREMENTS and self.not_exercised:
+            return "NOT EXERCISED"
         return "APPROVED WITH WARNINGS" if self.severity == Severity.WARN else "APPROVED"
 
 
@@ -213,19 +263,35 @@ def decide(
     *,
     strict: bool = False,
     unmeasured: list[Unmeasured] | tuple[Unmeasured, ...] = (),
+    version_drift: list[VersionDrift] | tuple[VersionDrift, ...] = (),
+    not_exercised: list[str] | tuple[str, ...] = (),
 ) -> GateOutcome:
     """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``).
 
     A baseline metric the run did not measure (``unmeasured``) counts as a
     warning: the build is not shown to be as good there, so ``--strict`` blocks.
+    So does a package measured at another version than the baseline's
+    (``version_drift``, :mod:`gate.gating.versions`): the numbers may have moved
+    for that reason alone.
+
+    A tier on whose requests the candidate's compression never acted
+    (``not_exercised``, one reason line each) measured the uncompressed model:
+    the run is never approved on it. It ends with exit 5 (nothing measured),
+    unless a measured regression blocks it (exit 1).
     """
     worst = max((v.severity for v in verdicts), default=Severity.PASS)
-    if unmeasured:
+    if unmeasured or version_drift:
         worst = max(worst, Severity.WARN)
     blocked = worst == Severity.CRITICAL or (strict and worst == Severity.WARN)
+    if blocked:
+        code = ExitCode.BLOCKED
+    else:
+        code = ExitCode.NO_MEASUREMENTS if not_exercised else ExitCode.OK
     return GateOutcome(
         severity=worst,
-        exit_code=ExitCode.BLOCKED if blocked else ExitCode.OK,
+        exit_code=code,
         verdicts=tuple(verdicts),
         unmeasured=tuple(unmeasured),
+        version_drift=tuple(version_drift),
+        not_exercised=tuple(not_exercised),
     )

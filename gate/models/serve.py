@@ -37,10 +37,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
 from gate import progress
-from gate.errors import ConfigError, ModelLoadError
+from gate.errors import ConfigError, ModelLoadError, UsageError
 
 #: Lines of the server log quoted in an error.
 LOG_TAIL_LINES = 3
@@ -228,13 +228,24 @@ class ManagedServer:
     ) -> None:
         self.stop()
 
+    def _open_log(self) -> BinaryIO:
+        """The log file, opened for appending; an unwritable one is a one-line UsageError."""
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            return self.log_path.open("ab")
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write the server log {self.log_path}: {exc.strerror or exc}",
+                "give --server-log a path in a writable directory",
+            ) from None
+
     def start(self) -> None:
         """Launch the server and wait until ``/health`` answers (ModelLoadError otherwise)."""
         if self.process is not None:
             raise RuntimeError("ManagedServer.start() called twice")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self._open_log()
         env = dict(os.environ) if self.env is None else {**os.environ, **self.env}
-        with self.log_path.open("ab") as log:
+        with log:
             try:
                 self.process = subprocess.Popen(
                     self.argv,

@@ -198,6 +198,8 @@ def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
         f"{counts[Severity.WARN]} warning{'s' if counts[Severity.WARN] != 1 else ''}, "
         f"{counts[Severity.PASS]} passed"
         + (f", {len(outcome.unmeasured)} not measured" if outcome.unmeasured else "")
+        + (f", {len(outcome.version_drift)} version drift" if outcome.version_drift else "")
+        + "".join(f"; {line}" for line in outcome.not_exercised)
     )
 
 
@@ -255,4 +257,4 @@ def render(
         console.print(Text(f"note: {note}", style="yellow"))
     summary = summary_line(outcome, exit_code)
     _, headline = final_words(outcome, int(outcome.exit_code if exit_code is None else exit_code))
-    console.print(Text(summary, style=HEADLINE_STYLE.get(headline, "bold red")))
+    console.print(Text(summary, style=HEADLINE_STYLE.get(headline, "bold red")), soft_wrap=True)

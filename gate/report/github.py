@@ -5,7 +5,8 @@ When ``GITHUB_ACTIONS=true`` a run also
 * prints one ``::error`` workflow command per critical verdict and one
   ``::warning`` per warning — at most :data:`MAX_ANNOTATIONS` of each, worst
   first (the ordering of :func:`gate.report.console.order`) — so the findings
-  show on the pull request's checks page;
+  show on the pull request's checks page; and one ``::warning`` per package
+  measured at another version than the baseline's (version drift);
 * appends the markdown report (:mod:`gate.report.markdown`) to the file named
   by ``GITHUB_STEP_SUMMARY``, with a link to the run's artifacts built from
   ``GITHUB_SERVER_URL``, ``GITHUB_REPOSITORY`` and ``GITHUB_RUN_ID``.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from gate.gating.verdict import Severity, Verdict
+from gate.gating.verdict import Severity, Verdict, VersionDrift
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
 from gate.report.markdown import render_markdown
 from gate.report.results_json import Results
@@ -81,14 +82,32 @@ def annotation_lines(verdicts: Sequence[Verdict], *, limit: int = MAX_ANNOTATION
 
 
 def append_step_summary(path: str, text: str) -> None:
-    """Append ``text`` to the step summary file (GitHub concatenates every append)."""
-    with open(path, "a", encoding="utf-8") as handle:
+    """Append ``text`` to the step summary file (GitHub concatenates every append);
+    a failed write is a one-line UsageError (exit 4)."""
+    from gate.store.writable import writing
+
+    with (
+        writing(
+            "the step summary $GITHUB_STEP_SUMMARY",
+            path,
+            "set GITHUB_STEP_SUMMARY to a file in a writable directory, or unset it",
+        ),
+        open(path, "a", encoding="utf-8") as handle,
+    ):
         handle.write(text if text.endswith("\n") else text + "\n")
+
+
+def drift_annotation(drift: VersionDrift) -> str:
+    """The ``::warning`` of one package measured at another version than the baseline's."""
+    title = f"gate WARN: {drift.package} version vs {drift.against}"
+    return f"::warning title={escape_property(title)}::{escape_data(drift.message)}"
 
 
 def emit(results: Results, *, environ: Mapping[str, str], stream: IO[str]) -> None:
     """Print the annotations to ``stream``; append the summary when the variable is set."""
-    for line in annotation_lines(results.verdicts):
+    lines = annotation_lines(results.verdicts)
+    lines += [drift_annotation(d) for d in results.version_drift][:MAX_ANNOTATIONS]
+    for line in lines:
         stream.write(line + "\n")
     stream.flush()
     summary = environ.get("GITHUB_STEP_SUMMARY")

@@ -15,8 +15,13 @@ Layout (the Jenkins / Ant JUnit format that CI test reporters read)::
   ``warning:<case name>`` (properties belong to the suite in that format, so
   strict validators accept the file) and in the case's ``<system-out>``;
 * a passing metric is a plain ``<testcase>``;
+* a package (or the serving engine) measured at another version than a
+  baseline's (version drift, :mod:`gate.gating.versions`) is a warning: a
+  property ``warning:version drift: <package> vs <ref>`` of a suite ``gate``
+  and a passing case ``versions`` whose ``<system-out>`` names both versions;
 * a run that exits nonzero with no critical metric to show for it (a tier
-  crashed, bad input, nothing measured, warnings under ``--strict``) adds a suite ``gate`` with a case ``run`` holding an ``<error>`` and the
+  crashed, bad input, nothing measured, warnings under ``--strict``) adds to the
+  suite ``gate`` a case ``run`` holding an ``<error>`` and the
   run's notes, so the report never looks green for an unmeasured build.
 
 The suffix `` vs <ref>`` is added only when several baseline refs were
@@ -109,34 +114,54 @@ def _run_failed(results: Results) -> bool:
 
 def _run_error_text(results: Results) -> str:
     lines = list(results.notes)
-    if results.exit_code == 1 and any(v.severity == Severity.WARN for v in results.verdicts):
+    warned = results.version_drift or any(v.severity == Severity.WARN for v in results.verdicts)
+    if results.exit_code == 1 and warned:
         lines.append("warnings block this run (strict)")
     return "\n".join(lines) or "the run did not complete its comparison"
 
 
-def _run_error(results: Results, stamp: str) -> ET.Element:
+def _gate_suite(results: Results, stamp: str) -> ET.Element | None:
+    """The suite ``gate``: version drift warnings and the run's own error; ``None`` without."""
+    drift = results.version_drift
+    failed = _run_failed(results)
+    if not drift and not failed:
+        return None
     suite = ET.Element(
         "testsuite",
         {
             "name": "gate",
-            "tests": "1",
+            "tests": "0",
             "failures": "0",
-            "errors": "1",
+            "errors": "1" if failed else "0",
             "skipped": "0",
             "time": "0.000",
             "timestamp": stamp,
         },
     )
-    case = ET.SubElement(suite, "testcase", {"classname": "gate", "name": "run", "time": "0.000"})
-    error = ET.SubElement(
-        case,
-        "error",
-        {
-            "type": f"exit {results.exit_code}",
-            "message": f"{headline(results)} (exit {results.exit_code})",
-        },
-    )
-    error.text = _run_error_text(results)
+    if drift:
+        props = ET.SubElement(suite, "properties")
+        for item in drift:
+            name = f"warning:version drift: {item.package} vs {item.against}"
+            ET.SubElement(props, "property", {"name": name, "value": item.message})
+        case = ET.SubElement(
+            suite, "testcase", {"classname": "gate", "name": "versions", "time": "0.000"}
+        )
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join(f"WARN: {item.message}" for item in drift)
+    if failed:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": "gate", "name": "run", "time": "0.000"}
+        )
+        error = ET.SubElement(
+            case,
+            "error",
+            {
+                "type": f"exit {results.exit_code}",
+                "message": f"{headline(results)} (exit {results.exit_code})",
+            },
+        )
+        error.text = _run_error_text(results)
+    suite.set("tests", str(len(suite.findall("testcase"))))
     return suite
 
 
@@ -162,8 +187,9 @@ def render_junit(results: Results, *, timestamp: datetime.datetime | None = None
     )
     for tier in sorted(tiers):
         root.append(_suite(tier, tiers[tier], several_refs=several, timestamp=stamp))
-    if _run_failed(results):
-        root.append(_run_error(results, stamp))
+    gate_suite = _gate_suite(results, stamp)
+    if gate_suite is not None:
+        root.append(gate_suite)
     root.set("tests", str(sum(int(s.get("tests", "0")) for s in root)))
     root.set("errors", str(sum(int(s.get("errors", "0")) for s in root)))
     ET.indent(root)

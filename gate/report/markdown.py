@@ -10,7 +10,8 @@ Read at a glance on a pull request:
    the confidence interval of the delta (docs/metrics.md "Severity and statistics");
 3. the reason of each finding, in the words of :mod:`gate.gating.compare`;
 4. every metric, tier by tier, folded in a ``<details>`` block;
-5. notes and the link to the run's artifacts (full HTML report, JSON, JUnit).
+5. notes (version drift among them: a package measured at another version than
+   the baseline's) and the link to the run's artifacts (full HTML report, JSON, JUnit).
 
 Numbers use the console report's formatting (:mod:`gate.report.console`), so
 the comment, the log and the HTML agree digit for digit.
@@ -152,7 +153,8 @@ def render_markdown(
     lines = [
         f"## {mark(results)} {title}: {word}",
         "",
-        f"{compared_text(results)} · exit {results.exit_code} · {counts(results.verdicts)}",
+        f"{compared_text(results)} · exit {results.exit_code} · {counts(results.verdicts)}"
+        + (f" · {len(results.version_drift)} version drift" if results.version_drift else ""),
         "",
     ]
     findings = findings_section(results)

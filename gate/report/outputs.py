@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gate.errors import DataError
-from gate.report.results_json import Results, verdict_from_dict, write_results
+from gate.errors import DataError, GateError
+from gate.report.results_json import Results, verdict_from_dict, version_drift_from
 from gate.store.atomic import write_atomic
+from gate.store.measurements_file import dump_json
+from gate.store.writable import writing
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ def results_from_document(doc: Mapping[str, Any]) -> Results:
             candidate=dict(doc.get("candidate") or {}),
             environment=dict(doc.get("environment") or {}),
             notes=[str(n) for n in doc.get("notes") or []],
+            version_drift=version_drift_from(doc),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(
@@ -71,32 +74,77 @@ def write_reports(
     stdout) and appends the markdown summary to ``$GITHUB_STEP_SUMMARY``
     (:mod:`gate.report.github`). ``drift`` (audit :class:`~gate.gating.drift.MetricDrift`
     series) is plotted in the HTML report when given.
+
+    A report that cannot be written does not stop the others: every one is
+    tried, then the first failure is raised as one :class:`~gate.errors.UsageError`
+    (exit 4) naming its path and the operating system's reason.
     """
     env = os.environ if environ is None else environ
     results = results_from_document(doc)
     written: list[Path] = []
-    if targets.json is not None:
-        write_results(targets.json, doc)
-        written.append(targets.json)
-    if targets.markdown is not None:
-        from gate.report.github import artifacts_url
-        from gate.report.markdown import render_markdown
-
-        text = render_markdown(results, artifacts_url=artifacts_url(env))
-        write_atomic(targets.markdown, text.encode())
-        written.append(targets.markdown)
-    if targets.junit is not None:
-        from gate.report.junit import render_junit
-
-        write_atomic(targets.junit, render_junit(results))
-        written.append(targets.junit)
-    if targets.html is not None:
-        from gate.report.html import render_html
-
-        write_atomic(targets.html, render_html(results, drift=drift).encode())
-        written.append(targets.html)
+    failed: list[GateError] = []
+    for what, path, render in _report_files(doc, results, targets, env, drift):
+        data = render()  # a rendering problem is not the path's fault: it is raised as it is
+        try:
+            with writing(what, path):
+                write_atomic(path, data)
+        except GateError as exc:
+            failed.append(exc)
+            continue
+        written.append(path)
     from gate.report.github import emit, in_github_actions
 
     if in_github_actions(env):
-        emit(results, environ=env, stream=stream if stream is not None else sys.stdout)
+        try:
+            emit(results, environ=env, stream=stream if stream is not None else sys.stdout)
+        except GateError as exc:
+            failed.append(exc)
+    if failed:
+        raise _first_failure(failed)
     return written
+
+
+def _report_files(
+    doc: Mapping[str, Any],
+    results: Results,
+    targets: ReportTargets,
+    env: Mapping[str, str],
+    drift: Sequence[Any],
+) -> list[tuple[str, Path, Callable[[], bytes]]]:
+    """``(what, path, render)`` of each requested report file, in the order they are written."""
+
+    def json() -> bytes:
+        return dump_json(dict(doc))
+
+    def markdown() -> bytes:
+        from gate.report.github import artifacts_url
+        from gate.report.markdown import render_markdown
+
+        return render_markdown(results, artifacts_url=artifacts_url(env)).encode()
+
+    def junit() -> bytes:
+        from gate.report.junit import render_junit
+
+        return render_junit(results)
+
+    def html() -> bytes:
+        from gate.report.html import render_html
+
+        return render_html(results, drift=drift).encode()
+
+    files: list[tuple[str, Path | None, Callable[[], bytes]]] = [
+        ("the results JSON", targets.json, json),
+        ("the markdown report", targets.markdown, markdown),
+        ("the JUnit report", targets.junit, junit),
+        ("the HTML report", targets.html, html),
+    ]
+    return [(what, path, render) for what, path, render in files if path is not None]
+
+
+def _first_failure(failed: Sequence[GateError]) -> GateError:
+    """The first failed write, noting how many others failed too."""
+    first = failed[0]
+    if len(failed) == 1:
+        return first
+    more = f"; {len(failed) - 1} other report(s) not written either"
+    return type(first)(first.message + more, first.hint)

@@ -2,11 +2,13 @@
 
 Shape (``schema_version`` 1)::
 
-    {"schema_version": 1, "kind": "results", "verdict": "pass|warn|block",
+    {"schema_version": 1, "kind": "results", "verdict": "pass|warn|block|not_exercised",
      "headline": "APPROVED", "exit_code": 0,
      "baseline": {provenance of the first ref}, "baselines": {ref: {...}},
      "candidate": {provenance}, "environment": {...}, "notes": [...],
      "unmeasured": [{"name", "against"}], "unbounded": [name, ...],
+     "version_drift": [{"package", "baseline", "candidate", "against"}],
+     "not_exercised": ["<tier> NOT EXERCISED: <why>; <fix>", ...],
      "metrics": [{"name", "tier", "slice", "value", "baseline_value", "delta",
                   "relative_delta", "ci", "n", "higher_is_better", "severity",
                   "threshold", "breakdown", "against", "reason", "unit",
@@ -15,7 +17,11 @@ Shape (``schema_version`` 1)::
 One ``metrics`` entry per verdict (a metric, or one slice of it, against one
 ref). ``unmeasured``: metrics a baseline holds, of the tiers that ran, that the
 run did not measure (each a warning; ``--strict`` blocks); ``unbounded``:
-measured metrics ``thresholds.toml`` sets no bound for (reported, not gated). :func:`results_from_json` reads the file back into verdicts so that the
+measured metrics ``thresholds.toml`` sets no bound for (reported, not gated);
+``version_drift``: torch, transformers, a kernel package or the serving engine
+at another version on the candidate's side than baseline ``against`` was
+measured with (each a warning; ``--strict`` blocks; :mod:`gate.gating.versions`).
+:func:`results_from_json` reads the file back into verdicts so that the
 markdown/HTML/GitHub reports can be produced from a finished run.
 """
 
@@ -28,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
-from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictThreshold
+from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictThreshold, VersionDrift
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json, read_json
 from gate.store.schema import check_schema_version
+from gate.store.writable import writing
 
 SCHEMA_VERSION = 1
 KIND = "results"
@@ -151,13 +158,16 @@ def build_results(
         "notes": list(notes),
         "unmeasured": [item.to_dict() for item in outcome.unmeasured],
         "unbounded": list(unbounded),
+        "version_drift": [item.to_dict() for item in outcome.version_drift],
+        "not_exercised": list(outcome.not_exercised),
         "metrics": [verdict_to_dict(v) for v in outcome.verdicts],
     }
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """Write a results document atomically."""
-    write_atomic(Path(path), dump_json(dict(results)))
+    """Write a results document atomically; a failed write is a one-line UsageError (exit 4)."""
+    with writing("the results JSON", path):
+        write_atomic(Path(path), dump_json(dict(results)))
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,13 @@ class Results:
     candidate: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Packages measured at other versions than a baseline's (absent in older files).
+    version_drift: list[VersionDrift] = field(default_factory=list)
+
+
+def version_drift_from(data: Mapping[str, Any]) -> list[VersionDrift]:
+    """The ``version_drift`` entries of a results document (none in files written before it)."""
+    return [VersionDrift.from_dict(entry) for entry in data.get("version_drift") or []]
 
 
 def results_from_json(path: Path) -> Results:
@@ -192,6 +209,7 @@ def results_from_json(path: Path) -> Results:
             candidate=dict(data.get("candidate") or {}),
             environment=dict(data.get("environment") or {}),
             notes=[str(n) for n in data.get("notes") or []],
+            version_drift=version_drift_from(data),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path} is missing {exc}", "the file is corrupt") from None

@@ -157,6 +157,15 @@ class CandidateResult:
     error: str | None = None
     #: Slice values of each whole metric (``"fidelity.cga" -> {"category:code": 0.9}``).
     breakdowns: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: Tiers on whose requests the compression never acted: their values are not shown.
+    idle_tiers: frozenset[str] = frozenset()
+
+    def cell(self, metric: str, digits: str = ".4g") -> str:
+        """A table cell: the value, ``not exercised``, or ``-`` when not measured."""
+        if metric.partition(".")[0] in self.idle_tiers:
+            return "not exercised"
+        value = self.values.get(metric)
+        return "-" if value is None else format(value, digits)
 
 
 @dataclass(frozen=True)
@@ -182,10 +191,19 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
     whole = [
         v for v in results.verdicts if v.slice is None and v.against in (BASELINE_REF, "baseline")
     ]
-    values = {v.metric: v.value for v in whole}
-    breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown}
+    idle = frozenset(
+        str(line).partition(" NOT EXERCISED")[0] for line in outcome.doc.get("not_exercised") or []
+    )
+    values = {v.metric: v.value for v in whole if v.tier not in idle}
+    breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown and v.tier not in idle}
     return CandidateResult(
-        recipe, code, results.verdict, values, outcome.results, breakdowns=breakdowns
+        recipe,
+        code,
+        results.verdict,
+        values,
+        outcome.results,
+        breakdowns=breakdowns,
+        idle_tiers=idle,
     )
 
 
@@ -219,13 +237,15 @@ def run_demo(
     from gate.session.options import SessionOptions
     from gate.session.plan import check_plan, plan_run
     from gate.session.run_config import CandidateOverrides
+    from gate.store.writable import writing
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
         config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store)
         plan = plan_run(config, CandidateOverrides(), SessionOptions(), ReportTargets())
         check_plan(plan)
         if json_dir is not None:
-            json_dir.mkdir(parents=True, exist_ok=True)
+            with writing("--json-dir", json_dir):
+                json_dir.mkdir(parents=True, exist_ok=True)
         results: list[CandidateResult] = []
 
         def targets_for(candidate: Candidate) -> ReportTargets:
@@ -258,8 +278,10 @@ def run_demo(
 def write_summary(
     path: Path, candidates: Sequence[CandidateResult], code: ExitCode, problem: str | None
 ) -> None:
-    """The panel as JSON (one entry per candidate with its headline values)."""
+    """The panel as JSON (one entry per candidate with its headline values); a failed write
+    is a one-line UsageError (exit 4)."""
     from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
 
     data = {
         "kind": "gate-demo",
@@ -277,7 +299,8 @@ def write_summary(
             for c in candidates
         ],
     }
-    write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+    with writing("--json-dir", path):
+        write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
 def summary_table(candidates: Sequence[CandidateResult]) -> Any:
@@ -292,10 +315,16 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
     for _, label in shown:
         table.add_column(label, justify="right")
     table.add_column("verdict")
-    styles = {"pass": "green", "warn": "yellow", "block": "bold red", "error": "bold magenta"}
+    styles = {
+        "pass": "green",
+        "warn": "yellow",
+        "block": "bold red",
+        "not_exercised": "bold magenta",
+        "error": "bold magenta",
+    }
     for c in candidates:
-        cells = [f"{c.values[name]:.4g}" if name in c.values else "-" for name, _ in shown]
-        word = c.verdict.upper() if c.error is None else f"ERROR: {c.error}"
+        cells = [c.cell(name) for name, _ in shown]
+        word = c.verdict.replace("_", " ").upper() if c.error is None else f"ERROR: {c.error}"
         table.add_row(c.recipe, *cells, f"[{styles.get(c.verdict, '')}]{word}[/]")
     return table
 

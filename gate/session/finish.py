@@ -15,10 +15,16 @@ plugin). Rules:
   thresholds that bound none of the measured metrics (exit 4), compares,
   decides (``--gate-strict`` makes warnings block) and writes the reports
   asked for (JSON, HTML, JUnit, markdown; GitHub annotations under Actions);
+  a report file that cannot be written ends the run with exit 4 (one line
+  naming it) after the report is printed, so nothing measured is lost;
 * a baseline metric of a tier that ran but was not measured is listed in the
   report and the results JSON (``unmeasured``) and counts as a warning (so
   ``--strict`` blocks, exit 1); measured metrics without a bound are listed
-  too (``unbounded``).
+  too (``unbounded``);
+* torch, transformers, a kernel package or the serving engine at another
+  version than a baseline was measured with is a warning named in the notes
+  and the results JSON (``version_drift``, :mod:`gate.gating.versions`;
+  ``--strict`` blocks); a baseline without a version record is a note.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import ExitCode
+from gate.errors import ExitCode, GateError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from gate.gating.verdict import Unmeasured
     from gate.measurement import Measurement
+    from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
 
@@ -126,10 +133,11 @@ def _compare(
     from gate.gating.compare import compare_many, unmeasured
     from gate.gating.thresholds import require_a_bound, unbounded_metrics
     from gate.gating.verdict import decide
+    from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
     from gate.report.console import render
-    from gate.report.outputs import write_reports
     from gate.report.results_json import build_results
     from gate.store.baseline import check_compatible
+    from gate.tiers.exercised import not_exercised, reason
     from gate.tiers.exercised import notes as exercised_notes
 
     if not measured:
@@ -143,18 +151,28 @@ def _compare(
     stored = {ref: list(b.measurements.values()) for ref, b in run.baselines.items()}
     verdicts = compare_many(measured, stored, inputs.thresholds)
     missing = unmeasured(measured, stored, tiers)
-    outcome = decide(verdicts, strict=inputs.options.strict, unmeasured=missing)
+    versions = check_refs(
+        {ref: measured_with(b.environment, b.provenance) for ref, b in run.baselines.items()},
+        measured_with(env, candidate),
+    )
+    strict = inputs.options.strict
+    idle = [reason(tier, e) for tier, e in not_exercised(measured).items()]
+    outcome = decide(
+        verdicts,
+        strict=strict,
+        unmeasured=missing,
+        version_drift=drift_of(versions),
+        not_exercised=idle,
+    )
     code = int(outcome.exit_code) if problem is None else problem
     unbounded = unbounded_metrics(inputs.thresholds, names)
     notes = [line.removeprefix("gate: ") for line in lines]
-    notes += coverage_notes(missing, unbounded, inputs.thresholds.source, inputs.options.strict)
+    notes += coverage_notes(missing, unbounded, inputs.thresholds.source, strict)
+    notes += version_notes(versions, strict=strict)
     notes += exercised_notes(measured)
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()
     )
-
-    def show(console: Console) -> None:
-        render(outcome, console, exit_code=code, title=title, notes=notes)
 
     results = build_results(
         outcome,
@@ -166,8 +184,32 @@ def _compare(
         unbounded=unbounded,
     )
     buffer = io.StringIO()
-    write_reports(results, inputs.options.reports, stream=buffer)
-    return SessionEnd(code, [], show, buffer.getvalue())
+    failure = _write_reports(results, inputs.options.reports, buffer)
+    end: list[str] = []
+    if failure is not None:  # the measurements are still shown; the run ends with the error
+        end.append(f"gate: error: {failure.format_line()}")
+        if code in (ExitCode.OK, ExitCode.BLOCKED):  # an input error outranks a verdict
+            code = int(failure.exit_code)
+    shown = code
+
+    def show(console: Console) -> None:
+        render(outcome, console, exit_code=shown, title=title, notes=notes)
+
+    return SessionEnd(code, end, show, buffer.getvalue())
+
+
+def _write_reports(
+    results: dict[str, Any], reports: ReportTargets, stream: io.StringIO
+) -> GateError | None:
+    """Write the report files; a failed write is returned (one-line error), not raised, so that
+    what was measured is still printed."""
+    from gate.report.outputs import write_reports
+
+    try:
+        write_reports(results, reports, stream=stream)
+    except GateError as exc:
+        return exc
+    return None
 
 
 def coverage_notes(

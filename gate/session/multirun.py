@@ -45,6 +45,7 @@ from gate.report.outputs import ReportTargets
 from gate.session.plan import RunPlan
 from gate.session.run_config import Candidate
 from gate.store.atomic import write_atomic
+from gate.store.writable import writing
 
 #: Exit codes from least to most severe: an error that stopped a candidate from
 #: being judged outranks a regression, and an interrupt ends the whole run.
@@ -285,7 +286,8 @@ def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
     console.print(f"gate: worst exit code {int(worst)} over {len(outcomes)} candidate(s)")
     _judge_round_robin(plan, outcomes, console)
     if plan.several and plan.targets.markdown is not None:
-        write_atomic(plan.targets.markdown, summary_markdown(outcomes, worst).encode())
+        with writing("the combined markdown report", plan.targets.markdown):
+            write_atomic(plan.targets.markdown, summary_markdown(outcomes, worst).encode())
     return worst
 
 

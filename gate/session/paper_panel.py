@@ -117,15 +117,16 @@ def table(results: Sequence[CandidateResult]) -> Any:
     for name in ("mean KL", "ppl", "MCQ acc", "flips"):
         out.add_column(name, justify="right")
     out.add_column("verdict", no_wrap=True)
-    for r in rows:
-        cells = [r["method"], r["family"], _fmt(r["cga"])]
-        cells += [_fmt(r["cga_by_length"].get(n)) for n in lengths]
+    for result, r in zip(results, rows, strict=True):
+        idle = "not exercised" if "fidelity" in result.idle_tiers else None
+        cells = [r["method"], r["family"], idle or _fmt(r["cga"])]
+        cells += [idle or _fmt(r["cga_by_length"].get(n)) for n in lengths]
         cells += [
-            _fmt(r["kl_mean"], ".4f"),
-            _fmt(r["perplexity"], ".2f"),
-            _fmt(r["mcq_accuracy"]),
-            _fmt(r["mcq_flips"]),
-            str(r["verdict"]).upper(),
+            idle or _fmt(r["kl_mean"], ".4f"),
+            result.cell("accuracy.perplexity", ".2f"),
+            result.cell("accuracy.mcq_acc", ".3f"),
+            result.cell("accuracy.flips", ".3f"),
+            str(r["verdict"]).replace("_", " ").upper(),
         ]
         out.add_row(*cells)
     return out

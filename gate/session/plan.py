@@ -7,7 +7,8 @@ the options their sessions share and the report files asked for.
 candidate, without loading a model or importing a model library — the run
 config, ``thresholds.toml``, every tier's settings, the recipes, the baseline
 refs in the store, the calibration texts, the tiers' suites and that every
-report file can be written — and returns what each session will use.
+report file, the latency history and a server log can be written — and
+returns what each session will use.
 ``gate run`` runs it before the first session starts (so a typo fails in a
 second with exit 4, not after an hour of measuring); ``gate run --dry-run``
 stops after it and prints :func:`describe_plan`.
@@ -15,15 +16,16 @@ stops after it and prints :func:`describe_plan`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.errors import GateError, UsageError
+from gate.errors import GateError
 from gate.session.options import DEFAULT_STORE, SessionOptions
+from gate.store.writable import check_writable, check_writable_dir
 
 if TYPE_CHECKING:
+    from gate.models.engine import EngineSpec
     from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
     from gate.session.run_config import Candidate, CandidateOverrides
@@ -170,7 +172,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
         targets = plan.targets_for(candidate)
         options = plan.options_for(candidate, targets)
         inputs = prepare_session("run", candidate.model, options)
-        session_engines(options)  # engine options: validated, nothing started or contacted
+        engines = session_engines(options)  # validated, nothing started or contacted
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
@@ -185,49 +187,41 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
             what=f"candidate {candidate.name!r} ({', '.join(tiers)})",
         )
         check_targets(targets)
+        check_side_outputs(options, inputs, tiers, serves=_serves(engines.candidate))
         checked.append(CheckedCandidate(candidate, inputs, tiers, targets))
     return checked
 
 
-def check_targets(targets: ReportTargets) -> None:
-    """Every report file of ``targets`` can be written (else UsageError, exit 4)."""
-    for what, path in (
-        ("--json", targets.json),
-        ("--html", targets.html),
-        ("--junit", targets.junit),
-        ("--markdown", targets.markdown),
+def check_targets(targets: ReportTargets, prefix: str = "--") -> None:
+    """Every report file of ``targets`` can be written (else UsageError, exit 4).
+
+    ``prefix`` makes the option names of messages (``--json``; the plugin's ``--gate-json``).
+    """
+    for name, path in (
+        ("json", targets.json),
+        ("html", targets.html),
+        ("junit", targets.junit),
+        ("markdown", targets.markdown),
     ):
         if path is not None:
-            check_writable(path, what)
+            check_writable(path, prefix + name)
 
 
-def check_writable(path: Path, what: str) -> None:
-    """``path`` can be created or replaced: not a directory, and its nearest existing
-    ancestor is a writable directory (missing directories are created when written)."""
-    if path.is_dir():
-        raise UsageError(f"{what} {path} is a directory", "name a file to write the report to")
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UsageError(
-            f"{what} {path}: {ancestor} is not a directory", "name a path under a directory"
-        )
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"{what} {path}: directory {ancestor} is not writable", "name a writable location"
-        )
+def _serves(engine: EngineSpec | None) -> bool:
+    """Whether the gate starts ``engine`` (``--serve``), and so writes its log."""
+    return engine is not None and engine.serve is not None
 
 
-def check_writable_dir(path: Path, what: str) -> None:
-    """``path`` is a writable directory or can be created as one (else UsageError, exit 4)."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{what} {path} is not a directory", "name a directory for the reports")
-    if path.is_dir():
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"{what} {path} is not writable", "name a writable directory")
-        return
-    check_writable(path, what)
+def check_side_outputs(
+    options: SessionOptions, inputs: SessionInputs, tiers: tuple[str, ...], *, serves: bool
+) -> None:
+    """The other files a session writes can be written: the latency history directory
+    (when the latency tier runs) and a ``--server-log`` (when an engine is started)."""
+    history = inputs.tier_settings.get("latency", {}).get("history_dir")
+    if "latency" in tiers and history:
+        check_writable_dir(Path(history), "--history")
+    if serves and options.server_log is not None:
+        check_writable(Path(options.server_log), "--server-log")
 
 
 def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
@@ -266,6 +260,7 @@ __all__ = [
     "RunPlan",
     "candidate_targets",
     "check_plan",
+    "check_side_outputs",
     "check_targets",
     "check_writable",
     "check_writable_dir",

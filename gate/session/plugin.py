@@ -221,12 +221,14 @@ class GatePlugin:
     def _build_state(self) -> GateState:
         from gate.session.engine import server_log_path, session_engines
         from gate.session.inputs import prepare_session
+        from gate.session.plan import check_targets
         from gate.session.run import GateRun
 
         opt = self.config.option
         model: str = opt.gate_model
         inputs = prepare_session(opt.gate_mode, model, SessionOptions.from_pytest(opt))
         options = inputs.options
+        check_targets(options.reports, prefix="--gate-")  # before any tier test measures
         engines = session_engines(options)
         load = self._backend_loader(options)
         factory: Callable[[], Backend] = _once(lambda: load(model, options.recipe))
@@ -273,6 +275,12 @@ class GatePlugin:
                 report.longrepr = f"{type(error).__name__}: {error.format_line()}"
                 setattr(report, GATE_ERROR_ATTR, True)
         return report
+
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        """Each tier test starts a new reading of what the compression did."""
+        state = self.state
+        if state is not None:
+            state.run.begin_test()
 
     def pytest_report_teststatus(
         self, report: pytest.TestReport, config: pytest.Config

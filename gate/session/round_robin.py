@@ -178,9 +178,11 @@ def report_round_robin(
 
 
 def write_round_robin(path: Path, rr: RoundRobin) -> None:
-    """Write the round robin as JSON (atomically)."""
+    """Write the round robin as JSON (atomically); a failed write is a one-line UsageError."""
     import json
 
     from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
 
-    write_atomic(path, (json.dumps(rr.to_dict(), indent=2) + "\n").encode())
+    with writing("the round-robin JSON", path):
+        write_atomic(path, (json.dumps(rr.to_dict(), indent=2) + "\n").encode())

@@ -9,7 +9,10 @@ Tier suites receive it through the session fixture ``gate_run``
   the baseline's recorded settings, ``[tiers.<tier>]`` of ``thresholds.toml``,
   of the run config, and flags, layered and validated before the session
   started (:mod:`gate.session.settings`);
-* ``record(measurement)`` — add a validated :class:`~gate.measurement.Measurement`;
+* ``record(measurement)`` — add a validated :class:`~gate.measurement.Measurement`,
+  stamped with how much the candidate's compression acted during the test
+  that measured it (:mod:`gate.tiers.exercised`; the plugin calls
+  ``begin_test`` before each tier test);
 * ``attach(name, path)`` — a file to store beside the new baseline (record mode);
 * ``baseline_artifact(name)`` — that file, hash-checked, from the baseline
   being compared with (run mode).
@@ -29,8 +32,10 @@ from gate import progress
 from gate.errors import BaselineError, DataError, UsageError
 from gate.measurement import Measurement
 from gate.metrics.registry import get_metric
+from gate.models.activity import activity_of
 from gate.models.backends.base import Backend
 from gate.store.baseline import ARTIFACT_RE, Baseline
+from gate.tiers import exercised
 
 if TYPE_CHECKING:
     from gate.tiers.accuracy import AccuracySettings
@@ -66,6 +71,8 @@ class GateRun:
     #: The baseline build's own engine for the paired latency mode (``None``: load it).
     paired_build: Callable[[], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
+    #: The build's activity reading at the start of the current tier test.
+    _activity_at_start: tuple[int, int, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -122,8 +129,20 @@ class GateRun:
 
         return build_settings(tier, self.tier_settings.get(tier, {}))
 
+    def begin_test(self) -> None:
+        """Take the build's activity reading at the start of a tier test (see :meth:`record`)."""
+        activity = activity_of(self._backend) if self._backend is not None else None
+        self._activity_at_start = activity.reading() if activity is not None else None
+
     def record(self, measurement: Measurement) -> None:
-        """Record a measurement; unknown metric, NaN or a second value of one metric -> error."""
+        """Record a measurement; unknown metric, NaN or a second value of one metric -> error.
+
+        The measurement is stamped with what the build's compression did since
+        the test began (unless its tier stamped it already).
+        """
+        if self._backend is not None:
+            before = self._activity_at_start
+            measurement = exercised.attach([measurement], self._backend, before)[0]
         get_metric(measurement.name)
         measurement.validate()
         if measurement.name in self.measurements:

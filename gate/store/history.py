@@ -24,6 +24,7 @@ from typing import Any
 
 from gate.hw.fingerprint import Fingerprint
 from gate.measurement import Measurement
+from gate.store.writable import writing
 
 SCHEMA = 1
 
@@ -64,7 +65,10 @@ def append(
     label: str = "",
     time: datetime | None = None,
 ) -> Path:
-    """Append one record of ``measurements`` to the fingerprint's history; its path."""
+    """Append one record of ``measurements`` to the fingerprint's history; its path.
+
+    A failed write is a one-line :class:`~gate.errors.UsageError` (exit 4) naming the file.
+    """
     record = HistoryRecord(
         time=time or datetime.now(timezone.utc),
         label=label,
@@ -72,8 +76,14 @@ def append(
         metrics={m.name: float(m.value) for m in measurements},
     )
     path = history_path(directory, fingerprint.hash)
+    with writing("the latency history", path):
+        _append_line(path, record.to_json(fingerprint) + "\n")
+    return path
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append ``line`` to ``path`` (created with its directory), flushed to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = record.to_json(fingerprint) + "\n"
     with open(path, "ab") as fh:
         # a previous writer killed mid-line left no newline: start on a fresh line
         if fh.tell() > 0:
@@ -84,7 +94,6 @@ def append(
         fh.write(line.encode())
         fh.flush()
         os.fsync(fh.fileno())
-    return path
 
 
 def _parse(line: str) -> HistoryRecord:

@@ -1,72 +1,128 @@
-"""Metrics that say what they saw: did the candidate's cache method touch the scored requests?
+"""Metrics that say what they measured: did the candidate's compression act on the tier's requests?
 
-A KV-cache method acts on the cache a generation builds; a score request it
-never touched (a one-token continuation, a StreamingLLM budget larger than
-prompt + continuation) measures the uncompressed model. A backend that runs
-such a method keeps an ``exercise_log`` (requests scored, requests exercised:
-:class:`gate.models.backends.chunked.ExerciseLog`). A tier reads the log
-around its scoring (:func:`counts`) and attaches the difference to its
-measurements' details (:func:`attach`, key
-:attr:`~gate.measurement.MeasurementDetail.COMPRESSION_EXERCISED`);
-:func:`notes` turns every measurement whose requests the method never touched
-into a report note, so such a value is never a silent pass.
+Every compressed build counts what its recipe changed
+(:class:`gate.models.activity.Activity`, ``backend.activity``): modules
+quantized or pruned at load, attention calls replaced, KV pairs evicted per
+request. A tier reads that count around its work (:func:`counts`, then
+:func:`attach`, key :attr:`~gate.measurement.MeasurementDetail.COMPRESSION_EXERCISED`;
+the session does it for every measurement a tier test records), so each
+measurement carries the :class:`~gate.models.activity.Exercise` of its tier.
+
+From those, for each tier (:func:`tier_exercise`):
+
+* share 0 — **NOT EXERCISED**: the compression acted on none of the tier's
+  requests, its numbers measure the uncompressed model; the run is never
+  approved on them (exit 5, :func:`not_exercised`);
+* 0 < share < 1 — partly exercised: the report says which share (:func:`notes`);
+  the metrics are computed on all of the tier's requests.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gate.measurement import Measurement, MeasurementDetail
+from gate.models.activity import Counting, Exercise, activity_of
 
 KEY = MeasurementDetail.COMPRESSION_EXERCISED
 
 
-def counts(backend: Any) -> tuple[int, int] | None:
-    """``(requests, exercised)`` of the backend's exercise log; None without a cache method."""
-    log = getattr(backend, "exercise_log", None)
-    if log is None:
-        return None
-    return int(log.requests), int(log.exercised)
+def counts(backend: Any) -> tuple[int, int, int] | None:
+    """The build's activity reading now; ``None`` for a build with nothing to prove."""
+    activity = activity_of(backend)
+    return activity.reading() if activity is not None else None
 
 
 def attach(
-    measurements: Sequence[Measurement], backend: Any, before: tuple[int, int] | None
+    measurements: Sequence[Measurement], backend: Any, before: tuple[int, int, int] | None
 ) -> list[Measurement]:
-    """``measurements`` with the requests scored since ``before`` and how many were exercised."""
-    after = counts(backend)
-    if after is None or before is None:
-        return list(measurements)
-    entry = {
-        "method": str(getattr(backend, "label", "")),
-        "requests": after[0] - before[0],
-        "exercised": after[1] - before[1],
-    }
-    return [dataclasses.replace(m, details={**m.details, KEY: entry}) for m in measurements]
+    """``measurements`` stamped with what the compression did since ``before``.
 
-
-def notes(measurements: Sequence[Measurement]) -> list[str]:
-    """One note per tier whose measurements were scored only on requests the method never touched.
-
-    ``fidelity.cga, fidelity.kl_mean ... were scored on 16 request(s) that
-    kv-streaming:sinks=4,window=256 never compressed ...``: the metrics are
-    named (tier by tier), so the report says which values do not measure the method.
+    A measurement stamped already keeps its stamp (the tier's own reading is
+    the narrower one); a build without an activity changes nothing.
     """
-    untouched: dict[tuple[str, str, int], list[str]] = {}
-    for m in measurements:
-        entry = m.details.get(KEY)
-        if isinstance(entry, dict) and entry.get("requests") and not entry.get("exercised"):
-            tier = m.name.partition(".")[0]
-            untouched.setdefault((tier, str(entry["method"]), int(entry["requests"])), []).append(
-                m.name
-            )
+    activity = activity_of(backend)
+    if activity is None:
+        return list(measurements)
+    entry = activity.since(before).to_dict()
     return [
-        f"{', '.join(names)}: scored on {requests} request(s) that {method} never compressed"
-        " (its cache held every pair), so these values do not measure the method;"
-        " give longer prompts or a smaller budget"
-        for (_, method, requests), names in untouched.items()
+        m if KEY in m.details else dataclasses.replace(m, details={**m.details, KEY: entry})
+        for m in measurements
     ]
 
 
-__all__ = ["KEY", "attach", "counts", "notes"]
+def exercise_of(measurement: Measurement) -> Exercise | None:
+    """The stamp of one measurement, if any."""
+    entry = measurement.details.get(KEY)
+    return Exercise.from_dict(entry) if isinstance(entry, Mapping) else None
+
+
+def tier_exercise(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
+    """Per tier, its requests and how many were exercised, over its distinct tests.
+
+    Measurements of one test share one stamp; the tier's is their sum (for
+    at-load and per-call counting: the largest count, as every test ran the
+    same changed model).
+    """
+    stamps: dict[str, dict[tuple[Any, ...], Exercise]] = {}
+    for m in measurements:
+        found = exercise_of(m)
+        if found is not None:
+            tier = m.name.partition(".")[0]
+            stamps.setdefault(tier, {})[tuple(sorted(found.to_dict().items()))] = found
+    out: dict[str, Exercise] = {}
+    for tier, distinct in stamps.items():
+        parts = list(distinct.values())
+        first = parts[0]
+        per_request = first.counting == Counting.PER_REQUEST.value
+        out[tier] = dataclasses.replace(
+            first,
+            acted=sum(p.acted for p in parts) if per_request else max(p.acted for p in parts),
+            requests=sum(p.requests for p in parts),
+            exercised=sum(p.exercised for p in parts),
+        )
+    return out
+
+
+def not_exercised(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
+    """The tiers on whose requests the compression never acted (NOT EXERCISED)."""
+    return {tier: e for tier, e in tier_exercise(measurements).items() if e.none}
+
+
+def reason(tier: str, exercise: Exercise) -> str:
+    """One line: why ``tier`` is NOT EXERCISED and what to do."""
+    if exercise.counting == Counting.PER_REQUEST.value:
+        what = f"{exercise.recipe} acted on none of the {exercise.requests} request(s)"
+        fix = "give longer prompts or a smaller budget"
+    elif exercise.counting == Counting.PER_CALL.value:
+        what = f"{exercise.recipe} replaced none of the tier's attention calls"
+        fix = "check that the model selects attention through transformers' interface"
+    else:
+        what = f"{exercise.recipe} changed no module of the loaded model ({exercise.unit}: 0)"
+        fix = "check that the quantization kernels are installed and the recipe applies"
+    return f"{tier} NOT EXERCISED: {what}; {fix}"
+
+
+def notes(measurements: Sequence[Measurement]) -> list[str]:
+    """Report notes: tiers NOT EXERCISED, and partly exercised ones with their share."""
+    out: list[str] = []
+    for tier, e in tier_exercise(measurements).items():
+        if e.none:
+            out.append(reason(tier, e))
+        elif e.counting == Counting.PER_REQUEST.value and e.exercised < e.requests:
+            out.append(f"{tier}: {e.describe()}; its metrics include the requests it never touched")
+    return out
+
+
+__all__ = [
+    "KEY",
+    "attach",
+    "counts",
+    "exercise_of",
+    "not_exercised",
+    "notes",
+    "reason",
+    "tier_exercise",
+]

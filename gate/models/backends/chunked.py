@@ -38,22 +38,25 @@ of its scored rows was computed while the cache was compressed: a press had
 evicted pairs (held < seen) or the quantized cache held quantized pairs. A
 continuation of one token never does (row 0 comes from the uncompressed
 prompt), nor does a StreamingLLM whose budget exceeds prompt + continuation.
-:class:`CacheBackend` counts requests and exercised requests
-(:class:`ExerciseLog`); the tiers put the counts into their measurements'
-details, so a metric computed on requests the method never touched says so.
+:class:`CacheBackend` counts, in its :class:`~gate.models.activity.Activity`,
+every request scored or generated, whether the method acted on it (for a
+generation: whether its cache ended compressed), and the key/value pairs the
+method evicted or quantized (:func:`~gate.models.compress.kvcache.acted_pairs`);
+the session puts each tier's share into its measurements, and a tier the method
+never touched is NOT EXERCISED (:mod:`gate.tiers.exercised`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from gate.errors import DataError
+from gate.models.activity import Activity, Counting, Footprint
 from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
@@ -66,21 +69,10 @@ from gate.models.compress.kvcache import (
     CacheMethod,
     PressCache,
     PressLayer,
+    acted_pairs,
+    cache_argument,
     cache_bytes,
 )
-
-
-@dataclass
-class ExerciseLog:
-    """Requests scored through a cache method, and how many of them the method touched."""
-
-    requests: int = 0
-    exercised: int = 0
-
-    def add(self, exercised: bool) -> None:
-        """Count one scored request."""
-        self.requests += 1
-        self.exercised += int(exercised)
 
 
 def compressed(cache: Any) -> bool:
@@ -129,7 +121,7 @@ def _forward(
     extra = {"logits_to_keep": 1} if last_only else {}
     out = model(
         input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device),
-        past_key_values=cache,
+        **cache_argument(model, cache),
         use_cache=True,
         **extra,
     )
@@ -143,12 +135,12 @@ def cache_logprobs(
     request: ScoreRequest,
     *,
     chunk_size: int | None = None,
-    log: ExerciseLog | None = None,
+    activity: Activity | None = None,
 ) -> torch.Tensor:
     """``[T, V]`` float32 log-probs of ``request.continuation`` through ``method``'s cache.
 
-    ``log`` counts the request, as exercised when a chunk was fed to a
-    compressed cache (see the module doc).
+    ``activity`` counts the request, as exercised when a chunk was fed to a
+    compressed cache, and the pairs the method changed (see the module doc).
     """
     require_contexts([request])
     steps = len(request.continuation)
@@ -167,8 +159,9 @@ def cache_logprobs(
             rows.append(
                 _forward(model, feed[start : start + chunk], cache, device, last_only=False)
             )
-    if log is not None:
-        log.add(exercised)
+    if activity is not None:
+        activity.count(acted_pairs(cache))
+        activity.request(exercised)
     logits = torch.cat(rows, dim=0)[:steps]
     return logits.float().log_softmax(dim=-1).cpu()
 
@@ -181,13 +174,13 @@ def score_through_cache(
     top_k: int = 32,
     full: bool = False,
     chunk_size: int | None = None,
-    log: ExerciseLog | None = None,
+    activity: Activity | None = None,
 ) -> list[TokenScores]:
     """Teacher-forced scores of each request through ``method``'s cache (see the module doc)."""
     method.check(model)
     return [
         token_scores(
-            cache_logprobs(model, method, r, chunk_size=chunk_size, log=log),
+            cache_logprobs(model, method, r, chunk_size=chunk_size, activity=activity),
             r.continuation,
             top_k,
             full,
@@ -204,8 +197,12 @@ def generate_through_cache(
     *,
     max_new_tokens: int,
     eos_ids: Sequence[int] = (),
+    activity: Activity | None = None,
 ) -> list[int]:
-    """Greedy continuation of ``prompt`` with ``method``'s cache (transformers' ``generate``)."""
+    """Greedy continuation of ``prompt`` with ``method``'s cache (transformers' ``generate``).
+
+    ``activity`` counts the request, as exercised when the cache ended compressed.
+    """
     from transformers import GenerationConfig
 
     method.check(model)
@@ -220,13 +217,17 @@ def generate_through_cache(
         eos_token_id=list(eos_ids) or None,
         pad_token_id=(list(eos_ids) or [0])[0],
     )
+    cache = method.new_cache(model)
     with method.active(model):
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            past_key_values=method.new_cache(model),
+            **cache_argument(model, cache),
             generation_config=config,
         )
+    if activity is not None:
+        activity.count(acted_pairs(cache))
+        activity.request(compressed(cache))
     new = [int(t) for t in out[0, ids.shape[1] :].tolist()]
     for i, token in enumerate(new):
         if token in eos_ids:
@@ -253,6 +254,7 @@ def timed_through_cache(
     new_tokens: int,
     clock: StepClock,
     recipe: str,
+    activity: Activity | None = None,
 ) -> TimedGeneration:
     """Exactly ``new_tokens`` greedy tokens for ``batch_size`` copies of ``prompt`` through the cache.
 
@@ -293,10 +295,13 @@ def timed_through_cache(
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            past_key_values=cache,
+            **cache_argument(model, cache),
             generation_config=config,
             stopping_criteria=StoppingCriteriaList([_MarkEachStep()]),
         )
+    if activity is not None:
+        activity.count(acted_pairs(cache))
+        activity.request(compressed(cache))
     steps = tuple(clock.elapsed())
     generated = int(out.shape[1] - ids.shape[1])
     held = cache_bytes(cache)
@@ -319,6 +324,12 @@ def timed_through_cache(
     )
 
 
+def cache_activity(label: str, method: CacheMethod) -> Activity:
+    """A fresh per-request :class:`Activity` of a press or a quantized cache."""
+    unit = "KV pairs quantized" if method.bits is not None else "KV pairs evicted"
+    return Activity(label, Footprint(unit, Counting.PER_REQUEST))
+
+
 class CacheBackend:
     """A backend whose scoring and greedy generation run through a KV-cache method.
 
@@ -329,8 +340,8 @@ class CacheBackend:
     identity are the inner backend's, with the method's description added to
     the provenance. With the identity method (an attention recipe scored one
     call at a time) generation is the inner backend's, which runs the same
-    computation batched. ``exercise_log`` counts the requests scored and the
-    ones the method touched.
+    computation batched. ``activity`` counts the requests and the ones the
+    method touched (the inner backend's own for the identity method).
     """
 
     def __init__(
@@ -347,7 +358,9 @@ class CacheBackend:
         self.label = label
         self.chunk_size = chunk_size
         self.name = inner.name if label in inner.name else f"{inner.name}[{label}]"
-        self.exercise_log = ExerciseLog()
+        self.activity: Activity | None = (
+            getattr(inner, "activity", None) if self.identity else cache_activity(label, method)
+        )
         #: The KV-cache figures of the last timed generation (read by the latency tier).
         self.last_kv_cache: dict[str, Any] | None = None
         method.check(self.model)
@@ -410,6 +423,7 @@ class CacheBackend:
                 p,
                 max_new_tokens=max_new_tokens,
                 eos_ids=self.inner.eos_ids,
+                activity=self.activity,
             )
             for p in prompts
         ]
@@ -430,7 +444,7 @@ class CacheBackend:
             top_k=top_k,
             full=full,
             chunk_size=self.chunk_size,
-            log=None if self.identity else self.exercise_log,
+            activity=None if self.identity else self.activity,
         )
 
     def generate_timed(
@@ -450,6 +464,7 @@ class CacheBackend:
             new_tokens=new_tokens,
             clock=clock,
             recipe=self.label,
+            activity=self.activity,
         )
         self.last_kv_cache = {k: v for k, v in timed.details.items() if k.startswith("kv_")}
         return timed
@@ -465,7 +480,7 @@ class CacheBackend:
 
 __all__ = [
     "CacheBackend",
-    "ExerciseLog",
+    "cache_activity",
     "cache_logprobs",
     "compressed",
     "exact_chunk_size",

@@ -38,6 +38,7 @@ import torch
 
 from gate.errors import DataError
 from gate.measurement import TimedGeneration
+from gate.models.activity import Activity
 from gate.models.backends import tokens
 from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
 from gate.models.compress.delay import HANDLE_ATTR
@@ -80,6 +81,9 @@ class HFBackend(tokens.TokenizerMethods):
         #: Tensors the checkpoint lacked / had unused / had in another shape, when the
         #: loader was told to allow that (None: the weights matched the config).
         self.incomplete_weights = dict(incomplete_weights) if incomplete_weights else None
+        #: What the recipe changed, counted while the build runs (set by the loader after
+        #: the warm-up, so only the gate's own requests count; None: nothing to prove).
+        self.activity: Activity | None = None
         recipe_text = format_recipe(recipe)
         self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"
         self.device = model.get_input_embeddings().weight.device

@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gate.errors import ConfigError, GateError, ModelLoadError
+from gate.models.activity import Activity, Counting
 from gate.models.backends.hf import HFBackend
-from gate.models.compress import apply_recipe, load_kwargs
+from gate.models.compress import CHECKPOINT, apply_recipe, load_kwargs, quantized_checkpoint_layers
 from gate.models.precheck import checkpoint_dir, require_quanto
 from gate.models.recipes import Recipe, get_recipe, parse_recipe
 from gate.models.spec import ModelSpec
@@ -444,11 +445,14 @@ def load_backend(
     if definition.needs_calibration and calibration:
         tokens = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in calibration]
     with torch.no_grad():
-        apply_recipe(model, recipe, tokens)
+        activity = apply_recipe(model, recipe, tokens)
+    if activity is None and method is not None:  # a pre-quantized checkpoint given as the model
+        activity = Activity(f"checkpoint:{method}", CHECKPOINT)
+        activity.count(quantized_checkpoint_layers(model))
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
-    return HFBackend(
+    backend = HFBackend(
         model,
         tokenizer,
         spec=spec,
@@ -457,6 +461,12 @@ def load_backend(
         quant_method=method,
         incomplete_weights=None if weights.complete else weights.to_dict(),
     )
+    if activity is not None and activity.footprint.counting is Counting.PER_CALL:
+        from gate.models.compress.attention import count_calls
+
+        count_calls(model, activity)  # after the warm-up: only the gate's requests count
+    backend.activity = activity
+    return backend
 
 
 def load_tokenizer(spec: ModelSpec) -> tuple[Any, Any, Path | None]:

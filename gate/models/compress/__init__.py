@@ -12,7 +12,17 @@ which a recipe acts, for every catalogued name:
 Checkpoint recipes (``gptq:w4a16`` ...) act before loading (the loader reads
 the checkpoint instead of the base model) and cache recipes (``kv-*``) after
 it (the loader wraps the backend so scoring and generation run through the
-compressed cache): both have no hooks here.
+compressed cache).
+
+**The contract: every recipe proves it acted.** Each entry of :data:`HOOKS`
+declares its :class:`~gate.models.activity.Footprint` (what it counts, and
+when), a required field: a recipe without hooks does not load. ``apply``
+returns the units it finds changed in the model as loaded — modules quantized
+(counted by their classes, not by what was asked for), linear layers pruned
+(holding zeros), layers dropped, quantized layers of a checkpoint — and the
+loader starts the build's :class:`~gate.models.activity.Activity` from it.
+Attention recipes count each replaced call, cache recipes each request
+(:mod:`gate.models.activity`). Only the control (``none``) has no footprint.
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ from typing import Any
 
 from torch import nn
 
-from gate.errors import ConfigError
+from gate.errors import ConfigError, ModelLoadError
+from gate.models.activity import Activity, Counting, Footprint
 from gate.models.compress import bnb, delay, layers, prune, quanto
 from gate.models.recipes import Recipe, example, format_recipe, get_recipe
 
@@ -31,28 +42,67 @@ from gate.models.recipes import Recipe, example, format_recipe, get_recipe
 Calibration = Sequence[Sequence[int]]
 
 LoadKwargs = Callable[[Recipe], dict[str, Any]]
-Apply = Callable[[nn.Module, Recipe, Calibration | None], None]
+#: Changes a loaded model in place and returns the units it finds changed (see the module doc).
+Apply = Callable[[nn.Module, Recipe, Calibration | None], int]
 
 
 def _no_kwargs(recipe: Recipe) -> dict[str, Any]:
     return {}
 
 
-def _no_apply(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
-    return None
+def _nothing(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+    return 0
 
 
 @dataclass(frozen=True)
 class RecipeHooks:
-    """What one recipe does: keyword arguments for loading, and a change after loading."""
+    """What one recipe does and what it counts to prove it (see the module doc).
 
+    ``footprint`` has no default: a recipe must say what it counts. ``None``
+    is reserved for the control, which changes nothing.
+    """
+
+    footprint: Footprint | None
     load_kwargs: LoadKwargs = _no_kwargs
-    apply: Apply = _no_apply
+    apply: Apply = _nothing
+
+
+def modules_of_class(model: nn.Module, *names: str) -> int:
+    """Modules of ``model`` whose class is one of ``names`` (the classes a quantizer installs)."""
+    return sum(type(m).__name__ in names for m in model.modules())
+
+
+def pruned_linears(model: nn.Module) -> int:
+    """Linear layers of the decoder blocks that hold zero weights (a trained dense layer holds none)."""
+    return sum(
+        int(bool((m.weight == 0).any()))
+        for block in layers.decoder_layers(model)
+        for m in block.modules()
+        if isinstance(m, nn.Linear)
+    )
+
+
+def quantized_checkpoint_layers(model: nn.Module) -> int:
+    """Layers of a loaded checkpoint that carry a quantization or sparsity scheme.
+
+    compressed-tensors marks each compressed module with ``quantization_scheme``
+    (packed INT4 weights) or keeps a ``weight_packed`` / ``weight_scale``
+    parameter; a sparse checkpoint stored dense is counted by its zeros.
+    """
+    marked = sum(
+        1
+        for m in model.modules()
+        if getattr(m, "quantization_scheme", None) is not None
+        or hasattr(m, "weight_packed")
+        or hasattr(m, "weight_scale")
+    )
+    return marked or pruned_linears(model)
 
 
 def _quanto(bits: int) -> Apply:
-    def apply(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+    def apply(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
         quanto.quantize_weights(model, bits)
+        return modules_of_class(model, "QLinear")
 
     return apply
 
@@ -64,32 +114,46 @@ def _bnb(mode: bnb.Mode) -> LoadKwargs:
     return load_kwargs
 
 
-def _magnitude(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+def _bnb_layers(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+    return modules_of_class(model, "Linear8bitLt", "Linear4bit")
+
+
+def _magnitude(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
     prune.prune_magnitude(model, _number(recipe))
+    return pruned_linears(model)
 
 
-def _wanda(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+def _wanda(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
     if not calibration:
         raise ConfigError(
             f"recipe {format_recipe(recipe)} needs calibration prompts",
             "pass calibration=[...] to load_backend",
         )
     prune.prune_wanda(model, _number(recipe), calibration)
+    return pruned_linears(model)
 
 
-def _drop(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+def _drop(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+    before = len(layers.decoder_layers(model))
     layers.drop_last_layers(model, int(_number(recipe)))
+    return before - len(layers.decoder_layers(model))
 
 
-def _delay(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+def _delay(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
     delay.add_forward_delay(model, _number(recipe) / 1000.0)
+    return int(hasattr(model, delay.HANDLE_ATTR))
 
 
-def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> None:
+def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
     from gate.models.compress import attention
 
     argument = None if recipe.value is None else format_recipe(recipe).partition(":")[2]
     attention.install(model, attention.parse_method(recipe.name, argument))
+    return 0  # counted per call by the replacement itself
+
+
+def _checkpoint(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+    return quantized_checkpoint_layers(model)
 
 
 def _number(recipe: Recipe) -> float:
@@ -102,41 +166,69 @@ def _number(recipe: Recipe) -> float:
     return float(value)
 
 
+QUANTIZED = Footprint("linear modules quantized", Counting.AT_LOAD)
+PRUNED = Footprint("linear modules pruned", Counting.AT_LOAD)
+CHECKPOINT = Footprint("compressed layers loaded", Counting.AT_LOAD)
+ATTENTION = Footprint("attention calls replaced", Counting.PER_CALL)
+EVICTED = Footprint("KV pairs evicted", Counting.PER_REQUEST)
+
 #: The hooks of every catalogued recipe (tests check the two tables name the same recipes).
 HOOKS: dict[str, RecipeHooks] = {
-    "none": RecipeHooks(),
-    "bnb-int8": RecipeHooks(load_kwargs=_bnb("int8")),
-    "bnb-nf4": RecipeHooks(load_kwargs=_bnb("nf4")),
-    "bnb-fp4": RecipeHooks(load_kwargs=_bnb("fp4")),
-    "quanto-int8": RecipeHooks(apply=_quanto(8)),
-    "quanto-int4": RecipeHooks(apply=_quanto(4)),
-    "quanto-int2": RecipeHooks(apply=_quanto(2)),
-    "prune-magnitude": RecipeHooks(apply=_magnitude),
-    "prune-wanda": RecipeHooks(apply=_wanda),
-    "drop-layers": RecipeHooks(apply=_drop),
-    "delay": RecipeHooks(apply=_delay),
-    "gptq": RecipeHooks(),
-    "awq": RecipeHooks(),
-    "sparsegpt": RecipeHooks(),
-    "attn-fp8": RecipeHooks(apply=_attention),
-    "attn-sage": RecipeHooks(apply=_attention),
-    "attn-topk": RecipeHooks(apply=_attention),
-    "kv-snapkv": RecipeHooks(),
-    "kv-h2o": RecipeHooks(),
-    "kv-streaming": RecipeHooks(),
-    "kv-quant": RecipeHooks(),
+    "none": RecipeHooks(None),
+    "bnb-int8": RecipeHooks(QUANTIZED, load_kwargs=_bnb("int8"), apply=_bnb_layers),
+    "bnb-nf4": RecipeHooks(QUANTIZED, load_kwargs=_bnb("nf4"), apply=_bnb_layers),
+    "bnb-fp4": RecipeHooks(QUANTIZED, load_kwargs=_bnb("fp4"), apply=_bnb_layers),
+    "quanto-int8": RecipeHooks(QUANTIZED, apply=_quanto(8)),
+    "quanto-int4": RecipeHooks(QUANTIZED, apply=_quanto(4)),
+    "quanto-int2": RecipeHooks(QUANTIZED, apply=_quanto(2)),
+    "prune-magnitude": RecipeHooks(PRUNED, apply=_magnitude),
+    "prune-wanda": RecipeHooks(PRUNED, apply=_wanda),
+    "drop-layers": RecipeHooks(Footprint("decoder layers dropped", Counting.AT_LOAD), apply=_drop),
+    "delay": RecipeHooks(Footprint("forward delays installed", Counting.AT_LOAD), apply=_delay),
+    "gptq": RecipeHooks(CHECKPOINT, apply=_checkpoint),
+    "awq": RecipeHooks(CHECKPOINT, apply=_checkpoint),
+    "sparsegpt": RecipeHooks(CHECKPOINT, apply=_checkpoint),
+    "attn-fp8": RecipeHooks(ATTENTION, apply=_attention),
+    "attn-sage": RecipeHooks(ATTENTION, apply=_attention),
+    "attn-topk": RecipeHooks(ATTENTION, apply=_attention),
+    "kv-snapkv": RecipeHooks(EVICTED),
+    "kv-h2o": RecipeHooks(EVICTED),
+    "kv-streaming": RecipeHooks(EVICTED),
+    "kv-quant": RecipeHooks(Footprint("KV pairs quantized", Counting.PER_REQUEST)),
 }
 
 
 def hooks(recipe: Recipe) -> RecipeHooks:
-    """The hooks of ``recipe`` (an uncatalogued name gets the catalogue's did-you-mean)."""
+    """The hooks of ``recipe``; a catalogued recipe without them cannot prove it acted: refused.
+
+    An uncatalogued name gets the catalogue's did-you-mean.
+    """
     get_recipe(recipe.name)
-    return HOOKS[recipe.name]
+    found = HOOKS.get(recipe.name)
+    if found is None or (found.footprint is None and recipe.name != "none"):
+        raise ModelLoadError(
+            f"recipe {recipe.name} declares no footprint, so it cannot prove it acted;"
+            " it is not loaded",
+            "give it a RecipeHooks entry with a Footprint in gate.models.compress.HOOKS",
+        )
+    return found
 
 
-def apply_recipe(model: nn.Module, recipe: Recipe, calibration: Calibration | None = None) -> None:
-    """Apply the post-load part of ``recipe`` to ``model`` in place."""
-    hooks(recipe).apply(model, recipe, calibration)
+def apply_recipe(
+    model: nn.Module, recipe: Recipe, calibration: Calibration | None = None
+) -> Activity | None:
+    """Apply the post-load part of ``recipe`` to ``model`` in place; its :class:`Activity`.
+
+    The activity starts from what the recipe finds changed in the loaded model
+    (``None`` for the control).
+    """
+    found = hooks(recipe)
+    changed = found.apply(model, recipe, calibration)
+    if found.footprint is None:
+        return None
+    activity = Activity(format_recipe(recipe), found.footprint)
+    activity.count(changed)
+    return activity
 
 
 def load_kwargs(recipe: Recipe) -> dict[str, Any]:
@@ -144,4 +236,19 @@ def load_kwargs(recipe: Recipe) -> dict[str, Any]:
     return hooks(recipe).load_kwargs(recipe)
 
 
-__all__ = ["HOOKS", "Calibration", "RecipeHooks", "apply_recipe", "hooks", "load_kwargs"]
+__all__ = [
+    "ATTENTION",
+    "CHECKPOINT",
+    "EVICTED",
+    "HOOKS",
+    "PRUNED",
+    "QUANTIZED",
+    "Calibration",
+    "RecipeHooks",
+    "apply_recipe",
+    "hooks",
+    "load_kwargs",
+    "modules_of_class",
+    "pruned_linears",
+    "quantized_checkpoint_layers",
+]

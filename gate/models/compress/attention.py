@@ -235,6 +235,9 @@ def adapter(core: Core) -> Callable[..., tuple[torch.Tensor, None]]:
         dropout: float = 0.0,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
+        counter = getattr(module, ACTIVITY_ATTR, None)
+        if counter is not None:
+            counter.count()
         if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
             raise ConfigError(
                 "this attention recipe does not emulate logit soft-capping or attention sinks",
@@ -325,6 +328,25 @@ def check_supported(model: nn.Module) -> None:
             )
 
 
+#: Attribute of an attention module holding the :class:`~gate.models.activity.Activity`
+#: that the replacement counts its calls into.
+ACTIVITY_ATTR = "_gate_attention_activity"
+
+
+def count_calls(model: nn.Module, activity: Any) -> int:
+    """Make every attention layer's replaced call count one unit into ``activity``.
+
+    Returns the number of layers bound: the modules whose calls reach the
+    replacement (Llama-style ``self_attn``).
+    """
+    bound = 0
+    for name, module in model.named_modules():
+        if name.endswith("self_attn"):
+            setattr(module, ACTIVITY_ATTR, activity)
+            bound += 1
+    return bound
+
+
 def install(model: nn.Module, method: AttentionMethod) -> str:
     """Make ``model`` run ``method`` in every attention layer; returns the implementation name."""
     check_supported(model)
@@ -352,10 +374,12 @@ def parse_method(name: str, argument: str | None = None) -> AttentionMethod:
 
 
 __all__ = [
+    "ACTIVITY_ATTR",
     "E4M3_MAX",
     "AttentionMethod",
     "adapter",
     "check_supported",
+    "count_calls",
     "e4m3",
     "fp8_core",
     "install",

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -399,23 +399,32 @@ class CacheMethod:
 
     @contextmanager
     def active(self, model: nn.Module) -> Iterator[None]:
-        """Hooks of the press on every attention layer, for the duration of the block."""
+        """Hooks of the press on every attention layer, for the duration of the block.
+
+        Each hook reads its call through :func:`read_attention_call` (the cache
+        by its type, whatever keyword transformers passes it under). A block in
+        which the attention layers ran but none of their calls carried a
+        :class:`PressCache` means the press could not act: that is an error
+        (:class:`~gate.errors.ModelLoadError`), never a silent uncompressed run.
+        """
         if self.press is None:
             yield
             return
         press = self.press
         handles = []
+        seen = {"calls": 0, "with_cache": 0}
 
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
-            cache = kwargs.get("past_key_values")
-            if not isinstance(cache, PressCache):
+            call = read_attention_call(args, kwargs)
+            seen["calls"] += 1
+            if not isinstance(call.cache, PressCache):
                 return output
+            seen["with_cache"] += 1
             index: Any = module.layer_idx
-            layer = cache.layers[int(index)]
+            layer = call.cache.layers[int(index)]
             assert isinstance(layer, PressLayer)
-            hidden = kwargs["hidden_states"]
-            prefill = layer.cumulative_length == hidden.shape[1]
-            indices = press.select(module, layer, hidden, kwargs["position_embeddings"], prefill)
+            prefill = layer.cumulative_length == call.hidden.shape[1]
+            indices = press.select(module, layer, call.hidden, call.position_embeddings, prefill)
             if indices is not None:
                 layer.keep(indices)
             return output
@@ -427,6 +436,94 @@ class CacheMethod:
         finally:
             for handle in handles:
                 handle.remove()
+        if seen["calls"] and not seen["with_cache"]:
+            raise ModelLoadError(
+                f"the KV-cache press saw {seen['calls']} attention call(s) and none carried"
+                f" its cache (transformers {_transformers_version()}), so it could not act",
+                "install gate from its lock (bash scripts/setup.sh) or report the transformers version",
+            )
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What a press reads from one attention layer's call."""
+
+    hidden: torch.Tensor
+    position_embeddings: tuple[torch.Tensor, torch.Tensor]
+    #: The KV cache of the call, found by its type (``None``: the call carried none).
+    cache: Cache | None
+
+
+def read_attention_call(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> AttentionCall:
+    """The one seam through which presses read an attention call.
+
+    The cache is the argument that *is* a :class:`~transformers.cache_utils.Cache`,
+    under whatever name (``past_key_values`` up to transformers 5.23, ``cache``
+    from 5.24) or position it arrives. The hidden states are the first argument
+    (``hidden_states``), the rotary ``(cos, sin)`` pair is ``position_embeddings``
+    or the first pair of tensors among the arguments. A call without hidden
+    states or rotary embeddings cannot be scored: :class:`ModelLoadError`.
+    """
+    values = [*args, *kwargs.values()]
+    cache = next((v for v in values if isinstance(v, Cache)), None)
+    hidden = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
+    rotary = kwargs.get("position_embeddings")
+    if rotary is None:
+        rotary = next((v for v in values if _is_rotary_pair(v)), None)
+    if not isinstance(hidden, torch.Tensor) or rotary is None or not _is_rotary_pair(rotary):
+        raise ModelLoadError(
+            "a KV-cache press could not read the attention call's hidden states and rotary"
+            f" embeddings (transformers {_transformers_version()})",
+            "install gate from its lock (bash scripts/setup.sh)",
+        )
+    cos, sin = rotary
+    return AttentionCall(hidden=hidden, position_embeddings=(cos, sin), cache=cache)
+
+
+def _is_rotary_pair(value: Any) -> bool:
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(v, torch.Tensor) for v in value)
+    )
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def cache_argument(model: nn.Module, cache: Cache) -> dict[str, Cache]:
+    """``{name: cache}`` for ``model(...)`` / ``generate(...)``: the cache under the model's own keyword.
+
+    transformers 5.24 renamed the model's ``past_key_values`` argument to
+    ``cache`` (the old name still accepted, deprecated); the name is read from
+    the model's forward signature, so neither release depends on the alias.
+    """
+    import inspect
+
+    parameters = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in parameters else "past_key_values": cache}
+
+
+def acted_pairs(cache: Cache) -> int:
+    """Key/value token positions the method changed, summed over layers.
+
+    A press layer: evicted = tokens seen - pairs held. A quantized layer:
+    the pairs stored quantized = tokens seen - the full-precision residual.
+    """
+    total = 0
+    for layer in cache.layers:
+        if isinstance(layer, PressLayer):
+            total += layer.cumulative_length - layer.held()
+        elif getattr(layer, "_quantized_keys", None) is not None:
+            keys = getattr(layer, "keys", None)
+            residual = (
+                int(keys.shape[-2]) if isinstance(keys, torch.Tensor) and keys.dim() == 4 else 0
+            )
+            total += int(getattr(layer, "cumulative_length", 0)) - residual
+    return total
 
 
 def _tensor_bytes(tensor: Any) -> int:
@@ -547,6 +644,7 @@ def _whole(name: str, text: str) -> int:
 
 
 __all__ = [
+    "AttentionCall",
     "CacheMethod",
     "ObservedAttention",
     "Press",
@@ -555,10 +653,13 @@ __all__ = [
     "ScorePress",
     "SnapKV",
     "StreamingLLM",
+    "acted_pairs",
+    "cache_argument",
     "cache_bytes",
     "cache_method",
     "check_press_support",
     "parse_arguments",
     "parse_press",
     "query_states",
+    "read_attention_call",
 ]

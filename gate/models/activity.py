@@ -1,0 +1,171 @@
+"""Proof that a compression acted: what every recipe counts while the gate measures it.
+
+A regression gate that measures a build whose compression silently did nothing
+approves the uncompressed model under the compressed build's name. So every
+recipe counts, during the run, what it changed, in a unit of its own
+(:data:`gate.models.compress.HOOKS` declares it; a recipe without one does not
+load):
+
+* weight recipes and checkpoints count **at load** the modules they changed
+  (quantized, pruned, dropped layers) or the quantized layers the checkpoint
+  loaded; every request then runs through them, so a tier is exercised when
+  that count is above zero;
+* attention recipes count **per call** the attention calls their replacement
+  computed; a tier is exercised when its requests made at least one;
+* KV-cache recipes count **per request** the key/value pairs evicted or
+  quantized, and which requests had any: a request the method never touched
+  (a prompt shorter than the budget) measures the uncompressed model.
+
+:class:`Activity` is the running counter a loaded build keeps
+(``backend.activity``); :meth:`Activity.since` turns two readings into the
+:class:`Exercise` of one tier: how much the recipe acted on that tier's
+requests and the exercised share ``s``:
+
+* per-request counting: ``s = exercised / requests``;
+* otherwise: ``s = 1`` when the count grew (at-load: is above zero), else 0.
+
+``s = 0`` is NOT EXERCISED: the tier's numbers do not measure the recipe, and
+the run is never approved on them (:mod:`gate.tiers.exercised`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Counting(str, Enum):
+    """When a recipe counts what it changed."""
+
+    #: Once, after loading: modules changed, quantized layers loaded.
+    AT_LOAD = "at-load"
+    #: Each time the replaced computation runs (attention calls).
+    PER_CALL = "per-call"
+    #: Each request, with whether the method acted on it (KV-cache methods).
+    PER_REQUEST = "per-request"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a recipe declares it counts: the unit and when (the recipe contract)."""
+
+    unit: str
+    counting: Counting
+
+
+@dataclass
+class Activity:
+    """The running count of what one loaded build's recipe changed (see the module doc)."""
+
+    recipe: str
+    footprint: Footprint
+    #: Units acted on so far (set once at load for :attr:`Counting.AT_LOAD`).
+    acted: int = 0
+    #: Requests seen by a per-request method, and those it acted on.
+    requests: int = 0
+    exercised: int = 0
+
+    @property
+    def unit(self) -> str:
+        """What :attr:`acted` counts."""
+        return self.footprint.unit
+
+    def count(self, units: int = 1) -> None:
+        """Add ``units`` changed (an attention call replaced, pairs evicted ...)."""
+        if units < 0:
+            raise ValueError(f"cannot count {units} units")
+        self.acted += int(units)
+
+    def request(self, acted: bool) -> None:
+        """Count one request, as exercised when the method acted on it."""
+        self.requests += 1
+        self.exercised += int(acted)
+
+    def reading(self) -> tuple[int, int, int]:
+        """``(acted, requests, exercised)`` now, to pass back to :meth:`since`."""
+        return self.acted, self.requests, self.exercised
+
+    def since(self, before: tuple[int, int, int] | None) -> Exercise:
+        """What the recipe did since ``before`` (``None``: since it loaded)."""
+        acted0, requests0, exercised0 = before or (0, 0, 0)
+        at_load = self.footprint.counting is Counting.AT_LOAD
+        return Exercise(
+            recipe=self.recipe,
+            unit=self.unit,
+            counting=self.footprint.counting.value,
+            acted=self.acted if at_load else self.acted - acted0,
+            requests=self.requests - requests0,
+            exercised=self.exercised - exercised0,
+        )
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """How much a recipe acted on one tier's requests (stored in its measurements' details)."""
+
+    recipe: str
+    unit: str
+    counting: str
+    acted: int
+    requests: int = 0
+    exercised: int = 0
+
+    @property
+    def share(self) -> float:
+        """Exercised share of the tier's requests (see the module doc)."""
+        if self.counting == Counting.PER_REQUEST.value:
+            return self.exercised / self.requests if self.requests else 0.0
+        return 1.0 if self.acted > 0 else 0.0
+
+    @property
+    def none(self) -> bool:
+        """NOT EXERCISED: the recipe acted on none of the tier's requests."""
+        return self.share == 0.0
+
+    def describe(self) -> str:
+        """``kv-snapkv:0.5 acted on 90 of 96 request(s) (94 %; 61,440 KV pairs evicted)``."""
+        amount = f"{self.acted:,} {self.unit}"
+        if self.counting == Counting.PER_REQUEST.value:
+            return (
+                f"{self.recipe} acted on {self.exercised} of {self.requests} request(s)"
+                f" ({self.share:.0%}; {amount})"
+            )
+        return f"{self.recipe}: {amount}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (a measurement's ``details`` entry)."""
+        return {
+            "method": self.recipe,
+            "unit": self.unit,
+            "counting": self.counting,
+            "acted": self.acted,
+            "requests": self.requests,
+            "exercised": self.exercised,
+            "share": self.share,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Exercise | None:
+        """Read a details entry back; ``None`` for a malformed one."""
+        try:
+            return cls(
+                recipe=str(data["method"]),
+                unit=str(data.get("unit", "")),
+                counting=str(data.get("counting", Counting.PER_REQUEST.value)),
+                acted=int(data.get("acted", data.get("exercised", 0))),
+                requests=int(data.get("requests", 0)),
+                exercised=int(data.get("exercised", 0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def activity_of(backend: Any) -> Activity | None:
+    """The build's :class:`Activity`; ``None`` for an uncompressed build or a served one."""
+    activity = getattr(backend, "activity", None)
+    return activity if isinstance(activity, Activity) else None
+
+
+__all__ = ["Activity", "Counting", "Exercise", "Footprint", "activity_of"]
