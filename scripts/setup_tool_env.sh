@@ -14,10 +14,14 @@
 # kernels from source; llm-compressor makes the same GPTQ/AWQ checkpoints.)
 #
 # torch is installed first, at gate's version (GATE_TORCH_VERSION, default
-# 2.13.0), so the tool does not pull in another (CUDA) build. A stamp file is
-# written last: an interrupted install is redone from scratch on the next call,
-# a finished one is reused as is. Prints the venv's python on its last line.
+# 2.13.0), so the tool does not pull in another (CUDA) build. Every other
+# package is pinned by requirements/tool-NAME.txt (pip constraints of a
+# verified install). A stamp naming that lock's hash is written last: an
+# interrupted install, or one made from another lock, is redone from scratch
+# on the next call; a finished one is reused as is. Prints the venv's python
+# on its last line.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 NAME=${1:-}
 PYTHON=${PYTHON:-python3}
@@ -48,8 +52,15 @@ esac
 
 VENV="$CACHE/$NAME-$VERSION"
 STAMP="$VENV/.gate-tool-ready"
-if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
-  log "$NAME $VERSION already installed in $VENV"
+TOOL_LOCK="requirements/tool-$NAME.txt"
+CONSTRAINTS=()
+WANT="$NAME $VERSION unlocked"
+if [ -f "$TOOL_LOCK" ]; then
+  CONSTRAINTS=(-c "$TOOL_LOCK")
+  WANT="$NAME $VERSION lock $(sha256sum "$TOOL_LOCK" | cut -c1-16)"
+fi
+if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ] && [ "$(head -n 1 "$STAMP")" = "$WANT" ]; then
+  log "$NAME $VERSION already installed in $VENV ($WANT)"
   echo "$VENV/bin/python"
   exit 0
 fi
@@ -63,9 +74,9 @@ pip_install --upgrade pip >&2
 log "torch $TORCH_VERSION first (so the tool keeps this build)"
 pip_install "torch==$TORCH_VERSION" >&2
 log "pip install ${REQUIREMENTS[*]}"
-pip_install "${REQUIREMENTS[@]}" "torch==$TORCH_VERSION" >&2
+pip_install "${CONSTRAINTS[@]}" "${REQUIREMENTS[@]}" "torch==$TORCH_VERSION" >&2
 "$VPY" -c "$CHECK" >&2
 "$VPY" -m pip freeze > "$VENV/requirements.lock"
-date -u +%Y-%m-%dT%H:%M:%SZ > "$STAMP"
+printf '%s\n%s\n' "$WANT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$STAMP"
 log "ready: $NAME $VERSION"
 echo "$VPY"

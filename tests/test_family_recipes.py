@@ -559,3 +559,68 @@ def test_a_run_config_takes_every_family_and_refuses_a_missing_checkpoint(tmp_pa
     assert done.returncode == ExitCode.INTERNAL_ERROR
     assert done.stderr.strip().startswith("gate: error: candidate 'awq': the demo model's")
     assert "make_compressed_checkpoints.py awq-w4a16" in done.stderr
+
+
+# ---------------------------------------------------------------- exercised_only
+
+
+def test_exercised_only_restricts_per_item_means_and_leaves_percentiles() -> None:
+    from gate.measurement import from_samples
+
+    key = MeasurementDetail.COMPRESSION_EXERCISED
+    stamp = {"method": "m", "unit": "KV pairs evicted", "counting": "per-request", "acted": 9}
+    stamp |= {"requests": 4, "exercised": 2, "exercised_ids": ["b", "d"]}
+    cga = from_samples(
+        "fidelity.cga",
+        [1.0, 0.5, 1.0, 0.7],
+        ["a", "b", "c", "d"],
+        groups={"category:math": [0, 1], "category:chat": [2]},
+        details={key: stamp},
+    )
+    narrowed = exercised.restrict(cga)
+    assert narrowed is not None
+    assert narrowed.value == pytest.approx((0.5 + 0.7) / 2)
+    assert narrowed.sample_ids == ("b", "d")
+    assert set(narrowed.breakdown) == {"category:math"}  # chat held only unexercised "c"
+    assert narrowed.breakdown["category:math"].value == 0.5
+    p99 = Measurement("fidelity.kl_p99", 3.0, (1.0, 2.0), ("b", "d"), details={key: stamp})
+    assert exercised.restrict(p99) is None  # not a mean of its items
+    out, notes = exercised.gate_on_exercised([cga, p99, Measurement("accuracy.acc", 0.5)])
+    assert [m.value for m in out] == [narrowed.value, 3.0, 0.5]
+    assert notes == [
+        "fidelity: exercised_only: fidelity.cga gated on the exercised items only;"
+        " fidelity.kl_p99 are not per-item means, gated on all items"
+    ]
+
+
+@pytest.mark.slow
+def test_a_partly_exercised_fidelity_tier_lists_its_exercised_prompts(
+    base: HFBackend, pack: Any
+) -> None:
+    limit = 8
+    # the first 8 prompts + outputs hold 80 .. 260 tokens: a window of 120 leaves the three
+    # shortest untouched and evicts 100+ pairs from the others
+    window = 120
+    backend = CacheBackend(
+        base, CacheMethod(StreamingLLM(sinks=4, window=window)), label="kv-streaming:half"
+    )
+    got = {
+        m.name: m for m in fidelity.measure(backend, pack, fidelity.FidelitySettings(limit=limit))
+    }
+    cga = got["fidelity.cga"]
+    entry = cga.details[MeasurementDetail.COMPRESSION_EXERCISED]
+    assert 0 < entry["exercised"] < entry["requests"] == limit
+    ids = entry["exercised_ids"]
+    assert len(ids) == entry["exercised"]
+    narrowed = exercised.restrict(cga)
+    assert narrowed is not None and narrowed.sample_ids is not None
+    assert set(narrowed.sample_ids) == set(ids)
+    # independent: the mean of the per-prompt CGA of the exercised prompts
+    assert cga.samples is not None and cga.sample_ids is not None
+    by_id = dict(zip(cga.sample_ids, cga.samples, strict=True))
+    assert narrowed.value == pytest.approx(float(np.mean([by_id[i] for i in ids])))
+    untouched = [by_id[i] for i in by_id if i not in set(ids)]
+    assert untouched and all(v == 1.0 for v in untouched)  # never compressed: exact
+    assert narrowed.value < cga.value  # the regression is concentrated where the method acted
+    notes = exercised.notes(list(got.values()))
+    assert len(notes) == 1 and f"acted on {len(ids)} of {limit} request(s)" in notes[0]

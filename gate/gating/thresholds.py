@@ -82,6 +82,8 @@ class Thresholds:
     #: session layer against the tier settings registry (:mod:`gate.tiers.registry`) as
     #: soon as the file is loaded; gating itself never imports the tiers.
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Gate a partly exercised tier's per-item metrics on the items its compression acted on.
+    exercised_only: bool = False
 
     def for_metric(self, name: str) -> MetricThreshold | None:
         """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
@@ -246,7 +248,7 @@ def build_dataclass(cls: type[T], mapping: Mapping[str, Any], *, where: str) -> 
 # --------------------------------------------------------------------- thresholds
 
 _TOP_KEYS = ("gate", "metrics", "tiers")
-_GATE_KEYS = ("alpha", "min_samples")
+_GATE_KEYS = ("alpha", "min_samples", "exercised_only")
 _BOUND_KEYS = ("warn", "critical", "mode")
 _METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
 
@@ -346,6 +348,12 @@ def parse_thresholds(
     min_samples = _int_at_least_one(
         gate_table.get("min_samples", DEFAULT_MIN_SAMPLES), "gate.min_samples"
     )
+    exercised_only = gate_table.get("exercised_only", False)
+    if not isinstance(exercised_only, bool):
+        raise ConfigError(
+            f"gate.exercised_only: expected true or false, got {exercised_only!r}",
+            "write exercised_only = true to gate a partly exercised tier on its exercised items",
+        )
     metrics_table = data.get("metrics", {})
     if not isinstance(metrics_table, Mapping):
         raise ConfigError(f"{source}: [metrics] must be a table", '[metrics."tier.name"]')
@@ -364,7 +372,12 @@ def parse_thresholds(
             raise ConfigError(f"tiers.{tier}: expected a table", f"[tiers.{tier}] then keys")
         tiers[tier] = dict(settings)
     return Thresholds(
-        alpha=alpha, min_samples=min_samples, metrics=metrics, source=source, tiers=tiers
+        alpha=alpha,
+        min_samples=min_samples,
+        metrics=metrics,
+        source=source,
+        tiers=tiers,
+        exercised_only=exercised_only,
     )
 
 

@@ -30,8 +30,8 @@ the run is never approved on them (:mod:`gate.tiers.exercised`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -66,6 +66,8 @@ class Activity:
     #: Requests seen by a per-request method, and those it acted on.
     requests: int = 0
     exercised: int = 0
+    #: :func:`request_key` of every request the method acted on (per-request counting).
+    exercised_keys: set[int] = field(default_factory=set)
 
     @property
     def unit(self) -> str:
@@ -78,10 +80,12 @@ class Activity:
             raise ValueError(f"cannot count {units} units")
         self.acted += int(units)
 
-    def request(self, acted: bool) -> None:
-        """Count one request, as exercised when the method acted on it."""
+    def request(self, acted: bool, key: int | None = None) -> None:
+        """Count one request (``key``: its :func:`request_key`), as exercised when acted on."""
         self.requests += 1
         self.exercised += int(acted)
+        if acted and key is not None:
+            self.exercised_keys.add(key)
 
     def reading(self) -> tuple[int, int, int]:
         """``(acted, requests, exercised)`` now, to pass back to :meth:`since`."""
@@ -162,10 +166,15 @@ class Exercise:
             return None
 
 
+def request_key(context: Sequence[int], continuation: Sequence[int] = ()) -> int:
+    """A request's identity within a run: its token ids (what the method saw)."""
+    return hash((tuple(int(t) for t in context), tuple(int(t) for t in continuation)))
+
+
 def activity_of(backend: Any) -> Activity | None:
     """The build's :class:`Activity`; ``None`` for an uncompressed build or a served one."""
     activity = getattr(backend, "activity", None)
     return activity if isinstance(activity, Activity) else None
 
 
-__all__ = ["Activity", "Counting", "Exercise", "Footprint", "activity_of"]
+__all__ = ["Activity", "Counting", "Exercise", "Footprint", "activity_of", "request_key"]

@@ -137,12 +137,15 @@ def _compare(
     from gate.report.console import render
     from gate.report.results_json import build_results
     from gate.store.baseline import check_compatible
-    from gate.tiers.exercised import not_exercised, reason
+    from gate.tiers.exercised import gate_on_exercised, not_exercised, reason
     from gate.tiers.exercised import notes as exercised_notes
 
     if not measured:
         code = problem if problem is not None else int(ExitCode.NO_MEASUREMENTS)
         return SessionEnd(code, [*lines, "gate: nothing was measured"])
+    narrowed: list[str] = []
+    if inputs.thresholds.exercised_only:
+        measured, narrowed = gate_on_exercised(measured)
     for baseline in run.baselines.values():
         check_compatible(baseline, candidate)
     names = [m.name for m in measured]
@@ -169,7 +172,7 @@ def _compare(
     notes = [line.removeprefix("gate: ") for line in lines]
     notes += coverage_notes(missing, unbounded, inputs.thresholds.source, strict)
     notes += version_notes(versions, strict=strict)
-    notes += exercised_notes(measured)
+    notes += exercised_notes(measured) + narrowed
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()
     )

@@ -13,8 +13,11 @@ From those, for each tier (:func:`tier_exercise`):
 * share 0 — **NOT EXERCISED**: the compression acted on none of the tier's
   requests, its numbers measure the uncompressed model; the run is never
   approved on them (exit 5, :func:`not_exercised`);
-* 0 < share < 1 — partly exercised: the report says which share (:func:`notes`);
-  the metrics are computed on all of the tier's requests.
+* 0 < share < 1 — partly exercised: the report says which share (:func:`notes`).
+  A tier that knows which of its items the method acted on lists them
+  (``exercised_ids``, :func:`mark_exercised_ids`; the fidelity tier, per
+  prompt), and ``exercised_only = true`` in ``[gate]`` gates its per-item
+  metrics on those items alone (:func:`restrict`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gate.measurement import Measurement, MeasurementDetail
-from gate.models.activity import Counting, Exercise, activity_of
+from gate.models.activity import Counting, Exercise, activity_of, request_key
 
 KEY = MeasurementDetail.COMPRESSION_EXERCISED
 
@@ -51,6 +54,97 @@ def attach(
         m if KEY in m.details else dataclasses.replace(m, details={**m.details, KEY: entry})
         for m in measurements
     ]
+
+
+def mark_exercised_ids(
+    measurements: Sequence[Measurement],
+    backend: Any,
+    requests: Mapping[str, tuple[Sequence[int], Sequence[int]]],
+) -> list[Measurement]:
+    """Add ``exercised_ids`` (the item ids whose request the method acted on) to the stamps.
+
+    ``requests`` maps each item id to its ``(context, continuation)``. Only for
+    per-request counting, and only when some item was not exercised (else every
+    item is).
+    """
+    activity = activity_of(backend)
+    if activity is None or activity.footprint.counting is not Counting.PER_REQUEST:
+        return list(measurements)
+    ids = [i for i, (c, y) in requests.items() if request_key(c, y) in activity.exercised_keys]
+    if len(ids) == len(requests):
+        return list(measurements)
+    out = []
+    for m in measurements:
+        entry = m.details.get(KEY)
+        if isinstance(entry, Mapping):
+            m = dataclasses.replace(m, details={**m.details, KEY: {**entry, "exercised_ids": ids}})
+        out.append(m)
+    return out
+
+
+def restrict(measurement: Measurement) -> Measurement | None:
+    """``measurement`` gated on its exercised items only (``exercised_only``), else ``None``.
+
+    Applies where the stamp lists ``exercised_ids`` and the value is the mean of
+    per-item samples with ids: value, samples and every slice are recomputed
+    over the exercised items (a slice left without any is dropped). A metric
+    of another form (a token-level percentile) cannot be restricted: ``None``.
+    """
+    entry = measurement.details.get(KEY)
+    ids = entry.get("exercised_ids") if isinstance(entry, Mapping) else None
+    if ids is None:
+        return None
+    kept = _mean_over(measurement, set(map(str, ids)))
+    if kept is None:
+        return None
+    breakdown = {}
+    for name, part in measurement.breakdown.items():
+        sub = _mean_over(part, set(map(str, ids)))
+        if sub is not None:
+            breakdown[name] = sub
+    return dataclasses.replace(kept, breakdown=breakdown)
+
+
+def _mean_over(m: Measurement, keep: set[str]) -> Measurement | None:
+    samples, ids = m.samples, m.sample_ids
+    if not samples or ids is None:
+        return None
+    if abs(sum(samples) / len(samples) - m.value) > 1e-9 * max(1.0, abs(m.value)):
+        return None  # not a mean of its samples
+    pairs = [(s, i) for s, i in zip(samples, ids, strict=True) if i in keep]
+    if not pairs:
+        return None
+    values = tuple(s for s, _ in pairs)
+    return dataclasses.replace(
+        m, value=sum(values) / len(values), samples=values, sample_ids=tuple(i for _, i in pairs)
+    )
+
+
+def gate_on_exercised(measurements: Sequence[Measurement]) -> tuple[list[Measurement], list[str]]:
+    """``exercised_only``: every restrictable measurement restricted, and one note per tier."""
+    out: list[Measurement] = []
+    restricted: dict[str, list[str]] = {}
+    kept_as_is: dict[str, list[str]] = {}
+    for m in measurements:
+        entry = m.details.get(KEY)
+        if not isinstance(entry, Mapping) or entry.get("exercised_ids") is None:
+            out.append(m)
+            continue
+        tier = m.name.partition(".")[0]
+        narrowed = restrict(m)
+        if narrowed is None:
+            kept_as_is.setdefault(tier, []).append(m.name)
+            out.append(m)
+        else:
+            restricted.setdefault(tier, []).append(m.name)
+            out.append(narrowed)
+    notes = []
+    for tier, names in restricted.items():
+        note = f"{tier}: exercised_only: {', '.join(names)} gated on the exercised items only"
+        if kept_as_is.get(tier):
+            note += f"; {', '.join(kept_as_is[tier])} are not per-item means, gated on all items"
+        notes.append(note)
+    return out, notes
 
 
 def exercise_of(measurement: Measurement) -> Exercise | None:
@@ -121,8 +215,11 @@ __all__ = [
     "attach",
     "counts",
     "exercise_of",
+    "gate_on_exercised",
+    "mark_exercised_ids",
     "not_exercised",
     "notes",
     "reason",
+    "restrict",
     "tier_exercise",
 ]

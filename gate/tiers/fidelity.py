@@ -721,4 +721,9 @@ def measure(
         recording=pack.recording_summary(),
         context_tiers=settings.context_tiers,
     )
-    return exercised.attach(out, backend, before)
+    stamped = exercised.attach(out, backend, before)
+    requests = {
+        r.meta.id: (pack.prompt_ids(r.index).tolist(), pack.output_ids(r.index).tolist())
+        for r in results
+    }
+    return exercised.mark_exercised_ids(stamped, backend, requests)

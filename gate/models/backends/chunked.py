@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from gate.errors import DataError
-from gate.models.activity import Activity, Counting, Footprint
+from gate.models.activity import Activity, Counting, Footprint, request_key
 from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
@@ -161,7 +161,7 @@ def cache_logprobs(
             )
     if activity is not None:
         activity.count(acted_pairs(cache))
-        activity.request(exercised)
+        activity.request(exercised, request_key(request.context, request.continuation))
     logits = torch.cat(rows, dim=0)[:steps]
     return logits.float().log_softmax(dim=-1).cpu()
 
@@ -227,7 +227,7 @@ def generate_through_cache(
         )
     if activity is not None:
         activity.count(acted_pairs(cache))
-        activity.request(compressed(cache))
+        activity.request(compressed(cache), request_key(prompt))
     new = [int(t) for t in out[0, ids.shape[1] :].tolist()]
     for i, token in enumerate(new):
         if token in eos_ids:
