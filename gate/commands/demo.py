@@ -83,7 +83,9 @@ def demo(
 
     Blocking damaged builds is what the demo demonstrates: the exit code is 0
     when the demo ran as expected, even though some candidates are BLOCKED. It
-    is nonzero when a candidate run errored (3 or 4) or when the control build
+    is nonzero when a candidate run errored (3 or 4), when a candidate's
+    compression acted on none of a tier's requests (5, NOT EXERCISED: its
+    numbers would measure the uncompressed model) or when the control build
     was not approved (1). Takes a few minutes on a laptop CPU.
 
     \b

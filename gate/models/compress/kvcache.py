@@ -42,6 +42,8 @@ cache also act during decoding.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -501,10 +503,14 @@ def cache_argument(model: nn.Module, cache: Cache) -> dict[str, Cache]:
     ``cache`` (the old name still accepted, deprecated); the name is read from
     the model's forward signature, so neither release depends on the alias.
     """
-    import inspect
+    return {_cache_keyword(type(model)): cache}
 
-    parameters = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in parameters else "past_key_values": cache}
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    """The cache keyword of a model class's forward (read once per class: a hot path)."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def acted_pairs(cache: Cache) -> int:
