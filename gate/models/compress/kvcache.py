@@ -503,13 +503,14 @@ def cache_argument(model: nn.Module, cache: Cache) -> dict[str, Cache]:
     ``cache`` (the old name still accepted, deprecated); the name is read from
     the model's forward signature, so neither release depends on the alias.
     """
-    return {_cache_keyword(type(model)): cache}
+    forward: Any = type(model).forward
+    return {_cache_keyword(forward): cache}
 
 
 @functools.cache
-def _cache_keyword(model_class: type) -> str:
+def _cache_keyword(forward: Any) -> str:
     """The cache keyword of a model class's forward (read once per class: a hot path)."""
-    parameters = inspect.signature(model_class.forward).parameters
+    parameters = inspect.signature(forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
 
 
