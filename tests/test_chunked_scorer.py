@@ -31,6 +31,7 @@ from gate.models.compress.kvcache import (
     PressCache,
     SnapKV,
     StreamingLLM,
+    cache_argument,
     cache_bytes,
     parse_press,
 )
@@ -96,14 +97,16 @@ def step_loop(model: Any, method: CacheMethod, request: ScoreRequest) -> torch.T
     context, continuation = list(request.context), list(request.continuation)
     rows = []
     with torch.no_grad(), method.active(model):
-        out = model(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True)
+        out = model(
+            input_ids=torch.tensor([context]), **cache_argument(model, cache), use_cache=True
+        )
         rows.append(out.logits[0, -1])
         for i, token in enumerate(continuation[:-1]):
             position = torch.tensor([[len(context) + i]])
             out = model(
                 input_ids=torch.tensor([[token]]),
                 position_ids=position,
-                past_key_values=cache,
+                **cache_argument(model, cache),
                 use_cache=True,
             )
             rows.append(out.logits[0, -1])
@@ -211,7 +214,7 @@ def test_press_holds_the_budget_and_cache_bytes_count_it(backend: Any, requests:
         method = CacheMethod(press)
         cache = method.new_cache(model)
         with torch.no_grad(), method.active(model):
-            model(input_ids=torch.tensor([list(request.context)]), past_key_values=cache)
+            model(input_ids=torch.tensor([list(request.context)]), **cache_argument(model, cache))
         assert isinstance(cache, PressCache)
         assert cache.get_seq_length() == n  # positions stay absolute
         assert all(layer.keys.shape[-2] == held for layer in cache.layers)
@@ -227,7 +230,7 @@ def test_quantized_cache_bytes_are_smaller(backend: Any, requests: Any) -> None:
         method = CacheMethod(bits=bits)
         cache = method.new_cache(model)
         with torch.no_grad():
-            model(input_ids=torch.tensor([list(request.context)]), past_key_values=cache)
+            model(input_ids=torch.tensor([list(request.context)]), **cache_argument(model, cache))
         sizes[bits] = cache_bytes(cache)
     assert sizes[None] > 4 * sizes[4] > 0 and sizes[4] > sizes[2]
 

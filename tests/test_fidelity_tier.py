@@ -109,14 +109,17 @@ def test_baseline_against_itself(base_measurements: list[Measurement], pack: Ref
 
 def _loop_rows(model: torch.nn.Module, context: list[int], continuation: list[int]) -> np.ndarray:
     """The definition, one position at a time with a KV cache (independent of the backend)."""
+    from transformers.cache_utils import DynamicCache
+
+    from gate.models.compress.kvcache import cache_argument
+
     rows = []
+    cache = cache_argument(model, DynamicCache(config=model.config))  # the model's own keyword
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([context]), use_cache=True)
+        out = model(input_ids=torch.tensor([context]), use_cache=True, **cache)
         rows.append(torch.log_softmax(out.logits[0, -1].float(), -1))
-        past = out.past_key_values
         for token in continuation[:-1]:
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
+            out = model(input_ids=torch.tensor([[token]]), use_cache=True, **cache)
             rows.append(torch.log_softmax(out.logits[0, -1].float(), -1))
     return torch.stack(rows).numpy()
 

@@ -30,6 +30,7 @@ from gate.models.compress.kvcache import (
     Press,
     SnapKV,
     StreamingLLM,
+    cache_argument,
 )
 from gate.models.spec import ModelSpec, demo_model_dir
 
@@ -92,10 +93,10 @@ def _kept_positions(model: Any, press: Press, context: list[int]) -> torch.Tenso
     method = CacheMethod(press)
     with torch.no_grad():
         full = DynamicCache()
-        model(input_ids=ids, past_key_values=full)
+        model(input_ids=ids, **cache_argument(model, full))
         cache = method.new_cache(model)
         with method.active(model):
-            model(input_ids=ids, past_key_values=cache)
+            model(input_ids=ids, **cache_argument(model, cache))
     kept = []
     for i, layer in enumerate(cache.layers):
         distance = torch.cdist(
