@@ -5,6 +5,7 @@
 #   bash scripts/test.sh             # the full run (engine tests included), from requirements/lock.txt
 #   bash scripts/test.sh --quick     # pull requests: -m "not engine and not slow"
 #   bash scripts/test.sh --latest    # the upgrade canary: the newest releases instead of the lock
+#   bash scripts/test.sh --latest --quick   # the canary on the quick run
 #
 # --latest resolves the newest release of every dependency (torch stays at
 # requirements/constraints.txt), installs it into .venv-latest, runs the same
@@ -15,18 +16,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODE=locked
+QUICK=0
+LATEST=0
 PYTEST_ARGS=()
 for arg in "$@"; do
   case "$arg" in
-    --quick) MODE=quick ;;
-    --latest) MODE=latest ;;
+    --quick) QUICK=1 ;;
+    --latest) LATEST=1 ;;
     *) PYTEST_ARGS+=("$arg") ;;
   esac
 done
 
 CANARY=out/canary
-if [ "$MODE" = latest ]; then
+if [ "$LATEST" = 1 ]; then
   mkdir -p "$CANARY"
   rm -f "$CANARY/lock.txt" "$CANARY/torch.txt"
   GATE_LOCK_DIR="$CANARY" bash scripts/lock.sh --upgrade
@@ -36,10 +38,10 @@ fi
 VPY=$(bash scripts/setup.sh | tail -n 1)
 export PATH="$(dirname "$VPY"):$PATH"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
-[ "$MODE" = quick ] && PYTEST_ARGS+=(-m "not engine and not slow")
+[ "$QUICK" = 1 ] && PYTEST_ARGS+=(-m "not engine and not slow")
 
 # Headless Chromium renders the HTML report in one test (Debian's package).
-if [ "$MODE" != quick ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+if [ "$QUICK" = 0 ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
   echo "== installing chromium (HTML report rendering test)"
   { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
@@ -50,20 +52,20 @@ status=0
 step() {  # step NAME COMMAND...: run one check; the canary goes on after a failure
   echo "== $1"
   shift
-  if [ "$MODE" = latest ]; then
+  if [ "$LATEST" = 1 ]; then
     "$@" 2>&1 | tee -a "$CANARY/checks.log" || { status=1; echo "$1: FAILED" >>"$CANARY/failed.txt"; }
   else
     "$@"
   fi
 }
-[ "$MODE" = latest ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
+[ "$LATEST" = 1 ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
 step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
 step mypy "$VPY" -m mypy gate
 step actionlint actionlint .github/workflows/*.yml
 step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 "${PYTEST_ARGS[@]}"
 
-if [ "$MODE" = latest ]; then
+if [ "$LATEST" = 1 ]; then
   "$VPY" scripts/canary_report.py requirements/lock.txt "$CANARY/lock.txt" \
     --junit "$CANARY/junit.xml" --failed "$CANARY/failed.txt" >"$CANARY/report.md"
   cat "$CANARY/report.md"
