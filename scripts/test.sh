@@ -50,10 +50,11 @@ fi
 
 status=0
 step() {  # step NAME COMMAND...: run one check; the canary goes on after a failure
-  echo "== $1"
+  local name=$1
+  echo "== $name"
   shift
   if [ "$LATEST" = 1 ]; then
-    "$@" 2>&1 | tee -a "$CANARY/checks.log" || { status=1; echo "$1: FAILED" >>"$CANARY/failed.txt"; }
+    "$@" 2>&1 | tee -a "$CANARY/checks.log" || { status=1; echo "$name: FAILED" >>"$CANARY/failed.txt"; }
   else
     "$@"
   fi

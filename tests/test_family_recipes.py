@@ -624,3 +624,18 @@ def test_a_partly_exercised_fidelity_tier_lists_its_exercised_prompts(
     assert narrowed.value < cga.value  # the regression is concentrated where the method acted
     notes = exercised.notes(list(got.values()))
     assert len(notes) == 1 and f"acted on {len(ids)} of {limit} request(s)" in notes[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["gptq:w4a16", "sparsegpt:0.5"])
+def test_a_checkpoint_reports_its_compressed_layers_and_a_dense_model_none(
+    base: HFBackend, recipe: str
+) -> None:
+    from gate.models.compress import quantized_checkpoint_layers
+
+    backend = load_candidate(ModelSpec.parse("demo"), recipe)
+    assert backend.activity is not None
+    got = backend.activity.since(None)
+    # 4 decoder layers x (q, k, v, o, gate, up, down); the head stays dense
+    assert (got.acted, got.unit, got.none) == (28, "compressed layers loaded", False)
+    assert quantized_checkpoint_layers(base.model) == 0  # the dense demo model: nothing
