@@ -24,7 +24,11 @@ plugin). Rules:
 * torch, transformers, a kernel package or the serving engine at another
   version than a baseline was measured with is a warning named in the notes
   and the results JSON (``version_drift``, :mod:`gate.gating.versions`;
-  ``--strict`` blocks); a baseline without a version record is a note.
+  ``--strict`` blocks); a baseline without a version record is a note;
+* a tier on whose requests the candidate's compression never acted is NOT
+  EXERCISED (:mod:`gate.tiers.exercised`): exit 5 unless a measured
+  regression blocks (exit 1); ``exercised_only = true`` in ``[gate]`` gates a
+  partly exercised tier's per-item metrics on its exercised items.
 """
 
 from __future__ import annotations
