@@ -467,8 +467,6 @@ def test_real_delay_recipe_is_critical_in_paired_mode(
 ) -> None:
     """``delay:5ms`` before every forward (2.2-2.4x on the demo model here) is blocked."""
     verdicts = _severities(_real(demo_builds("delay:5ms"), demo_backend), [])
-    e2e = verdicts["latency.e2e_p50"]
-    assert e2e.value / (e2e.baseline_value or 1.0) > 1.5, e2e.reason
     # TTFT holds one delayed forward (the prefill), E2E eight: the decode figures carry it
     for name in ("latency.e2e_p50", "latency.tpot_p50", "latency.tokens_per_s"):
         assert verdicts[name].severity is Severity.CRITICAL, verdicts[name].reason
