@@ -20,6 +20,32 @@ if TYPE_CHECKING:
 pytest_plugins = ["pytester"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Under pytest-xdist (scripts/test.sh runs two workers on the two cores) each
+# worker computes with one thread: two workers of two threads each only contend.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+#: The xdist group of every test that starts or uses a real serving engine: they
+#: share the session's servers, so they run on one worker, and first (the longest group).
+ENGINE_GROUP = "engine"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup``: the engine tests in one group, every
+    other file in a group of its own (its module fixtures are built once)."""
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        engine = item.get_closest_marker("engine") is not None
+        group = ENGINE_GROUP if engine else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+
+
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

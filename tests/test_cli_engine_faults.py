@@ -23,21 +23,13 @@ import pytest
 
 from gate.errors import ExitCode
 from gate.models.serve import free_port
+from tests.cli_support import GateRun, run_gate
 
 pytestmark = pytest.mark.slow
 
 
-def _gate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
-    env.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-c", "from gate.cli import main; main()", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a guard against a hang, not a speed check
-    )
+def _gate(cwd: Path, *args: str) -> GateRun:
+    return run_gate(*args, cwd=cwd)
 
 
 def _processes_with(marker: str) -> list[int]:

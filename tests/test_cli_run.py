@@ -14,9 +14,6 @@ The worst exit code decides the command's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import pytest
 from gate.errors import BaselineError, ExitCode
 from gate.models.spec import demo_model_dir
 from gate.store.baseline import BaselineStore
+from tests.cli_support import GateRun, run_gate
 
 pytestmark = pytest.mark.slow
 
@@ -40,17 +38,8 @@ PROMPTS = [
 ]
 
 
-def _gate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
-    env.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-c", "from gate.cli import main; main()", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # a guard against a hang, not a speed check: a loaded CI host is slow
-    )
+def _gate(cwd: Path, *args: str) -> GateRun:
+    return run_gate(*args, cwd=cwd)
 
 
 def _config(model: Path, candidates: list[tuple[str, str]]) -> str:

@@ -21,9 +21,6 @@ the paired baseline and the endpoint of the ``--endpoint`` test. Figures are pri
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +34,7 @@ from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import fidelity
+from tests.cli_support import GateRun, run_gate
 from tests.engine_support import engine_env, engine_python, vllm_command
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -45,18 +43,8 @@ BASELINE = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines"
 SECRET = "sk-gate-test-not-a-real-key-4711"
 
 
-def _gate(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, **engine_env(cache), GATE_PROGRESS="plain", GATE_TEST_KEY=SECRET)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    env.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-c", "from gate.cli import main; main()", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # a guard against a hang, not a speed check
-    )
+def _gate(cwd: Path, cache: Path, *args: str) -> GateRun:
+    return run_gate(*args, cwd=cwd, env={**engine_env(cache), "GATE_TEST_KEY": SECRET})
 
 
 def _metrics(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

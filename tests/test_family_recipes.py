@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +41,7 @@ from gate.models.recipes import checkpoint_method, family, keyed, parse_recipe
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import exercised, fidelity
+from tests.cli_support import GateRun, run_gate
 
 PACK = Path(__file__).parents[1] / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"
 
@@ -176,16 +174,8 @@ def test_a_press_on_sliding_window_layers_is_refused(tmp_path: Path) -> None:
     precheck.check_recipe_runs(str(model), "kv-quant:int4")  # quantization reads no queries
 
 
-def _gate(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **env)
-    return subprocess.run(
-        [sys.executable, "-c", "from gate.cli import main; main()", *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # a guard against a hang, not a speed check
-    )
+def _gate(cwd: Path, *args: str, **env: str) -> GateRun:
+    return run_gate(*args, cwd=cwd, env=env, unset=())
 
 
 @pytest.mark.slow

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +26,7 @@ from gate.models.spec import ModelSpec, demo_model_dir
 from gate.session.demo import store_dir as demo_store
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity as tier
+from tests.cli_support import GateRun, run_gate
 
 torch.set_num_threads(1)
 
@@ -352,16 +350,8 @@ def test_limit_and_batches() -> None:
 # ---------------------------------------------------------------- suite and demo
 
 
-def _gate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gate.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # a guard against a hang, not a speed check
-    )
+def _gate(*args: str, cwd: Path) -> GateRun:
+    return run_gate(*args, cwd=cwd, unset=())
 
 
 @pytest.mark.slow

@@ -19,16 +19,14 @@ demo model against it, with ``gate/assets/judge_model`` (and
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gate.errors import ExitCode
+from tests.cli_support import GateRun, run_gate
 
 pytestmark = pytest.mark.slow
 
@@ -46,19 +44,8 @@ needs_two = pytest.mark.skipif(
 )
 
 
-def gate(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    full = dict(os.environ, HF_HUB_OFFLINE="1", GATE_PROGRESS="plain", **(env or {}))
-    full.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; from gate.cli import main; sys.exit(main())", *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+def gate(cwd: Path, *args: str, env: dict[str, str] | None = None) -> GateRun:
+    return run_gate(*args, cwd=cwd, env=env)
 
 
 def config(

@@ -9,9 +9,6 @@ real timings of the committed demo model on this (noisy, shared) machine.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-# pytester's in-process runs drop modules first imported inside them; C extensions
-# (numpy, psutil, torch) cannot be imported twice, so the suite's imports come first.
 from gate.errors import DataError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
@@ -41,6 +36,10 @@ from gate.tiers.latency import (
     run_tier,
     to_measurements,
 )
+
+# pytester's in-process runs drop modules first imported inside them; C extensions
+# (numpy, psutil, torch) cannot be imported twice, so the suite's imports come first.
+from tests.cli_support import run_gate
 from tests.fakes.timed_backend import FakeTime, ScriptedBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -497,20 +496,12 @@ def test_gate_run_with_a_paired_run_config(
         "[tiers.latency]\nnew_tokens = 8\nbatch_sizes = [1]\nwarmup = 2\nruns = 10\n"
         "memory_runs = 1\npaired = true\n"
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run(
-        [
-            *(sys.executable, "-m", "gate.cli", "run", "--candidate", str(tiny_model_dir)),
-            *("--recipe", "delay:5ms", "--tiers", "latency", "--config", str(config)),
-            *("--store", str(tmp_path / "store"), "--against", "fp16"),
-            *("--history", str(tmp_path / "hist"), "--json", str(tmp_path / "out.json")),
-        ],
-        env=env,
+    run = run_gate(
+        *("run", "--candidate", str(tiny_model_dir)),
+        *("--recipe", "delay:5ms", "--tiers", "latency", "--config", str(config)),
+        *("--store", str(tmp_path / "store"), "--against", "fp16"),
+        *("--history", str(tmp_path / "hist"), "--json", str(tmp_path / "out.json")),
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     metrics = {m["name"]: m for m in json.loads((tmp_path / "out.json").read_text())["metrics"]}

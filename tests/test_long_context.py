@@ -12,9 +12,6 @@ CGA well below 1, and different from tier to tier).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from gate.data.sharegpt import Conversation, Turn
 from gate.errors import ConfigError, DataError, ExitCode
 from gate.models.spec import demo_model_dir
 from gate.tiers.fidelity import settings_from
+from tests.cli_support import GateRun, run_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,17 +164,8 @@ def test_tiers_beyond_the_models_window_are_refused_before_any_work() -> None:
 # ------------------------------------------------------------------- end to end
 
 
-def _gate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
-    env.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-c", "from gate.cli import main; main()", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,  # a guard against a hang, not a speed check
-    )
+def _gate(cwd: Path, *args: str) -> GateRun:
+    return run_gate(*args, cwd=cwd)
 
 
 CONFIG = """

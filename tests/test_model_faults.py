@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from gate.metrics import accuracy as am
 from gate.models.backends.loading import load_backend
 from gate.models.spec import ModelSpec, demo_model_dir
 from gate.session.plan import packaged_store
+from tests.cli_support import GateRun, run_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,13 +137,8 @@ def test_a_corrupt_weight_file_is_a_one_line_load_error(models: dict[str, Path],
     assert "a weight file is corrupt or truncated" in line, line
 
 
-def _gate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
-    env.pop("GITHUB_ACTIONS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gate.cli", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+def _gate(*args: str, cwd: Path = ROOT) -> GateRun:
+    return run_gate(*args, cwd=cwd)
 
 
 _SMALL_ACCURACY = """

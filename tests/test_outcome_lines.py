@@ -14,10 +14,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ from gate.report.console import summary_line
 from gate.report.results_json import build_results, final_words
 from gate.session.plan import packaged_store
 from gate.store.baseline import BaselineStore
+from tests.cli_support import run_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -305,12 +303,7 @@ def test_gate_run_lists_perplexity_it_did_not_measure_and_strict_blocks(tmp_path
     argv = ["run", "--candidate", "demo", "--against", "fp32", "--tiers", "accuracy",
             "--store", str(packaged_store()), "--config", str(config),
             "--json", str(out_json), "--strict"]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GATE_PROGRESS="plain")
-    env.pop("GITHUB_ACTIONS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "gate.cli", *argv],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600,  # a hang guard
-    )  # fmt: skip
+    done = run_gate(*argv, cwd=tmp_path)
     out = done.stdout
     assert done.returncode == ExitCode.BLOCKED, out[-3000:] + done.stderr[-3000:]
     results = json.loads(out_json.read_text())
