@@ -121,11 +121,6 @@ class Decision(Assessment):
     untested: str = ""
 
     @property
-    def label(self) -> str:
-        """``metric`` or ``metric[slice]``."""
-        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
-
-    @property
     def delta(self) -> float | None:
         """``value - reference``; ``None`` without a reference."""
         return None if self.reference is None else self.value - self.reference.value
@@ -219,7 +214,7 @@ def _evidence_text(decision: Decision, threshold: VerdictThreshold) -> str:
 
 def describe(decision: Decision) -> str:
     """The verdict's ``reason``: value, reference, change against the bound, and the test."""
-    head = f"{decision.label} {fmt(decision.value)}"
+    head = f"{decision.key} {fmt(decision.value)}"
     ref = decision.reference
     if ref is None:
         return f"{head}: no baseline value"

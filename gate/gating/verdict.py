@@ -155,6 +155,11 @@ class Assessment:
     #: The bound the verdict was judged by; ``None`` when the metric is not gated.
     threshold: VerdictThreshold | None = None
 
+    @property
+    def key(self) -> str:
+        """``metric`` or ``metric[slice]``; unique within one comparison."""
+        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
+
     def assessed(self) -> dict[str, Any]:
         """The :class:`Assessment` fields of this object, as keyword arguments."""
         return {f.name: getattr(self, f.name) for f in fields(Assessment)}
@@ -184,11 +189,6 @@ class Verdict(Assessment):
     #: Slice values (``"category:code" -> value``) for the results JSON ``breakdown``.
     breakdown: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        """``metric`` or ``metric[slice]``; unique within one comparison."""
-        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
 
 
 @dataclass(frozen=True)
