@@ -28,6 +28,7 @@ from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
 from gate.metrics.accuracy import QuestionPair, pair_measurements
 from gate.metrics.latency import RunLatency
+from gate.report.results import Results
 from gate.report.results_json import build_results
 from gate.store.reference import PackPrompt
 from gate.tiers.fidelity import PromptScores
@@ -40,10 +41,15 @@ CATEGORIES = ("chat", "code", "math")
 
 @dataclass(frozen=True)
 class Case:
-    """A finished run: its outcome and its results document."""
+    """A finished run: its outcome and its results."""
 
     outcome: GateOutcome
-    doc: dict[str, Any]
+    results: Results
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The results JSON document of the run."""
+        return self.results.to_document()
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -155,7 +161,7 @@ def make_case(candidate: list[Measurement], *, refs: tuple[str, ...] = ("fp16",)
         candidate, {ref: base for ref in refs}, load_thresholds(packaged_thresholds_path())
     )
     outcome = decide(verdicts)
-    doc = build_results(
+    results = build_results(
         outcome,
         baselines={
             ref: {"ref": ref, "model_slug": "demo", "number": n + 1, "label": ref}
@@ -164,7 +170,7 @@ def make_case(candidate: list[Measurement], *, refs: tuple[str, ...] = ("fp16",)
         candidate={"model": "demo", "recipe": "quanto-int2", "slug": "demo"},
         environment={"python": "3.11", "packages": {"torch": "2.13.0+cpu"}},
     )
-    return Case(outcome, doc)
+    return Case(outcome, results)
 
 
 def blocked(refs: tuple[str, ...] = ("fp16",)) -> Case:

@@ -20,6 +20,7 @@ from gate.gating.thresholds import load_thresholds
 from gate.judge.cache import CachedJudge, JudgeCache
 from gate.judge.judges import JudgeAnswer
 from gate.judge.template import FieldLimits, TextCodec
+from gate.report.results import Results
 from gate.tiers import judge as tier
 from gate.tiers.judge_outputs import JudgedOutput, OutputSet, read_outputs, write_outputs
 from gate.tiers.registry import build_settings
@@ -363,16 +364,15 @@ def test_validity_is_paired_with_the_baseline_by_mcnemar() -> None:
 # ----------------------------------------------------------------- reports
 
 
-def _results(tmp_path: Path, *answers: Callable[[str], str]) -> object:
+def _results(tmp_path: Path, *answers: Callable[[str], str]) -> Results:
     from gate.gating.compare import compare_many
     from gate.gating.verdict import decide
-    from gate.report.results_json import Results
 
     texts = ["a c." if i < 12 else t.text for i, t in enumerate(BASE.outputs)]
     result = tier.compare_outputs(outputs(texts), BASE, panel(tmp_path, *answers), SETTINGS)
     verdicts = compare_many(list(result.measurements), {"fp32": []}, THRESHOLDS)
     outcome = decide(verdicts)
-    return Results("BLOCKED", "BLOCKED", int(outcome.exit_code), list(outcome.verdicts))
+    return Results("BLOCKED", "BLOCKED", int(outcome.exit_code), outcome.verdicts)
 
 
 def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
@@ -384,7 +384,7 @@ def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
     from gate.report.markdown import render_markdown
 
     results = _results(tmp_path, prefer(len))
-    verdicts = results.verdicts  # type: ignore[attr-defined]
+    verdicts = results.verdicts
     from gate.gating.verdict import decide
 
     buffer = io.StringIO()
@@ -393,11 +393,11 @@ def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
     assert "judge panel vs fp32: STABLE" in text
     assert "judge j0 (test, scripted0@1): 66 calls made, 12 cache hits" in text
     assert "0 parse failures" in text and "Elo delta" in text
-    md = render_markdown(results)  # type: ignore[arg-type]
+    md = render_markdown(results)
     assert "judge panel vs fp32" in md and "66 calls made" in md
-    html = render_html(results)  # type: ignore[arg-type]
+    html = render_html(results)
     assert "Judge panel" in html and "Example pairs" in html and "a c." in html
-    xml = render_junit(results).decode()  # type: ignore[arg-type]
+    xml = render_junit(results).decode()
     assert "66 calls made" in xml and 'name="judge.elo_delta"' in xml
 
 
@@ -405,7 +405,7 @@ def test_unstable_panel_is_reported_with_its_reason(tmp_path: Path) -> None:
     from gate.report.markdown import render_markdown
 
     results = _results(tmp_path, prefer(len), prefer(lambda s: -len(s)))
-    md = render_markdown(results)  # type: ignore[arg-type]
+    md = render_markdown(results)
     assert "UNSTABLE, no verdict" in md and "above the 15% bound" in md
 
 
@@ -432,7 +432,7 @@ def test_github_output_carries_the_judge_verdicts_and_panel(tmp_path: Path) -> N
     results = _results(tmp_path, prefer(len))
     summary = tmp_path / "summary.md"
     stream = io.StringIO()
-    emit(results, environ={"GITHUB_STEP_SUMMARY": str(summary)}, stream=stream)  # type: ignore[arg-type]
+    emit(results, environ={"GITHUB_STEP_SUMMARY": str(summary)}, stream=stream)
     assert "::error" in stream.getvalue() and "judge.elo_delta" in stream.getvalue()
     text = summary.read_text()
     assert "judge panel vs fp32: STABLE" in text and "66 calls made" in text
@@ -444,8 +444,7 @@ def test_results_json_round_trips_the_panel(tmp_path: Path) -> None:
     from gate.report.results_json import build_results, results_from_json, write_results
 
     results = _results(tmp_path, prefer(len))
-    doc = build_results(decide(results.verdicts), exit_code=1)  # type: ignore[attr-defined]
-    write_results(tmp_path / "r.json", doc)
+    write_results(tmp_path / "r.json", build_results(decide(results.verdicts), exit_code=1))
     (panel_back,) = judge_summary(results_from_json(tmp_path / "r.json").verdicts)
     assert panel_back.judges[0]["calls"] == 66 and panel_back.tally["pairs"] == 30
     assert panel_back.elo is not None and panel_back.examples

@@ -160,7 +160,7 @@ def test_the_verdict_line_names_what_every_exit_code_means(code: ExitCode) -> No
     _, headline = final_words(approved, int(code))
     assert line.startswith(f"gate: {exit_label(int(code))} - "), line
     assert headline == EXIT_MEANINGS[code]
-    assert build_results(approved, exit_code=code)["headline"] == EXIT_MEANINGS[code]
+    assert build_results(approved, exit_code=code).headline == EXIT_MEANINGS[code]
     if code != ExitCode.BLOCKED:
         assert "BLOCKED" not in line
 

@@ -153,14 +153,14 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
         "higher_is_better", "severity", "threshold", "breakdown", "against", "reason",
     }  # fmt: skip
     back = results_from_json(path)
-    assert back.verdicts == list(outcome.verdicts)
+    assert back.verdicts == outcome.verdicts
     assert back.candidate == {"recipe": "bnb-nf4"}
     assert back.exit_code == ExitCode.BLOCKED
 
 
 def test_nothing_measured_headline(tmp_path: Path) -> None:
     results = build_results(decide([]), exit_code=ExitCode.NO_MEASUREMENTS)
-    assert (results["verdict"], results["headline"]) == ("block", "NOTHING MEASURED")
+    assert (results.verdict, results.headline) == ("block", "NOTHING MEASURED")
 
 
 def test_results_from_json_rejects_bad_files(tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ def test_typed_threshold_and_detail_keys_keep_the_results_json_format(tmp_path: 
     assert raw[("fidelity.kl_max", None)]["threshold"] == {}
     assert raw[("fidelity.kl_max", None)]["details"] == {"reference": "ideal"}
     assert set(raw[("accuracy.mcq_acc", "category:law")]["threshold"]) == set(acc["threshold"])
-    assert results_from_json(path).verdicts == verdicts
+    assert results_from_json(path).verdicts == tuple(verdicts)
     back = {v.key: v for v in results_from_json(path).verdicts}
     assert back["fidelity.kl_max"].threshold is None
     assert back["accuracy.mcq_acc"].threshold == VerdictThreshold(
@@ -225,7 +225,7 @@ def test_non_finite_verdict_numbers_are_written_as_null_in_strict_json(tmp_path:
 
 def test_malformed_threshold_object_is_a_data_error(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    doc = build_results(decide(VERDICTS))
+    doc = build_results(decide(VERDICTS)).to_document()
     doc["metrics"][0]["threshold"] = {"warn": 0.02, "mode": "sideways"}
     path.write_text(json.dumps(doc))
     with pytest.raises(DataError, match="malformed metrics entry"):

@@ -44,7 +44,7 @@ def test_blocked_run_annotates_and_summarises(blocked: report_cases.Case, tmp_pa
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
     out = io.StringIO()
-    write_reports(blocked.doc, ReportTargets(), environ=_env(summary), stream=out)
+    write_reports(blocked.results, ReportTargets(), environ=_env(summary), stream=out)
     lines = out.getvalue().splitlines()
     errors = [line for line in lines if line.startswith("::error ")]
     warnings = [line for line in lines if line.startswith("::warning ")]
@@ -69,7 +69,7 @@ def test_blocked_run_annotates_and_summarises(blocked: report_cases.Case, tmp_pa
 
 def test_nothing_happens_outside_github(blocked: report_cases.Case, tmp_path: Path) -> None:
     out = io.StringIO()
-    assert write_reports(blocked.doc, ReportTargets(), environ={}, stream=out) == []
+    assert write_reports(blocked.results, ReportTargets(), environ={}, stream=out) == []
     assert out.getvalue() == ""
 
 
@@ -77,7 +77,7 @@ def test_approved_run_has_no_annotations(tmp_path: Path) -> None:
     case = report_cases.approved()
     summary = tmp_path / "summary.md"
     out = io.StringIO()
-    write_reports(case.doc, ReportTargets(), environ=_env(summary), stream=out)
+    write_reports(case.results, ReportTargets(), environ=_env(summary), stream=out)
     assert out.getvalue() == ""
     assert "APPROVED" in summary.read_text() and "BLOCKED" not in summary.read_text()
 

@@ -15,8 +15,9 @@ import pytest
 from gate.gating.drift import audit
 from gate.metrics.registry import all_metrics
 from gate.report.html import render_html
-from gate.report.outputs import ReportTargets, results_from_document, write_reports
+from gate.report.outputs import ReportTargets, write_reports
 from gate.report.plots import all_plots
+from gate.report.results import Results
 from gate.store.history import HistoryRecord
 from tests import report_cases
 
@@ -49,7 +50,7 @@ def test_blocked_report_is_self_contained_with_banner_and_plots(
     blocked: report_cases.Case, tmp_path: Path
 ) -> None:
     path = tmp_path / "report.html"
-    write_reports(blocked.doc, ReportTargets(html=path), environ={}, drift=_drift())
+    write_reports(blocked.results, ReportTargets(html=path), environ={}, drift=_drift())
     page = path.read_text()
     assert '<header class="banner block" id="verdict"><p class="word">BLOCKED</p>' in page
     assert "Critical: " in page and "fidelity.cga" in page
@@ -65,25 +66,25 @@ def test_blocked_report_is_self_contained_with_banner_and_plots(
 
 
 def test_plots_skip_what_is_absent(blocked: report_cases.Case) -> None:
-    results = results_from_document(blocked.doc)
+    results = Results.from_document(blocked.doc)
     fidelity_only = [v for v in results.verdicts if v.tier == "fidelity"]
     assert [p.key for p in all_plots(fidelity_only)] == ["cga", "kl"]
     assert all_plots([]) == []
     page = render_html(
-        results_from_document(dict(blocked.doc, metrics=[], verdict="block", exit_code=5))
+        Results.from_document(dict(blocked.doc, metrics=[], verdict="block", exit_code=5))
     )
     assert "Nothing was measured." in page and 'id="plots"' not in page
 
 
 def test_approved_banner_is_green() -> None:
-    page = render_html(results_from_document(report_cases.approved().doc))
+    page = render_html(Results.from_document(report_cases.approved().doc))
     assert '<header class="banner ok" id="verdict"><p class="word">APPROVED</p>' in page
     assert "Critical:" not in page
 
 
 def test_text_is_escaped(blocked: report_cases.Case) -> None:
     doc = dict(blocked.doc, notes=["<script>alert(1)</script>"])
-    page = render_html(results_from_document(doc))
+    page = render_html(Results.from_document(doc))
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 
@@ -94,7 +95,7 @@ def test_text_is_escaped(blocked: report_cases.Case) -> None:
 )
 def test_renders_in_headless_chromium(blocked: report_cases.Case, tmp_path: Path) -> None:
     html, png = tmp_path / "report.html", tmp_path / "report.png"
-    write_reports(blocked.doc, ReportTargets(html=html), environ={}, drift=_drift())
+    write_reports(blocked.results, ReportTargets(html=html), environ={}, drift=_drift())
     run = subprocess.run(
         [sys.executable, str(SCRIPT), str(html), "--screenshot", str(png)],
         capture_output=True,

@@ -10,8 +10,7 @@ from lxml import etree
 
 from gate.gating.verdict import Severity
 from gate.report.junit import render_junit
-from gate.report.outputs import results_from_document
-from gate.report.results_json import Results
+from gate.report.results import Results
 from tests import report_cases
 
 XSD = Path(__file__).parent / "junit" / "junit.xsd"
@@ -31,7 +30,7 @@ def _parse(results: Results, schema: etree.XMLSchema) -> etree._Element:
 
 def test_blocked_run_has_one_failure_per_critical(schema: etree.XMLSchema) -> None:
     case = report_cases.blocked()
-    results = results_from_document(case.doc)
+    results = Results.from_document(case.doc)
     root = _parse(results, schema)
     verdicts = case.outcome.verdicts
     criticals = [v for v in verdicts if v.severity == Severity.CRITICAL]
@@ -56,7 +55,7 @@ def test_blocked_run_has_one_failure_per_critical(schema: etree.XMLSchema) -> No
 
 def test_warnings_are_properties_not_failures(schema: etree.XMLSchema) -> None:
     case = report_cases.blocked()
-    root = _parse(results_from_document(case.doc), schema)
+    root = _parse(Results.from_document(case.doc), schema)
     warns = [v for v in case.outcome.verdicts if v.severity == Severity.WARN]
     props = {p.get("name"): p.get("value") for p in root.findall("testsuite/properties/property")}
     assert {f"warning:{v.key}" for v in warns} <= set(props)
@@ -67,14 +66,14 @@ def test_warnings_are_properties_not_failures(schema: etree.XMLSchema) -> None:
 
 
 def test_approved_run_is_all_green(schema: etree.XMLSchema) -> None:
-    root = _parse(results_from_document(report_cases.approved().doc), schema)
+    root = _parse(Results.from_document(report_cases.approved().doc), schema)
     assert root.get("failures") == "0" and root.get("errors") == "0"
     assert int(root.get("tests")) > 0
 
 
 def test_several_refs_name_the_ref(schema: etree.XMLSchema) -> None:
     case = report_cases.blocked(refs=("fp16", "prod"))
-    root = _parse(results_from_document(case.doc), schema)
+    root = _parse(Results.from_document(case.doc), schema)
     names = [c.get("name") for c in root.iter("testcase")]
     assert "fidelity.cga vs fp16" in names and "fidelity.cga vs prod" in names
     assert len(names) == len(set(names))
@@ -83,7 +82,7 @@ def test_several_refs_name_the_ref(schema: etree.XMLSchema) -> None:
 def test_a_run_that_crashed_is_an_error_not_green(schema: etree.XMLSchema) -> None:
     doc = dict(report_cases.approved().doc, exit_code=3, verdict="block", headline="BLOCKED")
     doc["notes"] = ["tier test failed: test_fidelity.py::test_fidelity"]
-    root = _parse(results_from_document(doc), schema)
+    root = _parse(Results.from_document(doc), schema)
     (error,) = root.findall("testsuite/testcase/error")
     assert "exit 3" in error.get("message") and "test_fidelity" in error.text
     assert root.get("errors") == "1"

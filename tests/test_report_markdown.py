@@ -7,7 +7,8 @@ from pathlib import Path
 from gate.gating.verdict import Severity
 from gate.report.console import order
 from gate.report.markdown import MAX_FINDINGS, cell, render_markdown
-from gate.report.outputs import ReportTargets, results_from_document, write_reports
+from gate.report.outputs import ReportTargets, write_reports
+from gate.report.results import Results
 from tests import report_cases
 
 
@@ -15,7 +16,7 @@ def test_blocked_comment_leads_with_verdict_and_worst_findings(tmp_path: Path) -
     case = report_cases.blocked()
     path = tmp_path / "comment.md"
     env = {"GITHUB_SERVER_URL": "https://h", "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "7"}
-    write_reports(case.doc, ReportTargets(markdown=path), environ=env)
+    write_reports(case.results, ReportTargets(markdown=path), environ=env)
     text = path.read_text()
     first = text.splitlines()[0]
     assert first == "## ❌ gate: BLOCKED"
@@ -36,7 +37,7 @@ def test_blocked_comment_leads_with_verdict_and_worst_findings(tmp_path: Path) -
 
 
 def test_approved_comment_is_short_and_green() -> None:
-    results = results_from_document(report_cases.approved().doc)
+    results = Results.from_document(report_cases.approved().doc)
     text = render_markdown(results)
     assert text.startswith("## ✅ gate: APPROVED")
     assert "Every metric is within its bounds." in text

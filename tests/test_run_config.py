@@ -20,7 +20,9 @@ from gate.data.calibration import (
 from gate.data.prompt_set import load_prompt_set
 from gate.data.sharegpt import Conversation, Turn, base_id, is_heldout
 from gate.errors import ConfigError, DataError, ExitCode
+from gate.gating.verdict import Severity, Verdict
 from gate.report.outputs import ReportTargets
+from gate.report.results import Results
 from gate.session.multirun import (
     outcome_of,
     summary_markdown,
@@ -192,30 +194,36 @@ def test_report_paths_get_the_candidate_name() -> None:
     assert several.html is None and several.junit is None
 
 
-def _metric(name: str, severity: str, rel: float | None, slice_: str | None = None) -> dict:
-    return {
-        "name": name,
-        "slice": slice_,
-        "severity": severity,
-        "value": 0.5,
-        "baseline_value": 1.0,
-        "relative_delta": rel,
-        "delta": -0.5 if rel is None else rel,
-    }
+def _metric(name: str, severity: str, rel: float | None, slice_: str | None = None) -> Verdict:
+    return Verdict(
+        metric=name,
+        tier=name.split(".")[0],
+        slice=slice_,
+        severity=Severity[severity.upper()],
+        value=0.5,
+        baseline_value=1.0,
+        relative_delta=rel,
+        delta=-0.5 if rel is None else rel,
+        higher_is_better=True,
+        n=1,
+        reason="",
+    )
+
+
+def _results(*verdicts: Verdict, headline: str = "BLOCKED") -> Results:
+    return Results("block", headline, 1, verdicts)
 
 
 def test_worst_findings_order() -> None:
-    doc = {
-        "metrics": [
-            _metric("a.small_crit", "critical", -0.2),
-            _metric("a.warn", "warn", -0.9),
-            _metric("a.pass", "pass", -0.99),
-            _metric("a.big_crit", "critical", -0.8),
-            _metric("a.big_crit", "critical", -0.95, "category:math"),
-            _metric("a.no_rel", "critical", None),
-        ]
-    }
-    found = worst_findings(doc, limit=5)
+    results = _results(
+        _metric("a.small_crit", "critical", -0.2),
+        _metric("a.warn", "warn", -0.9),
+        _metric("a.pass", "pass", -0.99),
+        _metric("a.big_crit", "critical", -0.8),
+        _metric("a.big_crit", "critical", -0.95, "category:math"),
+        _metric("a.no_rel", "critical", None),
+    )
+    found = worst_findings(results, limit=5)
     assert [f.split(" ")[0] for f in found] == [
         "a.big_crit",
         "a.no_rel",
@@ -228,15 +236,13 @@ def test_worst_findings_order() -> None:
 
 def test_outcome_without_results_and_combined_markdown(tmp_path: Path) -> None:
     cand = Candidate("nf4", "demo", "bnb-nf4", ("fp16",), None, None, "demo")
-    crashed = outcome_of(cand, ExitCode.INTERNAL_ERROR, tmp_path / "absent.json")
+    crashed = outcome_of(cand, ExitCode.INTERNAL_ERROR, None)
     assert crashed.headline.startswith("ERROR") and crashed.findings == ("see its report above",)
-    results = tmp_path / "r.json"
-    results.write_text(
-        json.dumps({"headline": "BLOCKED", "metrics": [_metric("fidelity.cga", "critical", -0.3)]})
-    )
     md = tmp_path / "c.md"
     md.write_text("## candidate report\n")
-    blocked = outcome_of(cand, ExitCode.BLOCKED, results, md)
+    blocked = outcome_of(
+        cand, ExitCode.BLOCKED, _results(_metric("fidelity.cga", "critical", -0.3)), md
+    )
     assert blocked.findings == ("fidelity.cga 0.5 vs 1 (critical)",)
     text = summary_markdown([crashed, blocked], worst_exit([3, 1]))
     assert text.startswith("## gate: 2 candidates, exit 3")

@@ -47,7 +47,8 @@ from gate.provenance import PACKAGES
 from gate.report.console import summary_line
 from gate.report.junit import render_junit
 from gate.report.markdown import render_markdown
-from gate.report.outputs import ReportTargets, results_from_document, write_reports
+from gate.report.outputs import ReportTargets, write_reports
+from gate.report.results import Results
 from gate.report.results_json import build_results, results_from_json
 from gate.session.plan import packaged_store
 
@@ -207,10 +208,10 @@ def compare_versions_of(drift: VersionDrift) -> VersionCheck:
 def test_every_report_names_the_drift(tmp_path: Path) -> None:
     outcome = decide([], strict=True, version_drift=[DRIFT])
     note = version_notes([compare_versions_of(DRIFT)], strict=True)[0]
-    doc = build_results(outcome, notes=[note])
-    assert doc["version_drift"] == [DRIFT.to_dict()]
-    results = results_from_document(doc)
-    assert results.version_drift == [DRIFT]
+    built = build_results(outcome, notes=[note])
+    assert built.to_document()["version_drift"] == [DRIFT.to_dict()]
+    results = Results.from_document(built.to_document())
+    assert results.version_drift == (DRIFT,)
     assert DRIFT.message in render_markdown(results)
     assert "1 version drift" in render_markdown(results)
     assert DRIFT.message in gate.report.html.render_html(results)
@@ -224,23 +225,23 @@ def test_every_report_names_the_drift(tmp_path: Path) -> None:
     assert "warnings block this run (strict)" in cases["run"].findtext("error")
     assert suite.get("tests") == "2" and suite.get("errors") == "1"
     # approved with the warning: the case passes, no error
-    relaxed = results_from_document(build_results(decide([], version_drift=[DRIFT])))
+    relaxed = build_results(decide([], version_drift=[DRIFT]))
     relaxed_xml = etree.fromstring(render_junit(relaxed))
     assert relaxed_xml.get("errors") == "0"
     assert [c.get("name") for c in relaxed_xml.iter("testcase")] == ["versions"]
     # GitHub: one ::warning naming both versions
     out = io.StringIO()
-    write_reports(doc, ReportTargets(), environ={"GITHUB_ACTIONS": "true"}, stream=out)
+    write_reports(built, ReportTargets(), environ={"GITHUB_ACTIONS": "true"}, stream=out)
     (line,) = out.getvalue().splitlines()
     assert line.startswith("::warning title=gate WARN%3A transformers version vs fp16::")
     assert line.endswith(DRIFT.message)
     # read back from a file; files written before the field have none
     path = tmp_path / "r.json"
-    write_reports(doc, ReportTargets(json=path), environ={})
-    assert results_from_json(path).version_drift == [DRIFT]
+    write_reports(built, ReportTargets(json=path), environ={})
+    assert results_from_json(path).version_drift == (DRIFT,)
     old = {k: v for k, v in json.loads(path.read_text()).items() if k != "version_drift"}
     path.write_text(json.dumps(old))
-    assert results_from_json(path).version_drift == []
+    assert results_from_json(path).version_drift == ()
 
 
 # ------------------------------------------------------------------------------------ end to end

@@ -451,23 +451,17 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
         details[VerdictDetail.NOT_SIGNIFICANT] = decision.point.label
     evidence = decision.evidence
     return Verdict(
-        metric=spec.name,
+        **decision.assessed(),
         tier=spec.tier,
-        severity=decision.severity,
-        value=cand.value,
         baseline_value=None if ref is None else ref.value,
         delta=decision.delta,
         relative_delta=decision.relative_delta,
-        higher_is_better=spec.higher_is_better,
-        n=decision.n,
         reason=describe(decision),
         against=against,
-        slice=decision.slice,
         unit=spec.unit,
         ci=evidence.ci if evidence else None,
         p_value=evidence.p_worse if evidence else None,
         test=describe_test(evidence, higher_is_better=spec.higher_is_better) if evidence else None,
-        threshold=decision.threshold,
         details=details,
     )
 

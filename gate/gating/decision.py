@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from gate.gating.verdict import ReferenceKind, Severity, VerdictThreshold
+from gate.gating.verdict import Assessment, ReferenceKind, Severity, VerdictThreshold
 from gate.measurement import Measurement
 
 
@@ -101,9 +101,11 @@ class Basis(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Decision(Assessment):
     """Everything compare decided about one metric (or slice) against one reference.
 
+    The :class:`~gate.gating.verdict.Assessment` fields (metric, slice, value,
+    direction, severity, ``n``, threshold) are the verdict's as they are.
     ``point`` is the severity of the value alone (the highest bound its
     degradation is past); ``severity`` is what the evidence supports, the
     verdict's. ``evidence`` is the test the verdict reports (for REPEATED
@@ -111,24 +113,12 @@ class Decision:
     the sample count behind the comparison.
     """
 
-    metric: str
-    slice: str | None
-    value: float
-    higher_is_better: bool
     reference: Reference | None
-    threshold: VerdictThreshold | None
     point: Severity
-    severity: Severity
     basis: Basis
     evidence: Evidence | None
-    n: int
     #: Why no test was run ("point metric", "no per-sample values" ...), when none was.
     untested: str = ""
-
-    @property
-    def label(self) -> str:
-        """``metric`` or ``metric[slice]``."""
-        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
 
     @property
     def delta(self) -> float | None:
@@ -224,7 +214,7 @@ def _evidence_text(decision: Decision, threshold: VerdictThreshold) -> str:
 
 def describe(decision: Decision) -> str:
     """The verdict's ``reason``: value, reference, change against the bound, and the test."""
-    head = f"{decision.label} {fmt(decision.value)}"
+    head = f"{decision.key} {fmt(decision.value)}"
     ref = decision.reference
     if ref is None:
         return f"{head}: no baseline value"

@@ -3,7 +3,10 @@
 A :class:`Verdict` carries the bound it was judged by as a typed
 :class:`VerdictThreshold` (the results JSON writes it as the ``threshold``
 object), and compare's own ``details`` entries are named by
-:class:`VerdictDetail`.
+:class:`VerdictDetail`. What compare decided and what the verdict reports of it
+(metric, slice, value, direction, severity, sample count, bound) is one
+:class:`Assessment`, which both :class:`Verdict` and compare's
+:class:`~gate.gating.decision.Decision` are.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from gate.errors import ExitCode
@@ -132,8 +135,38 @@ class VerdictDetail:
     NOT_SIGNIFICANT: Final = "not_significant"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Assessment:
+    """What one comparison of a metric (or one slice of it) settled.
+
+    ``severity`` is the bound the evidence supports, never more; ``n`` the
+    sample count behind the comparison; ``threshold`` the bound it was judged
+    by (``None`` when the metric is not gated). The fields are keyword-only and
+    shared by :class:`Verdict` and :class:`~gate.gating.decision.Decision`:
+    :meth:`assessed` carries them from one to the other.
+    """
+
+    metric: str
+    slice: str | None = None
+    value: float
+    higher_is_better: bool
+    severity: Severity
+    n: int
+    #: The bound the verdict was judged by; ``None`` when the metric is not gated.
+    threshold: VerdictThreshold | None = None
+
+    @property
+    def key(self) -> str:
+        """``metric`` or ``metric[slice]``; unique within one comparison."""
+        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
+
+    def assessed(self) -> dict[str, Any]:
+        """The :class:`Assessment` fields of this object, as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in fields(Assessment)}
+
+
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Assessment):
     """The comparison of one metric (or one slice of it) against one baseline ref.
 
     ``delta = value - baseline_value``; ``relative_delta = delta / |baseline_value|``
@@ -143,32 +176,19 @@ class Verdict:
     evidence supports, never more.
     """
 
-    metric: str
     tier: str
-    severity: Severity
-    value: float
     baseline_value: float | None
     delta: float | None
     relative_delta: float | None
-    higher_is_better: bool
-    n: int
     reason: str
     against: str = "baseline"
-    slice: str | None = None
     unit: str = ""
     ci: tuple[float, float] | None = None
     p_value: float | None = None
     test: str | None = None
-    #: The bound the verdict was judged by; ``None`` when the metric is not gated.
-    threshold: VerdictThreshold | None = None
     #: Slice values (``"category:code" -> value``) for the results JSON ``breakdown``.
     breakdown: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        """``metric`` or ``metric[slice]``; unique within one comparison."""
-        return f"{self.metric}[{self.slice}]" if self.slice else self.metric
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,11 @@ class Unmeasured:
     def to_dict(self) -> dict[str, str]:
         """The results JSON entry (``{"name": ..., "against": ...}``)."""
         return {"name": self.metric, "against": self.against}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> Unmeasured:
+        """Inverse of :meth:`to_dict` (``KeyError``/``TypeError`` on a malformed entry)."""
+        return cls(metric=str(entry["name"]), against=str(entry["against"]))
 
 
 @dataclass(frozen=True)

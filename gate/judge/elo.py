@@ -50,8 +50,9 @@ intervals' half-widths (each half-width standing for its delta's uncertainty).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -127,6 +128,33 @@ class EloResult:
     def n(self) -> int:
         """Scored prompts."""
         return self.wins + self.losses + self.ties
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the judge tier stores in its verdict's details (``-0.0`` as ``0.0``)."""
+        return {
+            "wins": self.wins,
+            "losses": self.losses,
+            "ties": self.ties,
+            "score": self.score,
+            "delta": self.delta + 0.0,
+            "ci": [self.ci[0] + 0.0, self.ci[1] + 0.0],
+            "p_worse_sign_test": self.p_worse,
+            "clamped": self.clamped,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EloResult:
+        """Inverse of :meth:`to_dict` (``KeyError``/``TypeError``/``ValueError`` when malformed)."""
+        return cls(
+            wins=int(data["wins"]),
+            losses=int(data["losses"]),
+            ties=int(data["ties"]),
+            score=float(data["score"]),
+            delta=float(data["delta"]),
+            ci=(float(data["ci"][0]), float(data["ci"][1])),
+            p_worse=float(data["p_worse_sign_test"]),
+            clamped=bool(data["clamped"]),
+        )
 
 
 def _scores(outcomes: Sequence[Outcome]) -> np.ndarray:

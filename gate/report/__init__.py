@@ -2,5 +2,5 @@
 
 Every report consumes the same :class:`~gate.gating.verdict.GateOutcome`; the results
 JSON (:mod:`gate.report.results_json`) is the interchange format that later
-reports read back with :func:`~gate.report.results_json.results_from_json`.
+reports read back as :class:`~gate.report.results.Results`.
 """

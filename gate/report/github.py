@@ -25,7 +25,7 @@ from typing import IO
 from gate.gating.verdict import Severity, Verdict, VersionDrift
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
 from gate.report.markdown import render_markdown
-from gate.report.results_json import Results
+from gate.report.results import Results
 
 #: At most this many ``::error`` and this many ``::warning`` lines per run.
 MAX_ANNOTATIONS = 10

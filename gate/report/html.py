@@ -36,7 +36,7 @@ from gate.report.markdown import (
     headline,
 )
 from gate.report.plots import Plot, all_plots
-from gate.report.results_json import Results
+from gate.report.results import Results
 
 #: The page may load nothing: images are data URIs, styles inline. A browser refuses
 #: (and logs) anything else, so a stray external URL cannot leak the report's contents.

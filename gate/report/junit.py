@@ -39,7 +39,7 @@ from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
 from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.markdown import candidate_text, headline
-from gate.report.results_json import Results
+from gate.report.results import Results
 
 
 def case_name(verdict: Verdict, *, several_refs: bool) -> str:

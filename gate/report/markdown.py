@@ -25,7 +25,7 @@ from typing import Any
 from gate.gating.verdict import Severity, Verdict
 from gate.report.console import number_cells, order
 from gate.report.judge_summary import judge_summary, summary_lines
-from gate.report.results_json import Results
+from gate.report.results import Results
 
 #: A mark before the headline, so the verdict reads at a glance in a PR thread.
 HEADLINE_MARK = {"APPROVED": "✅", "APPROVED WITH WARNINGS": "⚠️"}

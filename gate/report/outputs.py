@@ -1,9 +1,10 @@
 """Write every requested report of a finished run from one results document.
 
-The plugin (``gate run``) and ``gate compare`` build the results JSON document
-(:func:`gate.report.results_json.build_results`) and hand it, with the paths
-the user asked for, to :func:`write_reports`. Every report is made from the
-document read back through :func:`results_from_document`, so the HTML,
+The plugin (``gate run``) and ``gate compare`` build a run's
+:class:`~gate.report.results.Results` (:func:`gate.report.results_json.build_results`)
+and hand them, with the paths the user asked for, to :func:`write_reports`.
+Every report is made from the results as their JSON document reads back
+(:meth:`Results.from_document` of :meth:`Results.to_document`), so the HTML,
 markdown, JUnit and GitHub outputs show exactly what the JSON says.
 """
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from gate.errors import DataError, GateError
-from gate.report.results_json import Results, verdict_from_dict, version_drift_from
+from gate.errors import GateError
+from gate.report.results import Results
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json
 from gate.store.writable import writing
@@ -38,29 +39,8 @@ class ReportTargets:
         return any(p is not None for p in (self.json, self.html, self.junit, self.markdown))
 
 
-def results_from_document(doc: Mapping[str, Any]) -> Results:
-    """A results document (the dict of ``build_results``) as a :class:`Results`."""
-    try:
-        return Results(
-            verdict=str(doc["verdict"]),
-            headline=str(doc.get("headline", "")),
-            exit_code=int(doc["exit_code"]),
-            verdicts=[verdict_from_dict(entry) for entry in doc["metrics"]],
-            baseline=dict(doc.get("baseline") or {}),
-            baselines={str(k): dict(v) for k, v in (doc.get("baselines") or {}).items()},
-            candidate=dict(doc.get("candidate") or {}),
-            environment=dict(doc.get("environment") or {}),
-            notes=[str(n) for n in doc.get("notes") or []],
-            version_drift=version_drift_from(doc),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DataError(
-            f"results document is missing {exc}", "build it with build_results"
-        ) from None
-
-
 def write_reports(
-    doc: Mapping[str, Any],
+    results: Results,
     targets: ReportTargets,
     *,
     environ: Mapping[str, str] | None = None,
@@ -80,10 +60,11 @@ def write_reports(
     (exit 4) naming its path and the operating system's reason.
     """
     env = os.environ if environ is None else environ
-    results = results_from_document(doc)
+    doc = results.to_document()
+    shown = Results.from_document(doc)
     written: list[Path] = []
     failed: list[GateError] = []
-    for what, path, render in _report_files(doc, results, targets, env, drift):
+    for what, path, render in _report_files(doc, shown, targets, env, drift):
         data = render()  # a rendering problem is not the path's fault: it is raised as it is
         try:
             with writing(what, path):
@@ -96,7 +77,7 @@ def write_reports(
 
     if in_github_actions(env):
         try:
-            emit(results, environ=env, stream=stream if stream is not None else sys.stdout)
+            emit(shown, environ=env, stream=stream if stream is not None else sys.stdout)
         except GateError as exc:
             failed.append(exc)
     if failed:

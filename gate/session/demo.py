@@ -179,21 +179,17 @@ class DemoResult:
 
 def candidate_result(outcome: Outcome) -> CandidateResult:
     """One row of the panel from the outcome of its gate session."""
-    from gate.report.outputs import results_from_document
-
     recipe = outcome.candidate.recipe_label
     code = int(outcome.exit_code)
     if outcome.error is not None:
         return CandidateResult(recipe, code, "error", error=outcome.error)
-    if outcome.doc is None:
+    results = outcome.results
+    if results is None:
         return CandidateResult(recipe, code, "error", error="no results were written")
-    results = results_from_document(outcome.doc)
     whole = [
         v for v in results.verdicts if v.slice is None and v.against in (BASELINE_REF, "baseline")
     ]
-    idle = frozenset(
-        str(line).partition(" NOT EXERCISED")[0] for line in outcome.doc.get("not_exercised") or []
-    )
+    idle = frozenset(line.partition(" NOT EXERCISED")[0] for line in results.not_exercised)
     values = {v.metric: v.value for v in whole if v.tier not in idle}
     breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown and v.tier not in idle}
     return CandidateResult(
@@ -201,7 +197,7 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
         code,
         results.verdict,
         values,
-        outcome.results,
+        outcome.json,
         breakdowns=breakdowns,
         idle_tiers=idle,
     )

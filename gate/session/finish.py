@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from gate.gating.verdict import Unmeasured
     from gate.measurement import Measurement
     from gate.report.outputs import ReportTargets
+    from gate.report.results import Results
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
 
@@ -140,6 +141,7 @@ def _compare(
     from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
     from gate.report.console import render
     from gate.report.results_json import build_results
+    from gate.session.handoff import publish
     from gate.store.baseline import check_compatible
     from gate.tiers.exercised import gate_on_exercised, not_exercised, reason
     from gate.tiers.exercised import notes as exercised_notes
@@ -190,6 +192,7 @@ def _compare(
         notes=notes,
         unbounded=unbounded,
     )
+    publish(results)
     buffer = io.StringIO()
     failure = _write_reports(results, inputs.options.reports, buffer)
     end: list[str] = []
@@ -206,7 +209,7 @@ def _compare(
 
 
 def _write_reports(
-    results: dict[str, Any], reports: ReportTargets, stream: io.StringIO
+    results: Results, reports: ReportTargets, stream: io.StringIO
 ) -> GateError | None:
     """Write the report files; a failed write is returned (one-line error), not raised, so that
     what was measured is still printed."""

@@ -10,7 +10,8 @@ both land in :func:`run_candidates`:
    which prints that candidate's report; a candidate's ``GateError`` is printed
    on one line and becomes its exit code without stopping the others; an
    interrupted candidate ends the loop;
-3. each candidate's results JSON is read back into an :class:`Outcome`.
+3. each candidate's :class:`~gate.report.results.Results`, handed over by its
+   session in this process (:mod:`gate.session.handoff`), make its :class:`Outcome`.
 
 :func:`execute_plan` then prints ``gate run``'s summary table (candidate,
 recipe, verdict, exit code, the worst findings) and returns the worst exit
@@ -26,13 +27,11 @@ report) so that a workflow can post it as a single pull-request comment.
 
 from __future__ import annotations
 
-import json
+import math
 import sys
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -41,7 +40,10 @@ from rich.text import Text
 
 from gate import progress
 from gate.errors import ExitCode, GateError, exit_label, exit_meaning
+from gate.gating.verdict import Severity, Verdict
 from gate.report.outputs import ReportTargets
+from gate.report.results import Results
+from gate.session.handoff import collect
 from gate.session.plan import RunPlan
 from gate.session.run_config import Candidate
 from gate.store.atomic import write_atomic
@@ -84,84 +86,73 @@ class Outcome:
     headline: str
     findings: tuple[str, ...]
     markdown: Path | None = None
-    #: The results JSON written by the session (``None``: none was written).
-    doc: Mapping[str, Any] | None = None
-    #: Where that JSON was written.
-    results: Path | None = None
+    #: The session's results (``None``: it ended before comparing).
+    results: Results | None = None
+    #: Where its results JSON was written (``None``: none was asked for or written).
+    json: Path | None = None
     #: The one-line GateError that stopped the session, if one did.
     error: str | None = None
 
 
-_SEVERITY_RANK = {"critical": 0, "warn": 1}
+_SEVERITY_RANK = {Severity.CRITICAL: 0, Severity.WARN: 1}
 
 
-def _finding(entry: Mapping[str, Any]) -> str:
-    name = str(entry.get("name", "?"))
-    if entry.get("slice"):
-        name += f"[{entry['slice']}]"
-    value = entry.get("value")
-    base = entry.get("baseline_value")
-    shown = f"{value:.4g}" if isinstance(value, (int, float)) else "-"
-    if isinstance(base, (int, float)):
+def _number(value: float | None) -> float | None:
+    """A number as the results JSON has it: ``None`` when absent or not finite."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _finding(verdict: Verdict) -> str:
+    value = _number(verdict.value)
+    base = _number(verdict.baseline_value)
+    shown = f"{value:.4g}" if value is not None else "-"
+    if base is not None:
         shown += f" vs {base:.4g}"
-    return f"{name} {shown} ({entry.get('severity')})"
+    return f"{verdict.key} {shown} ({verdict.severity.label})"
 
 
-def worst_findings(doc: Mapping[str, Any], limit: int = 3) -> tuple[str, ...]:
-    """The ``limit`` worst non-passing metrics of a results document, critical first.
+def worst_findings(results: Results, limit: int = 3) -> tuple[str, ...]:
+    """The ``limit`` worst non-passing metrics of a run's results, critical first.
 
     Within a severity, whole-metric verdicts before per-slice ones, then the
     larger change first (``|relative_delta|``, else ``|delta|``).
     """
-    bad = [m for m in doc.get("metrics", []) if m.get("severity") in _SEVERITY_RANK]
+    bad = [v for v in results.verdicts if v.severity in _SEVERITY_RANK]
 
-    def key(entry: Mapping[str, Any]) -> tuple[int, bool, float]:
-        size = 0.0
-        for field_name in ("relative_delta", "delta"):
-            value = entry.get(field_name)
-            if isinstance(value, (int, float)):
-                size = float(value)
-                break
-        return (_SEVERITY_RANK[str(entry["severity"])], bool(entry.get("slice")), -abs(size))
+    def key(verdict: Verdict) -> tuple[int, bool, float]:
+        change = _number(verdict.relative_delta)
+        if change is None:
+            change = _number(verdict.delta)
+        size = 0.0 if change is None else change
+        return (_SEVERITY_RANK[verdict.severity], bool(verdict.slice), -abs(size))
 
-    return tuple(_finding(m) for m in sorted(bad, key=key)[:limit])
-
-
-def _read_results(results: Path) -> Mapping[str, Any] | None:
-    if not results.is_file():
-        return None
-    try:
-        loaded = json.loads(results.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
+    return tuple(_finding(v) for v in sorted(bad, key=key)[:limit])
 
 
 def outcome_of(
     candidate: Candidate,
     code: ExitCode,
-    results: Path,
+    results: Results | None,
     markdown: Path | None = None,
     error: str | None = None,
+    json: Path | None = None,
 ) -> Outcome:
-    """Read the candidate's results JSON (when written) into an :class:`Outcome`."""
-    doc = _read_results(results)
-    found = results if doc is not None else None
-    if doc is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL_ERROR):
+    """The :class:`Outcome` of a candidate's session from its results (when it made them)."""
+    if results is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL_ERROR):
         word = exit_meaning(code)
         reason = "see its report above" if code != ExitCode.OK else ""
         findings: tuple[str, ...] = (reason,) if reason else ()
-        return Outcome(candidate, code, word, findings, markdown, doc, found, error)
-    headline = str(doc.get("headline") or doc.get("verdict") or "")
+        return Outcome(candidate, code, word, findings, markdown, results, json, error)
+    headline = results.headline or results.verdict
     if code in (ExitCode.USAGE_ERROR, ExitCode.NO_MEASUREMENTS):
         headline = exit_meaning(code)
-    findings = worst_findings(doc)
+    findings = worst_findings(results)
     if not findings:
-        count = len(doc.get("metrics", []))
+        count = len(results.verdicts)
         findings = (f"all {count} metric checks pass",) if code == ExitCode.OK else ()
-    if code == ExitCode.BLOCKED and not doc.get("metrics"):
+    if code == ExitCode.BLOCKED and not results.verdicts:
         findings = ("a tier test failed; see its report above",)
-    return Outcome(candidate, code, headline, findings, markdown, doc, found, error)
+    return Outcome(candidate, code, headline, findings, markdown, results, json, error)
 
 
 def summary_table(outcomes: Sequence[Outcome]) -> Table:
@@ -227,34 +218,39 @@ def run_candidates(
 ) -> list[Outcome]:
     """Run ``session`` for every candidate in order; returns their outcomes.
 
-    ``session`` gets each candidate's report targets (``targets_for``); the JSON
-    target is always set (a temporary file when none was asked for) so the
-    outcome can read the verdicts back. A ``GateError`` ends that candidate
-    (one line on stderr, its exit code); an interrupted candidate ends the loop.
+    ``session`` gets each candidate's report targets (``targets_for``) and hands
+    its results over in this process (:func:`gate.session.handoff.collect`). A
+    ``GateError`` ends that candidate (one line on stderr, its exit code); an
+    interrupted candidate ends the loop.
     """
     outcomes: list[Outcome] = []
-    with tempfile.TemporaryDirectory(prefix="gate-run-") as scratch:
-        for index, candidate in enumerate(candidates, start=1):
-            mine = targets_for(candidate)
-            results = mine.json or Path(scratch) / f"results-{candidate.name}.json"
-            mine = ReportTargets(
-                json=results, html=mine.html, junit=mine.junit, markdown=mine.markdown
-            )
-            on_start(index, len(candidates), candidate)
-            error: str | None = None
+    for index, candidate in enumerate(candidates, start=1):
+        mine = targets_for(candidate)
+        on_start(index, len(candidates), candidate)
+        error: str | None = None
+        with collect() as handed:
             try:
                 code = session(candidate, mine)
             except GateError as exc:  # one candidate's error must not stop the others
                 error = exc.format_line()
                 print(f"gate: error: {error}", file=sys.stderr)
                 code = exc.exit_code
-            outcome = outcome_of(candidate, code, results, mine.markdown, error)
-            outcomes.append(outcome)
-            if on_done is not None:
-                on_done(outcome)
-            if code == ExitCode.INTERRUPTED:
-                break
+        results = _shown(handed[-1]) if handed else None
+        written = results is not None and mine.json is not None and mine.json.is_file()
+        json = mine.json if written else None
+        outcome = outcome_of(candidate, code, results, mine.markdown, error, json)
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(outcome)
+        if code == ExitCode.INTERRUPTED:
+            break
     return outcomes
+
+
+def _shown(results: Results) -> Results:
+    """``results`` as their JSON document reads back (non-finite numbers absent), as every
+    report shows them."""
+    return Results.from_document(results.to_document())
 
 
 def session_runner(plan: RunPlan) -> SessionRunner:
@@ -297,8 +293,8 @@ def _judge_round_robin(plan: RunPlan, outcomes: Sequence[Outcome], console: Cons
     from gate.session.round_robin import report_round_robin, write_round_robin
 
     try:
-        docs = {o.candidate.name: o.doc for o in outcomes}
-        rr = report_round_robin(docs, plan.shared.config, console)
+        runs = {o.candidate.name: o.results for o in outcomes}
+        rr = report_round_robin(runs, plan.shared.config, console)
         if rr is not None and plan.targets.json is not None:
             json_path = plan.targets.json
             write_round_robin(json_path.with_name(f"{json_path.stem}-round-robin.json"), rr)

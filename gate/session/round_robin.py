@@ -1,8 +1,9 @@
 """Several candidates judged by the judge tier: a round robin, an Elo table, transitivity.
 
 After ``gate run --config`` gated several candidates with the judge tier, each
-candidate's results hold its Elo result against the baseline and its judged
-answers (``details`` of ``judge.elo_delta``). :func:`round_robin` then
+candidate's :class:`~gate.report.results.Results` hold its Elo result against
+the baseline and its judged answers (``details`` of ``judge.elo_delta``, read
+once into a :class:`Judged`). :func:`round_robin` then
 
 1. judges every pair of candidates (B, C) with the same panel and protocol
    (:func:`gate.tiers.judge.compare_outputs`, C's answers against B's; the
@@ -24,15 +25,19 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 
 from gate.judge.elo import EloResult, Match, Transitivity, fit_ratings, transitivity
 from gate.metrics.catalog.judge import JudgeDetail
+from gate.report.results import Results
 
-__all__ = ["RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
+if TYPE_CHECKING:
+    from gate.tiers.judge_outputs import OutputSet
+
+__all__ = ["Judged", "RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
 
 #: The baseline's name in the Elo table.
 BASELINE = "baseline"
@@ -70,45 +75,46 @@ class RoundRobin:
         }
 
 
-def _elo_entry(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for entry in doc.get("metrics", []):
-        if entry.get("name") == "judge.elo_delta" and entry.get("slice") is None:
-            details = entry.get("details") or {}
+@dataclass(frozen=True)
+class Judged:
+    """What the judge tier measured of one candidate against the baseline."""
+
+    elo: EloResult
+    outputs: OutputSet
+
+
+def _judged(results: Results) -> Judged | None:
+    """The judge tier's result in ``results`` (whole ``judge.elo_delta`` with its answers)."""
+    from gate.tiers.judge import outputs_from_details
+
+    for verdict in results.verdicts:
+        if verdict.metric == "judge.elo_delta" and verdict.slice is None:
+            details = verdict.details
             if JudgeDetail.ELO in details and JudgeDetail.OUTPUTS in details:
-                return dict(details)
+                return Judged(
+                    EloResult.from_dict(details[JudgeDetail.ELO]),
+                    outputs_from_details(details[JudgeDetail.OUTPUTS]),
+                )
     return None
 
 
-def _elo_result(elo: Mapping[str, Any]) -> EloResult:
-    return EloResult(
-        wins=int(elo["wins"]),
-        losses=int(elo["losses"]),
-        ties=int(elo["ties"]),
-        score=float(elo["score"]),
-        delta=float(elo["delta"]),
-        ci=(float(elo["ci"][0]), float(elo["ci"][1])),
-        p_worse=float(elo["p_worse_sign_test"]),
-        clamped=bool(elo["clamped"]),
-    )
-
-
-def judged_candidates(docs: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Mapping[str, Any]]:
+def judged_candidates(runs: Mapping[str, Results | None]) -> dict[str, Judged]:
     """Candidates (by name) whose results hold a judge-tier Elo result and their answers."""
-    out: dict[str, Mapping[str, Any]] = {}
-    for name, doc in docs.items():
-        details = _elo_entry(doc) if doc is not None else None
-        if details is not None:
-            out[name] = details
+    out: dict[str, Judged] = {}
+    for name, results in runs.items():
+        judged = _judged(results) if results is not None else None
+        if judged is not None:
+            out[name] = judged
     return out
 
 
-def round_robin(judged: Mapping[str, Mapping[str, Any]], settings: Any) -> RoundRobin:
+def round_robin(judged: Mapping[str, Judged], settings: Any) -> RoundRobin:
     """The round robin among ``judged`` candidates (at least two), judged per ``settings``."""
-    from gate.tiers.judge import compare_outputs, open_panel, outputs_from_details
+    from gate.tiers.judge import compare_outputs, open_panel
 
     names = list(judged)
-    base = {n: _elo_result(judged[n][JudgeDetail.ELO]) for n in names}
-    outputs = {n: outputs_from_details(judged[n][JudgeDetail.OUTPUTS]) for n in names}
+    base = {n: judged[n].elo for n in names}
+    outputs = {n: judged[n].outputs for n in names}
     # the baseline's wins against C are C's losses
     matches = [Match(BASELINE, n, base[n].losses, base[n].wins, base[n].ties) for n in names]
     judges = open_panel(settings)
@@ -164,10 +170,10 @@ def settings_from_config(config: Path | None) -> Any:
 
 
 def report_round_robin(
-    docs: Mapping[str, Mapping[str, Any] | None], config: Path | None, console: Any
+    runs: Mapping[str, Results | None], config: Path | None, console: Any
 ) -> RoundRobin | None:
     """Run and print the round robin when two or more candidates were judged."""
-    judged = judged_candidates(docs)
+    judged = judged_candidates(runs)
     if len(judged) < 2:
         return None
     rr = round_robin(judged, settings_from_config(config))

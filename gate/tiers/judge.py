@@ -524,16 +524,7 @@ def compare_outputs(
         return JudgeResult(tuple(rates), counts, stable, None, problem, tuple(outcomes), tuple(ids))
     scored_outcomes = [o for o in (outcomes[k].outcome for k in scored) if o is not None]
     elo = elo_result(scored_outcomes, seed=settings.seed)
-    details[JudgeDetail.ELO] = {
-        "wins": elo.wins,
-        "losses": elo.losses,
-        "ties": elo.ties,
-        "score": elo.score,
-        "delta": elo.delta + 0.0,
-        "ci": [elo.ci[0] + 0.0, elo.ci[1] + 0.0],
-        "p_worse_sign_test": elo.p_worse,
-        "clamped": elo.clamped,
-    }
+    details[JudgeDetail.ELO] = elo.to_dict()
     s_ids = [ids[k] for k in scored]
     samples = [centred(o) for o in scored_outcomes]
     groups: dict[str, list[int]] = {}

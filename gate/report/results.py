@@ -1,0 +1,296 @@
+"""The typed results document: :class:`Results`, its one reader and its one writer.
+
+A finished run's results (docs/contracts.md "Results JSON") exist in two
+forms: the JSON document (a ``dict`` of JSON types, what ``--json`` writes)
+and :class:`Results` (frozen, typed: verdicts, unmeasured metrics, version
+drift). :meth:`Results.from_document` is the only place a document is read
+and :meth:`Results.to_document` the only place one is made; every report, the
+multi-candidate summary, the demo panel and the judge's round robin use
+:class:`Results`.
+
+Round trip: ``Results.from_document(doc).to_document() == doc`` for every
+document the gate writes, keys in the same order. Two normalisations apply to
+numbers only: JSON has no NaN, so a non-finite number is written as ``null``
+(and a ``null`` value reads back as NaN, which writes as ``null`` again); a
+``ci`` with a ``null`` end and a ``null`` ``breakdown`` entry read as absent.
+
+Unknown keys: a key this reader does not know, at the top level or in a
+``metrics`` entry, is a :class:`~gate.errors.DataError` (a writer that adds
+one bumps ``schema_version``). The free-form objects (``baseline``,
+``baselines``, ``candidate``, ``environment`` and a metric's ``details``) are
+kept as they are, unknown keys included. Keys a document lacks take the
+defaults older writers implied (``version_drift`` ``[]``, ``against``
+``"baseline"`` ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate.errors import DataError, ExitCode, exit_meaning
+from gate.gating.verdict import (
+    GateOutcome,
+    Severity,
+    Unmeasured,
+    Verdict,
+    VerdictThreshold,
+    VersionDrift,
+)
+from gate.store.schema import check_schema_version
+
+SCHEMA_VERSION = 1
+KIND = "results"
+
+#: The top-level keys, in the order they are written.
+DOCUMENT_KEYS = (
+    "schema_version",
+    "kind",
+    "verdict",
+    "headline",
+    "exit_code",
+    "baseline",
+    "baselines",
+    "candidate",
+    "environment",
+    "notes",
+    "unmeasured",
+    "unbounded",
+    "version_drift",
+    "not_exercised",
+    "metrics",
+)
+
+#: The keys of one ``metrics[]`` entry, in the order they are written.
+METRIC_KEYS = (
+    "name",
+    "tier",
+    "slice",
+    "against",
+    "value",
+    "baseline_value",
+    "delta",
+    "relative_delta",
+    "ci",
+    "n",
+    "higher_is_better",
+    "severity",
+    "threshold",
+    "breakdown",
+    "reason",
+    "unit",
+    "p_value",
+    "test",
+    "details",
+)
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no NaN: a non-finite number is written as ``null``."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _unknown(entry: Mapping[str, Any], known: Sequence[str], what: str) -> None:
+    """Raise on a key ``known`` does not list (see the module docstring)."""
+    extra = [str(k) for k in entry if k not in known]
+    if extra:
+        raise DataError(
+            f"unknown key(s) in {what}: {', '.join(extra)}",
+            "the file was written by a newer or different gate",
+        )
+
+
+def verdict_to_entry(verdict: Verdict) -> dict[str, Any]:
+    """The ``metrics[]`` entry of one verdict."""
+    return {
+        "name": verdict.metric,
+        "tier": verdict.tier,
+        "slice": verdict.slice,
+        "against": verdict.against,
+        "value": _finite(verdict.value),
+        "baseline_value": _finite(verdict.baseline_value),
+        "delta": _finite(verdict.delta),
+        "relative_delta": _finite(verdict.relative_delta),
+        "ci": [_finite(verdict.ci[0]), _finite(verdict.ci[1])] if verdict.ci else None,
+        "n": verdict.n,
+        "higher_is_better": verdict.higher_is_better,
+        "severity": verdict.severity.label,
+        "threshold": verdict.threshold.to_dict() if verdict.threshold is not None else {},
+        "breakdown": {k: _finite(v) for k, v in verdict.breakdown.items()},
+        "reason": verdict.reason,
+        "unit": verdict.unit,
+        "p_value": _finite(verdict.p_value),
+        "test": verdict.test,
+        "details": dict(verdict.details),
+    }
+
+
+def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
+    """Inverse of :func:`verdict_to_entry`; a malformed entry raises :class:`DataError`."""
+    _unknown(entry, METRIC_KEYS, "a metrics entry of the results JSON")
+    try:
+        ci = entry.get("ci")
+        return Verdict(
+            metric=str(entry["name"]),
+            tier=str(entry["tier"]),
+            severity=Severity[str(entry["severity"]).upper()],
+            value=float(entry["value"]) if entry["value"] is not None else math.nan,
+            baseline_value=_opt_float(entry.get("baseline_value")),
+            delta=_opt_float(entry.get("delta")),
+            relative_delta=_opt_float(entry.get("relative_delta")),
+            higher_is_better=bool(entry["higher_is_better"]),
+            n=int(entry.get("n") or 0),
+            reason=str(entry.get("reason", "")),
+            against=str(entry.get("against", "baseline")),
+            slice=entry.get("slice"),
+            unit=str(entry.get("unit", "")),
+            ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,
+            p_value=_opt_float(entry.get("p_value")),
+            test=entry.get("test"),
+            threshold=VerdictThreshold.from_dict(entry.get("threshold") or {}),
+            breakdown={
+                str(k): float(v) for k, v in (entry.get("breakdown") or {}).items() if v is not None
+            },
+            details=dict(entry.get("details") or {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(
+            f"malformed metrics entry in results JSON: {exc}", "the file is corrupt"
+        ) from None
+
+
+def final_words(outcome: GateOutcome, exit_code: int) -> tuple[str, str]:
+    """``(verdict word, headline)`` of a run that ended with ``exit_code``.
+
+    When the run's exit code differs from the comparison's own (a tier crashed,
+    bad input, nothing measured), the run is not approved whatever was measured,
+    and the headline is what that exit code means (:func:`gate.errors.exit_meaning`):
+    bad input is ``ERROR (input)``, never ``BLOCKED``.
+    """
+    if exit_code == outcome.exit_code:
+        return outcome.word, outcome.headline
+    return "block", exit_meaning(exit_code)
+
+
+@dataclass(frozen=True)
+class Results:
+    """A finished run's results: what the results JSON holds, typed.
+
+    ``baseline`` is the description of the first ref compared against (the
+    same object as the first of ``baselines``, kept as the file has it).
+    """
+
+    verdict: str
+    headline: str
+    exit_code: int
+    verdicts: tuple[Verdict, ...]
+    baseline: Mapping[str, Any] = field(default_factory=dict)
+    baselines: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    candidate: Mapping[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    #: Baseline metrics of the tiers that ran which the run did not measure.
+    unmeasured: tuple[Unmeasured, ...] = ()
+    #: Measured metrics without a bound in ``thresholds.toml``.
+    unbounded: tuple[str, ...] = ()
+    #: Packages measured at other versions than a baseline's (absent in older files).
+    version_drift: tuple[VersionDrift, ...] = ()
+    #: One line per tier the compression never acted on (``<tier> NOT EXERCISED: ...``).
+    not_exercised: tuple[str, ...] = ()
+
+    @classmethod
+    def of_run(
+        cls,
+        outcome: GateOutcome,
+        *,
+        exit_code: ExitCode | int | None = None,
+        baselines: Mapping[str, Mapping[str, Any]] | None = None,
+        candidate: Mapping[str, Any] | None = None,
+        environment: Mapping[str, Any] | None = None,
+        notes: Sequence[str] = (),
+        unbounded: Sequence[str] = (),
+    ) -> Results:
+        """The results of one run from its outcome.
+
+        ``exit_code`` overrides the outcome's own (a crashed tier, nothing
+        measured); ``baselines`` maps each ref compared against to its description.
+        """
+        refs = {str(k): dict(v) for k, v in (baselines or {}).items()}
+        code = int(outcome.exit_code if exit_code is None else exit_code)
+        word, headline = final_words(outcome, code)
+        return cls(
+            verdict=word,
+            headline=headline,
+            exit_code=code,
+            verdicts=tuple(outcome.verdicts),
+            baseline=dict(next(iter(refs.values()), {})),
+            baselines=refs,
+            candidate=dict(candidate or {}),
+            environment=dict(environment or {}),
+            notes=tuple(notes),
+            unmeasured=tuple(outcome.unmeasured),
+            unbounded=tuple(unbounded),
+            version_drift=tuple(outcome.version_drift),
+            not_exercised=tuple(outcome.not_exercised),
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        """The results JSON document (keys in :data:`DOCUMENT_KEYS` order)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": KIND,
+            "verdict": self.verdict,
+            "headline": self.headline,
+            "exit_code": self.exit_code,
+            "baseline": dict(self.baseline),
+            "baselines": {k: dict(v) for k, v in self.baselines.items()},
+            "candidate": dict(self.candidate),
+            "environment": dict(self.environment),
+            "notes": list(self.notes),
+            "unmeasured": [item.to_dict() for item in self.unmeasured],
+            "unbounded": list(self.unbounded),
+            "version_drift": [item.to_dict() for item in self.version_drift],
+            "not_exercised": list(self.not_exercised),
+            "metrics": [verdict_to_entry(v) for v in self.verdicts],
+        }
+
+    @classmethod
+    def from_document(cls, doc: Any, source: str = "results document") -> Results:
+        """Read a results document; anything malformed, unknown or newer is a DataError.
+
+        ``source`` names the document in messages (the file's path).
+        """
+        if not isinstance(doc, Mapping) or doc.get("kind", KIND) != KIND:
+            raise DataError(
+                f"{source} is not a gate results file", "pass the file written by --json"
+            )
+        check_schema_version(doc, source, reads_up_to=SCHEMA_VERSION, error=DataError)
+        _unknown(doc, DOCUMENT_KEYS, source)
+        try:
+            return cls(
+                verdict=str(doc["verdict"]),
+                headline=str(doc.get("headline", "")),
+                exit_code=int(doc["exit_code"]),
+                verdicts=tuple(verdict_from_entry(entry) for entry in doc["metrics"]),
+                baseline=dict(doc.get("baseline") or {}),
+                baselines={str(k): dict(v) for k, v in (doc.get("baselines") or {}).items()},
+                candidate=dict(doc.get("candidate") or {}),
+                environment=dict(doc.get("environment") or {}),
+                notes=tuple(str(n) for n in doc.get("notes") or []),
+                unmeasured=tuple(Unmeasured.from_dict(e) for e in doc.get("unmeasured") or []),
+                unbounded=tuple(str(n) for n in doc.get("unbounded") or []),
+                version_drift=tuple(
+                    VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
+                ),
+                not_exercised=tuple(str(n) for n in doc.get("not_exercised") or []),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{source} is missing {exc}", "the file is corrupt") from None
