@@ -71,7 +71,7 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True)
 class AccuracySettings:
-    """``[tiers.accuracy]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.accuracy]`` settings (built with :func:`gate.config.build_dataclass`)."""
 
     #: Measure perplexity at all.
     perplexity: bool = True
@@ -105,7 +105,7 @@ class AccuracySettings:
 
 def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
     """Validated settings from a ``[tiers.accuracy]`` table (``ConfigError`` on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
+    from gate.config import build_dataclass
 
     return build_dataclass(AccuracySettings, dict(mapping or {}), where="[tiers.accuracy]")
 

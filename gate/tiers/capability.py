@@ -57,7 +57,7 @@ class GeneratingBackend(Protocol):
 
 @dataclass(frozen=True)
 class CapabilitySettings:
-    """``[tiers.capability]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.capability]`` settings (built with :func:`gate.config.build_dataclass`)."""
 
     #: Probe seed; the demo model's training seeds are below 10 000 (see gate.data.probes).
     seed: int = DEFAULT_SEED
@@ -117,7 +117,7 @@ class CapabilitySettings:
 
 def settings_from(mapping: Mapping[str, Any]) -> CapabilitySettings:
     """Validated settings from a ``[tiers.capability]`` table (ConfigError on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
+    from gate.config import build_dataclass
 
     return build_dataclass(CapabilitySettings, mapping, where=f"tiers.{TIER}")
 

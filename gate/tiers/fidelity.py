@@ -61,7 +61,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class FidelitySettings:
-    """``[tiers.fidelity]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.fidelity]`` settings (built with :func:`gate.config.build_dataclass`)."""
 
     #: Greedy tokens generated per prompt when recording the pack.
     max_new_tokens: int = 128
@@ -133,7 +133,7 @@ class FidelitySettings:
 
 def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
     """Validated settings from a ``[tiers.fidelity]`` table (``ConfigError`` on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
+    from gate.config import build_dataclass
 
     return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
 

@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
+from gate.config import build_dataclass
 from gate.errors import ConfigError, ModelLoadError
-from gate.gating.thresholds import build_dataclass
 from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
 from gate.measurement import Measurement, MeasurementDetail

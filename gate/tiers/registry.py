@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
+from gate.config import build_dataclass
 from gate.errors import ConfigError
-from gate.gating.thresholds import build_dataclass
 from gate.metrics.registry import check_tier
 from gate.tiers.accuracy import AccuracySettings
 from gate.tiers.capability import CapabilitySettings
