@@ -28,7 +28,7 @@ functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accur
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -71,7 +71,7 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True)
 class AccuracySettings:
-    """``[tiers.accuracy]`` settings (built with :func:`gate.config.build_dataclass`)."""
+    """``[tiers.accuracy]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
 
     #: Measure perplexity at all.
     perplexity: bool = True
@@ -101,13 +101,6 @@ class AccuracySettings:
             raise ValueError("mcq_limit must be at least 1")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-
-
-def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
-    """Validated settings from a ``[tiers.accuracy]`` table (``ConfigError`` on bad keys)."""
-    from gate.config import build_dataclass
-
-    return build_dataclass(AccuracySettings, dict(mapping or {}), where="[tiers.accuracy]")
 
 
 # --------------------------------------------------------------------------- perplexity

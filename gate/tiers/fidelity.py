@@ -20,7 +20,7 @@ numbers: CGA exactly 1 and KL exactly 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +61,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class FidelitySettings:
-    """``[tiers.fidelity]`` settings (built with :func:`gate.config.build_dataclass`)."""
+    """``[tiers.fidelity]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
 
     #: Greedy tokens generated per prompt when recording the pack.
     max_new_tokens: int = 128
@@ -129,13 +129,6 @@ class FidelitySettings:
             check_tiers(self.context_tiers)
             if self.prompts is not None:
                 raise ValueError("prompts and context_tiers are two prompt sets; give one of them")
-
-
-def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
-    """Validated settings from a ``[tiers.fidelity]`` table (``ConfigError`` on bad keys)."""
-    from gate.config import build_dataclass
-
-    return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
 
 
 def load_prompts(

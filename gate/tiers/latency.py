@@ -59,7 +59,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-from gate.config import build_dataclass
 from gate.errors import ConfigError, ModelLoadError
 from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
@@ -145,11 +144,6 @@ class LoadLevel:
     concurrency: int
     timings: tuple[StreamTiming, ...]
     summary: LoadSummary
-
-
-def settings_from(mapping: Mapping[str, Any]) -> LatencySettings:
-    """Validate ``[tiers.latency]`` (unknown keys and bad values -> ConfigError, exit 4)."""
-    return build_dataclass(LatencySettings, mapping, where="tiers.latency")
 
 
 def fingerprint_of(measurements: Mapping[str, Measurement]) -> Fingerprint | None:
