@@ -41,6 +41,7 @@ from gate.errors import BaselineError, DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
+from gate.models.backends.capabilities import exact_full_rows
 from gate.store.schema import check_schema_version
 from gate.tiers import exercised
 
@@ -257,7 +258,7 @@ def score_questions(
     """
     encoded = [_encode_question(backend, q, prefix + q.id) for q in questions]
     lls: dict[str, list[float]] = {}
-    exact_rows = bool(getattr(backend, "exact_full_rows", True))
+    exact_rows = exact_full_rows(backend)
     single = [e for e in encoded if e.single_token and exact_rows]
     for start in range(0, len(single), _FULL_CHUNK):
         chunk = single[start : start + _FULL_CHUNK]

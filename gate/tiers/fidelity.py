@@ -32,6 +32,7 @@ from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
+from gate.models.backends.capabilities import ChunksScoring, EncodesMessages, exact_full_rows
 from gate.store.reference import (
     LOGPROB_DTYPES,
     PackEntry,
@@ -202,13 +203,12 @@ def _model_positions(backend: Backend) -> int | None:
 
 
 def _encode_messages(backend: Backend, turns: Sequence[tuple[str, str]]) -> list[int]:
-    encode_messages = getattr(backend, "encode_messages", None)
-    if not callable(encode_messages):
+    if not isinstance(backend, EncodesMessages):
         raise ModelLoadError(
             f"backend {backend.name} cannot render multi-turn prompts",
             "use the single-turn fidelity prompts (leave context_tiers unset)",
         )
-    return [int(i) for i in encode_messages([{"role": r, "content": c} for r, c in turns])]
+    return [int(i) for i in backend.encode_messages([{"role": r, "content": c} for r, c in turns])]
 
 
 def encode(backend: Backend, prompt: PromptLike) -> list[int]:
@@ -516,7 +516,7 @@ def score_pack(
 def uses_tail_samples(backend: Backend) -> bool:
     """Whether the pack's sampled tail tokens can be scored: the candidate's full rows are
     exact (in process), not rebuilt from a served top-k (``exact_full_rows = False``)."""
-    return bool(getattr(backend, "exact_full_rows", True))
+    return exact_full_rows(backend)
 
 
 def _check_ids_fit(pack: ReferencePack, vocab: int, *arrays: np.ndarray) -> None:
@@ -697,8 +697,12 @@ def measure(
     """
     verify_candidate(backend, pack, prompts)
     before = exercised.counts(backend)
-    chunking = getattr(backend, "scoring_chunk", None)
-    with chunking(settings.cache_chunk_size) if callable(chunking) else nullcontext():
+    chunking = (
+        backend.scoring_chunk(settings.cache_chunk_size)
+        if isinstance(backend, ChunksScoring)
+        else nullcontext()
+    )
+    with chunking:
         results = score_pack(
             backend, pack, settings, baseline_backend=baseline_backend, progress=progress
         )

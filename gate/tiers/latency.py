@@ -66,6 +66,7 @@ from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
+from gate.models.backends.capabilities import last_kv_cache
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
 Runner = Callable[[Callable[[], object], int, int], object]
@@ -476,7 +477,7 @@ def run_tier(
         )
     provenance = backend.provenance()
     raw_bytes = provenance.get("parameter_bytes", provenance.get("param_bytes"))
-    kv_cache = getattr(backend, "last_kv_cache", None)
+    kv_cache = last_kv_cache(backend)
     return LatencyResult(
         runs=tuple(runs),
         sweep=result_sweep,
@@ -485,7 +486,7 @@ def run_tier(
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
-        kv_cache=dict(kv_cache) if kv_cache else None,
+        kv_cache=kv_cache,
         reference=reference,
         load=tuple(levels[-1]),
         reference_load=tuple(levels[0]) if len(sides) > 1 else (),
