@@ -322,6 +322,41 @@ def test_every_layer_rule_of_the_architecture_doc_holds(rule: Rule) -> None:
     )
 
 
+#: The arrays of a reference pack: the store's layout, read only inside ``gate.store``.
+_PACK_LAYOUT = frozenset({"tensors"})
+
+
+def pack_internals(source: str) -> list[str]:
+    """What ``source`` touches of the reference pack's internals: private names imported
+    from ``gate.store.reference`` and its arrays (``pack.tensors``), as ``line: what``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "gate.store.reference":
+            found += [f"{node.lineno}: imports {a.name}" for a in node.names if a.name[0] == "_"]
+        elif isinstance(node, ast.Attribute) and node.attr in _PACK_LAYOUT:
+            found.append(f"{node.lineno}: reads .{node.attr}")
+    return found
+
+
+def test_the_pack_internals_check_sees_arrays_and_private_names() -> None:
+    source = (
+        "from gate.store.reference import ReferencePack, _refuse\n"
+        "def f(pack): return pack.tensors['tail_logmass'], pack.output_ids(0)\n"
+    )
+    assert pack_internals(source) == ["1: imports _refuse", "2: reads .tensors"]
+    assert pack_internals("def f(pack): return pack.mean_tail_mass(3)\n") == []
+
+
+def test_tiers_read_reference_packs_only_through_the_public_reader() -> None:
+    broken = [
+        f"{module}:{line}"
+        for module, path in all_modules().items()
+        if module.startswith("gate.tiers")
+        for line in pack_internals(path.read_text(encoding="utf-8"))
+    ]
+    assert not broken, "gate.tiers reaches into the reference pack's layout: " + "; ".join(broken)
+
+
 # ------------------------------------------------------------------- (c) torch stays out
 
 

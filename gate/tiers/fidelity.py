@@ -706,14 +706,11 @@ def measure(
         results = score_pack(
             backend, pack, settings, baseline_backend=baseline_backend, progress=progress
         )
-    scored = pack.tensors["tail_logmass"][
-        : int(pack.tensors["output_offsets"][results[-1].index + 1])
-    ]
     out = measurements(
         results,
         k=pack.k,
         exact=baseline_backend is not None,
-        tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
+        tail_mass_mean=pack.mean_tail_mass(results[-1].index),
         m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
         recording=pack.recording_summary(),
         context_tiers=settings.context_tiers,
