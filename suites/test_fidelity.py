@@ -6,7 +6,8 @@ prompts the recorder cut or left empty, and record the baseline's own fidelity
 measurements against it (CGA 1, KL 0: the pack round-trips).
 Run mode (candidate): take the pack from the baseline, score the candidate
 against it and record the measurements. ``[tiers.fidelity] live_baseline``
-loads that model too and makes the KL exact.
+loads that model too (through ``gate_run.load_build``, like the candidate) and
+makes the KL exact.
 """
 
 from __future__ import annotations
@@ -35,12 +36,10 @@ def test_fidelity(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -
     pack = load_pack(path)
     if gate_run.mode == "record":
         gate_run.note_provenance(tier.recording_provenance(pack))
-    baseline_backend = None
-    if settings.live_baseline:
-        from gate.models.backends.loading import load_backend
-        from gate.models.spec import ModelSpec
-
-        baseline_backend = load_backend(ModelSpec.parse(settings.live_baseline))
+    # the live baseline loads like the candidate (hooks, --allow-pickle), with no recipe
+    baseline_backend = (
+        gate_run.load_build(settings.live_baseline, None) if settings.live_baseline else None
+    )
     for measurement in tier.measure(
         gate_run.backend, pack, settings, prompts=prompts, baseline_backend=baseline_backend
     ):

@@ -26,7 +26,8 @@ from gate.metrics.capability import (
 )
 from gate.metrics.registry import get_metric
 from gate.metrics.spec import SampleKind
-from gate.tiers.capability import CapabilitySettings, measure, settings_from
+from gate.tiers.capability import CapabilitySettings, measure
+from gate.tiers.registry import build_settings
 
 DEMO = Path(__file__).resolve().parents[1] / "gate" / "assets" / "demo_model"
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
@@ -175,14 +176,14 @@ def test_damaged_arithmetic_is_blocked_and_an_identical_build_passes_every_famil
 
 
 def test_settings_validation() -> None:
-    assert settings_from({"arithmetic_easy": 5}).arithmetic_easy == 5
+    assert build_settings("capability", {"arithmetic_easy": 5}).arithmetic_easy == 5
     with pytest.raises(ConfigError) as info:
-        settings_from({"arithmetic_esay": 5})
+        build_settings("capability", {"arithmetic_esay": 5})
     assert "arithmetic_easy" in (info.value.hint or "")
     with pytest.raises(ConfigError):
-        settings_from({"families": ["arithmetic", "code"]})
+        build_settings("capability", {"families": ["arithmetic", "code"]})
     with pytest.raises(ConfigError):
-        settings_from({"code": 0})
+        build_settings("capability", {"code": 0})
 
 
 @pytest.mark.slow

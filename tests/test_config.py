@@ -10,12 +10,11 @@ from typing import Any, Literal
 
 import pytest
 
+from gate.config import build_dataclass, load_toml
 from gate.errors import ConfigError, ExitCode
 from gate.gating.thresholds import (
     Bound,
-    build_dataclass,
     load_thresholds,
-    load_toml,
     packaged_thresholds_path,
     parse_thresholds,
 )

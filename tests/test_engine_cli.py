@@ -34,6 +34,7 @@ from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import fidelity
+from gate.tiers.registry import build_settings
 from tests.cli_support import GateRun, run_gate
 from tests.engine_support import engine_env, engine_python, vllm_command
 
@@ -171,7 +172,7 @@ def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
     from gate.models.backends.loading import load_backend
 
     stored = load_baseline_file(BASELINE / "0001-fp32.json")
-    settings = fidelity.settings_from(stored.provenance["tier_settings"]["fidelity"])
+    settings = build_settings("fidelity", stored.provenance["tier_settings"]["fidelity"])
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
     local = {

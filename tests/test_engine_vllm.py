@@ -51,6 +51,7 @@ from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import accuracy, capability, fidelity
+from gate.tiers.registry import build_settings
 from tests.engine_support import (
     MAX_BATCHED_TOKENS,
     engine_env,
@@ -71,7 +72,7 @@ def _baseline() -> Any:
 
 def _fidelity_settings() -> fidelity.FidelitySettings:
     """The settings the demo baseline was recorded with."""
-    return fidelity.settings_from(_baseline().provenance["tier_settings"]["fidelity"])
+    return build_settings("fidelity", _baseline().provenance["tier_settings"]["fidelity"])
 
 
 @pytest.fixture(scope="session")
@@ -175,7 +176,7 @@ def test_fidelity_float32_against_the_demo_baseline(served: HTTPBackend) -> None
 
 
 def test_accuracy_per_question_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
-    settings = accuracy.settings_from({"mcq_limit": 20, "perplexity_max_tokens": 1024})
+    settings = build_settings("accuracy", {"mcq_limit": 20, "perplexity_max_tokens": 1024})
     got = accuracy.run_mcq(served, settings)
     want = accuracy.run_mcq(local, settings)
     assert [r.id for r in got] == [r.id for r in want]
@@ -199,13 +200,14 @@ def test_accuracy_per_question_equal_in_process(served: HTTPBackend, local: HFBa
 
 
 def test_capability_per_probe_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
-    settings = capability.settings_from(
+    settings = build_settings(
+        "capability",
         {
             "families": ["arithmetic_easy", "structured_output"],
             "arithmetic_easy": 20,
             "structured_output": 10,
             "max_new_tokens": 40,
-        }
+        },
     )
     got = capability.measure(served, settings)
     want = capability.measure(local, settings)

@@ -19,6 +19,7 @@ from gate.models.backends.hf import HFBackend
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import fidelity
+from gate.tiers.registry import build_settings
 
 BASELINE = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines" / "demo"
 
@@ -37,7 +38,7 @@ class RebuiltRows:
 
 def test_served_candidate_gets_the_bound(demo_backend: HFBackend) -> None:
     stored = load_baseline_file(BASELINE / "0001-fp32.json")
-    recorded = fidelity.settings_from(stored.provenance["tier_settings"]["fidelity"])
+    recorded = build_settings("fidelity", stored.provenance["tier_settings"]["fidelity"])
     settings = replace(recorded, limit=4)
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     assert pack.m > 0  # the pack has a sampled tail

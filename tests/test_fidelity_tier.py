@@ -26,6 +26,7 @@ from gate.models.spec import ModelSpec, demo_model_dir
 from gate.session.demo import store_dir as demo_store
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity as tier
+from gate.tiers.registry import build_settings
 from tests.cli_support import GateRun, run_gate
 
 torch.set_num_threads(1)
@@ -329,17 +330,17 @@ def test_empty_prompt_set_is_refused(base: HFBackend, tmp_path: Path) -> None:
 
 
 def test_settings_are_validated() -> None:
-    assert tier.settings_from({"top_k": 16, "limit": 3}).top_k == 16
-    assert tier.settings_from({"tail_samples": 0}).tail_samples == 0
-    assert tier.settings_from({"skip_first_token": True}).skip_first_token
+    assert build_settings("fidelity", {"top_k": 16, "limit": 3}).top_k == 16
+    assert build_settings("fidelity", {"tail_samples": 0}).tail_samples == 0
+    assert build_settings("fidelity", {"skip_first_token": True}).skip_first_token
     for bad in ({"tail_samples": 1}, {"tail_samples": -2}, {"tail_seed": -1}):
         with pytest.raises(ConfigError):
-            tier.settings_from(bad)
+            build_settings("fidelity", bad)
     with pytest.raises(ConfigError, match="top_kk") as info:
-        tier.settings_from({"top_kk": 16})
+        build_settings("fidelity", {"top_kk": 16})
     assert "did you mean 'top_k'" in info.value.format_line()
     with pytest.raises(ConfigError):
-        tier.settings_from({"batch_size": 0})
+        build_settings("fidelity", {"batch_size": 0})
 
 
 def test_limit_and_batches() -> None:

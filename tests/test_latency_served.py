@@ -22,7 +22,8 @@ from gate.hw.fingerprint import collect
 from gate.hw.memory import MemoryTracker
 from gate.measurement import Measurement
 from gate.metrics.serving import StreamTiming
-from gate.tiers.latency import LatencySettings, LoadRunner, run_tier, settings_from, to_measurements
+from gate.tiers.latency import LatencySettings, LoadRunner, run_tier, to_measurements
+from gate.tiers.registry import build_settings
 from tests.fakes.timed_backend import FakeTime, ScriptedBackend
 
 SETTINGS = LatencySettings(
@@ -129,4 +130,4 @@ def test_in_process_builds_have_no_load_metrics() -> None:
 )
 def test_bad_load_settings_are_refused(table: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="load_"):
-        settings_from(table)
+        build_settings("latency", table)

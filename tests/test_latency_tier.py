@@ -24,9 +24,9 @@ from gate.tiers.latency import (
     LatencySettings,
     fingerprint_of,
     run_tier,
-    settings_from,
     to_measurements,
 )
+from gate.tiers.registry import build_settings
 from tests.fakes.timed_backend import FakeTime, ScriptedBackend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,11 +107,11 @@ def test_sweep_stops_cleanly_at_out_of_memory() -> None:
 
 
 def test_settings_are_validated() -> None:
-    assert settings_from({"batch_sizes": [1, 2], "runs": 5}).batch_sizes == (1, 2)
+    assert build_settings("latency", {"batch_sizes": [1, 2], "runs": 5}).batch_sizes == (1, 2)
     with pytest.raises(ConfigError, match="new_tokenz"):
-        settings_from({"new_tokenz": 8})
+        build_settings("latency", {"new_tokenz": 8})
     with pytest.raises(ConfigError):
-        settings_from({"new_tokens": 1})
+        build_settings("latency", {"new_tokens": 1})
 
 
 def _verdicts(cand: list[Measurement], base: list[Measurement]) -> dict[str, Severity]:

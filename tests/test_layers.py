@@ -278,7 +278,14 @@ RULES = parse_rules(ARCHITECTURE.read_text(encoding="utf-8"))
 def test_the_layer_table_names_every_part_and_only_real_modules() -> None:
     modules = all_modules()
     subjects = {rule.subject for rule in RULES}
-    faces = {"gate.cli", "gate.errors", "gate.measurement", "gate.progress", "gate.provenance"}
+    faces = {
+        "gate.cli",
+        "gate.config",
+        "gate.errors",
+        "gate.measurement",
+        "gate.progress",
+        "gate.provenance",
+    }
     packages = {name for name in tree_packages() if name.count(".") == 1}
     assert faces | packages <= subjects, f"parts without a row: {(faces | packages) - subjects}"
     for rule in RULES:
@@ -315,6 +322,41 @@ def test_every_layer_rule_of_the_architecture_doc_holds(rule: Rule) -> None:
     )
 
 
+#: The arrays of a reference pack: the store's layout, read only inside ``gate.store``.
+_PACK_LAYOUT = frozenset({"tensors"})
+
+
+def pack_internals(source: str) -> list[str]:
+    """What ``source`` touches of the reference pack's internals: private names imported
+    from ``gate.store.reference`` and its arrays (``pack.tensors``), as ``line: what``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "gate.store.reference":
+            found += [f"{node.lineno}: imports {a.name}" for a in node.names if a.name[0] == "_"]
+        elif isinstance(node, ast.Attribute) and node.attr in _PACK_LAYOUT:
+            found.append(f"{node.lineno}: reads .{node.attr}")
+    return found
+
+
+def test_the_pack_internals_check_sees_arrays_and_private_names() -> None:
+    source = (
+        "from gate.store.reference import ReferencePack, _refuse\n"
+        "def f(pack): return pack.tensors['tail_logmass'], pack.output_ids(0)\n"
+    )
+    assert pack_internals(source) == ["1: imports _refuse", "2: reads .tensors"]
+    assert pack_internals("def f(pack): return pack.mean_tail_mass(3)\n") == []
+
+
+def test_tiers_read_reference_packs_only_through_the_public_reader() -> None:
+    broken = [
+        f"{module}:{line}"
+        for module, path in all_modules().items()
+        if module.startswith("gate.tiers")
+        for line in pack_internals(path.read_text(encoding="utf-8"))
+    ]
+    assert not broken, "gate.tiers reaches into the reference pack's layout: " + "; ".join(broken)
+
+
 # ------------------------------------------------------------------- (c) torch stays out
 
 
@@ -322,7 +364,7 @@ _NO_TORCH = """
 import json, sys
 from pathlib import Path
 import gate.models.recipes, gate.models.spec, gate.store.baseline, gate.store.reference
-import gate.gating.thresholds, gate.gating.compare, gate.metrics.registry
+import gate.config, gate.gating.thresholds, gate.gating.compare, gate.metrics.registry
 from gate.models.recipes import Recipe
 from gate.models.spec import ModelSpec
 from gate.session.run_config import load_run_config

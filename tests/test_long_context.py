@@ -30,7 +30,7 @@ from gate.data.long_context import (
 from gate.data.sharegpt import Conversation, Turn
 from gate.errors import ConfigError, DataError, ExitCode
 from gate.models.spec import demo_model_dir
-from gate.tiers.fidelity import settings_from
+from gate.tiers.registry import build_settings
 from tests.cli_support import GateRun, run_gate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,9 +73,11 @@ def test_tier_bounds_labels_and_bad_tiers() -> None:
 
 
 def test_settings_validate_the_long_context_keys() -> None:
-    s = settings_from({"context_tiers": [8192, 16384, 24576], "context_prompts_per_tier": 4})
+    s = build_settings(
+        "fidelity", {"context_tiers": [8192, 16384, 24576], "context_prompts_per_tier": 4}
+    )
     assert s.context_tiers == (8192, 16384, 24576) and s.context_prompts_per_tier == 4
-    assert settings_from({}).context_tiers is None
+    assert build_settings("fidelity", {}).context_tiers is None
     for table, word in (
         ({"context_tiers": [512, 256]}, "increasing"),
         ({"context_tiers": [256], "prompts": "p.jsonl"}, "one of them"),
@@ -83,7 +85,7 @@ def test_settings_validate_the_long_context_keys() -> None:
         ({"context_tiers": [256], "context_prompts_per_tier": 0}, ">= 1"),
     ):
         with pytest.raises(ConfigError, match=word) as info:
-            settings_from(table)
+            build_settings("fidelity", table)
         assert info.value.exit_code == ExitCode.USAGE_ERROR
 
 
@@ -155,7 +157,7 @@ def test_tiers_beyond_the_models_window_are_refused_before_any_work() -> None:
 
     model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=1024))
     backend: Any = SimpleNamespace(name="fake", model=model)
-    settings = settings_from({"context_tiers": [256, 512, 960], "max_new_tokens": 128})
+    settings = build_settings("fidelity", {"context_tiers": [256, 512, 960], "max_new_tokens": 128})
     with pytest.raises(ConfigError, match="exceeds the model's 1024 positions") as info:
         long_context_prompts(backend, settings)
     assert info.value.exit_code == ExitCode.USAGE_ERROR

@@ -11,7 +11,8 @@ from gate.data import mcq
 from gate.data.corpus import load_corpus
 from gate.data.mcq_generate import arithmetic_set, write_sets
 from gate.errors import ConfigError, DataError
-from gate.tiers.accuracy import AccuracySettings, load_questions, settings_from
+from gate.tiers.accuracy import AccuracySettings, load_questions
+from gate.tiers.registry import build_settings
 
 MMLU = {
     "question": "What is 2 + 2?",
@@ -128,15 +129,16 @@ def test_arithmetic_answers_are_right() -> None:
 
 
 def test_settings_validate() -> None:
-    s = settings_from(
-        {"mcq_sets": ["facts"], "mcq_limit": 3, "perplexity_window": 64, "perplexity_stride": 32}
+    s = build_settings(
+        "accuracy",
+        {"mcq_sets": ["facts"], "mcq_limit": 3, "perplexity_window": 64, "perplexity_stride": 32},
     )
     assert s.mcq_sets == ("facts",) and s.perplexity_window == 64
     with pytest.raises(ConfigError, match="mcq_limt") as info:
-        settings_from({"mcq_limt": 3})
+        build_settings("accuracy", {"mcq_limt": 3})
     assert "mcq_limit" in (info.value.hint or "")
     with pytest.raises(ConfigError, match="stride"):
-        settings_from({"perplexity_window": 64, "perplexity_stride": 128})
+        build_settings("accuracy", {"perplexity_window": 64, "perplexity_stride": 128})
     named = load_questions(AccuracySettings(mcq_sets=("facts", "arithmetic"), mcq_limit=2))
     assert [(n, len(qs)) for n, qs in named] == [("facts", 2), ("arithmetic", 2)]
 

@@ -213,6 +213,24 @@ def test_gate_run_loads_a_pickle_only_checkpoint_only_with_allow_pickle(tmp_path
 
 
 @pytest.mark.slow
+def test_a_live_baseline_loads_like_the_candidate(tmp_path: Path) -> None:
+    """``[tiers.fidelity] live_baseline`` goes through the session's loader: a pickle-only
+    baseline checkpoint is refused without ``--allow-pickle``, as a candidate would be."""
+    baseline = _pickle_only(tmp_path)
+    config = tmp_path / "gate.toml"
+    config.write_text(f"[tiers.fidelity]\nlive_baseline = {json.dumps(str(baseline))}\nlimit = 4\n")
+    refused = _fidelity_run(demo_model_dir(), tmp_path, "--config", str(config))
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != ExitCode.OK, output[-3000:]
+    assert "pass --allow-pickle" in output, output[-3000:]
+    allowed = _fidelity_run(demo_model_dir(), tmp_path, "--config", str(config), "--allow-pickle")
+    output = allowed.stdout + allowed.stderr
+    assert allowed.returncode == ExitCode.OK, output[-3000:]  # the same weights: approved
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["headline"] == "APPROVED"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flag", "run-config"])
 def test_incomplete_weights_are_measured_when_asked_for(
     models: dict[str, Path], tmp_path: Path, how: str

@@ -54,7 +54,7 @@ def engine_options(command: _F) -> _F:
 
 def engine_override(given: dict[str, Any]) -> EngineConfig | None:
     """The engine the command line names (``None``: none); validated like a gate.toml table."""
-    from gate.gating.thresholds import build_dataclass
+    from gate.config import build_dataclass
 
     table = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
     if not table:

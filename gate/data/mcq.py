@@ -243,7 +243,7 @@ def load_mcq_hf(
 def builtin_path(name: str) -> Path:
     """Path of a shipped set in ``gate/assets/mcq``."""
     if name not in BUILTIN_SETS:
-        from gate.metrics.registry import suggest
+        from gate.config import suggest
 
         raise DataError(f"unknown built-in MCQ set {name!r}", suggest(name, list(BUILTIN_SETS)))
     return Path(str(resources.files("gate") / "assets" / "mcq" / f"{name}.jsonl"))

@@ -62,6 +62,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gate.config import suggest
 from gate.errors import DataError
 from gate.gating import stats
 from gate.gating.decision import (
@@ -84,7 +85,7 @@ from gate.gating.verdict import (
     VerdictThreshold,
 )
 from gate.measurement import Measurement, MeasurementDetail
-from gate.metrics.registry import all_metrics, suggest
+from gate.metrics.registry import all_metrics
 from gate.metrics.spec import MetricSpec, SampleKind
 
 #: Bootstrap resamples used for verdict CIs and paired-bootstrap p-values.

@@ -7,10 +7,10 @@ validation, compare and reports) never imports a model library.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from functools import cache
 
+from gate.config import suggest as suggest  # re-exported: the registry's "did you mean"
 from gate.errors import ConfigError
 from gate.metrics.catalog import accuracy, capability, fidelity, judge, latency
 from gate.metrics.spec import MetricSpec
@@ -37,15 +37,6 @@ def all_metrics() -> Mapping[str, MetricSpec]:
                 raise RuntimeError(f"metric {spec.name!r} registered twice")
             specs[spec.name] = spec
     return specs
-
-
-def suggest(name: str, choices: list[str] | tuple[str, ...]) -> str:
-    """A ``did you mean 'x'?`` hint, or a list of valid names when nothing is close."""
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    if close:
-        return f"did you mean {close[0]!r}?"
-    shown = ", ".join(sorted(choices)[:8])
-    return f"known names: {shown}{', ...' if len(choices) > 8 else ''}"
 
 
 def check_tier(tier: str, where: str = "") -> str:

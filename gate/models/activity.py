@@ -171,10 +171,4 @@ def request_key(context: Sequence[int], continuation: Sequence[int] = ()) -> int
     return hash((tuple(int(t) for t in context), tuple(int(t) for t in continuation)))
 
 
-def activity_of(backend: Any) -> Activity | None:
-    """The build's :class:`Activity`; ``None`` for an uncompressed build or a served one."""
-    activity = getattr(backend, "activity", None)
-    return activity if isinstance(activity, Activity) else None
-
-
-__all__ = ["Activity", "Counting", "Exercise", "Footprint", "activity_of", "request_key"]
+__all__ = ["Activity", "Counting", "Exercise", "Footprint", "request_key"]

@@ -32,8 +32,8 @@ from gate import progress
 from gate.errors import BaselineError, DataError, UsageError
 from gate.measurement import Measurement
 from gate.metrics.registry import get_metric
-from gate.models.activity import activity_of
 from gate.models.backends.base import Backend
+from gate.models.backends.capabilities import activity_of
 from gate.store.baseline import ARTIFACT_RE, Baseline
 from gate.tiers import exercised
 

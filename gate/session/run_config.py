@@ -49,8 +49,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gate.config import build_dataclass, check_keys, load_toml
 from gate.errors import ConfigError, UsageError
-from gate.gating.thresholds import build_dataclass, check_keys, load_toml
 from gate.metrics.registry import TIERS, check_tier
 
 TOP_KEYS = ("run", "candidates", "tiers", "judges")

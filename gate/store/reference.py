@@ -180,7 +180,11 @@ class RecordingSummary:
 
 @dataclass(frozen=True)
 class ReferencePack:
-    """A loaded, verified reference pack."""
+    """A loaded, verified reference pack.
+
+    Its arrays (``tensors``) are this module's layout: readers outside the store
+    (the tiers) use the methods below, never the arrays by name.
+    """
 
     path: Path | None
     k: int
@@ -238,6 +242,14 @@ class ReferencePack:
         ids = self._slice("sample_ids", "output_offsets", j)
         lps = self._slice("sample_logprobs", "output_offsets", j).astype(np.float32)
         return ids, lps
+
+    def mean_tail_mass(self, through: int) -> float | None:
+        """Mean baseline probability mass beyond the top-k (``exp(tail_logmass)``) over
+        the output positions of prompts ``0 .. through`` (inclusive); ``None`` when they
+        have no output positions."""
+        end = int(self.tensors["output_offsets"][through + 1])
+        tail = self.tensors["tail_logmass"][:end]
+        return float(np.exp(tail.astype(np.float64)).mean()) if tail.size else None
 
     @property
     def kl_kind(self) -> str:

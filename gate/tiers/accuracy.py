@@ -28,7 +28,7 @@ functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accur
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +41,7 @@ from gate.errors import BaselineError, DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
+from gate.models.backends.capabilities import exact_full_rows
 from gate.store.schema import check_schema_version
 from gate.tiers import exercised
 
@@ -71,7 +72,7 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True)
 class AccuracySettings:
-    """``[tiers.accuracy]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.accuracy]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
 
     #: Measure perplexity at all.
     perplexity: bool = True
@@ -101,13 +102,6 @@ class AccuracySettings:
             raise ValueError("mcq_limit must be at least 1")
         if self.batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-
-
-def settings_from(mapping: Mapping[str, Any] | None) -> AccuracySettings:
-    """Validated settings from a ``[tiers.accuracy]`` table (``ConfigError`` on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
-
-    return build_dataclass(AccuracySettings, dict(mapping or {}), where="[tiers.accuracy]")
 
 
 # --------------------------------------------------------------------------- perplexity
@@ -264,7 +258,7 @@ def score_questions(
     """
     encoded = [_encode_question(backend, q, prefix + q.id) for q in questions]
     lls: dict[str, list[float]] = {}
-    exact_rows = bool(getattr(backend, "exact_full_rows", True))
+    exact_rows = exact_full_rows(backend)
     single = [e for e in encoded if e.single_token and exact_rows]
     for start in range(0, len(single), _FULL_CHUNK):
         chunk = single[start : start + _FULL_CHUNK]

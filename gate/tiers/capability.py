@@ -14,10 +14,10 @@ Replies are greedy, so measuring the same build twice gives the same outcomes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from gate.data.probes import DEFAULT_SEED, CheckResult, Probe, build_probes, families_from
 from gate.data.probes import code as code_probes
@@ -31,7 +31,6 @@ __all__ = [
     "build_tier_probes",
     "measure",
     "run_probes",
-    "settings_from",
 ]
 
 TIER = "capability"
@@ -57,7 +56,7 @@ class GeneratingBackend(Protocol):
 
 @dataclass(frozen=True)
 class CapabilitySettings:
-    """``[tiers.capability]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.capability]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
 
     #: Probe seed; the demo model's training seeds are below 10 000 (see gate.data.probes).
     seed: int = DEFAULT_SEED
@@ -113,13 +112,6 @@ class CapabilitySettings:
             cpu_s=self.sandbox_cpu_s,
             memory_bytes=self.sandbox_memory_mb * 1024**2,
         )
-
-
-def settings_from(mapping: Mapping[str, Any]) -> CapabilitySettings:
-    """Validated settings from a ``[tiers.capability]`` table (ConfigError on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
-
-    return build_dataclass(CapabilitySettings, mapping, where=f"tiers.{TIER}")
 
 
 def build_tier_probes(settings: CapabilitySettings, family: str) -> list[Probe]:

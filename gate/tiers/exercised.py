@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gate.measurement import Measurement, MeasurementDetail
-from gate.models.activity import Counting, Exercise, activity_of, request_key
+from gate.models.activity import Counting, Exercise, request_key
+from gate.models.backends.capabilities import activity_of
 
 KEY = MeasurementDetail.COMPRESSION_EXERCISED
 

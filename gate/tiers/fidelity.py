@@ -20,7 +20,7 @@ numbers: CGA exactly 1 and KL exactly 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
+from gate.models.backends.capabilities import ChunksScoring, EncodesMessages, exact_full_rows
 from gate.store.reference import (
     LOGPROB_DTYPES,
     PackEntry,
@@ -61,7 +62,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class FidelitySettings:
-    """``[tiers.fidelity]`` settings (built with :func:`gate.gating.thresholds.build_dataclass`)."""
+    """``[tiers.fidelity]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
 
     #: Greedy tokens generated per prompt when recording the pack.
     max_new_tokens: int = 128
@@ -129,13 +130,6 @@ class FidelitySettings:
             check_tiers(self.context_tiers)
             if self.prompts is not None:
                 raise ValueError("prompts and context_tiers are two prompt sets; give one of them")
-
-
-def settings_from(mapping: Mapping[str, Any] | None) -> FidelitySettings:
-    """Validated settings from a ``[tiers.fidelity]`` table (``ConfigError`` on bad keys)."""
-    from gate.gating.thresholds import build_dataclass
-
-    return build_dataclass(FidelitySettings, dict(mapping or {}), where="[tiers.fidelity]")
 
 
 def load_prompts(
@@ -209,13 +203,12 @@ def _model_positions(backend: Backend) -> int | None:
 
 
 def _encode_messages(backend: Backend, turns: Sequence[tuple[str, str]]) -> list[int]:
-    encode_messages = getattr(backend, "encode_messages", None)
-    if not callable(encode_messages):
+    if not isinstance(backend, EncodesMessages):
         raise ModelLoadError(
             f"backend {backend.name} cannot render multi-turn prompts",
             "use the single-turn fidelity prompts (leave context_tiers unset)",
         )
-    return [int(i) for i in encode_messages([{"role": r, "content": c} for r, c in turns])]
+    return [int(i) for i in backend.encode_messages([{"role": r, "content": c} for r, c in turns])]
 
 
 def encode(backend: Backend, prompt: PromptLike) -> list[int]:
@@ -523,7 +516,7 @@ def score_pack(
 def uses_tail_samples(backend: Backend) -> bool:
     """Whether the pack's sampled tail tokens can be scored: the candidate's full rows are
     exact (in process), not rebuilt from a served top-k (``exact_full_rows = False``)."""
-    return bool(getattr(backend, "exact_full_rows", True))
+    return exact_full_rows(backend)
 
 
 def _check_ids_fit(pack: ReferencePack, vocab: int, *arrays: np.ndarray) -> None:
@@ -704,19 +697,20 @@ def measure(
     """
     verify_candidate(backend, pack, prompts)
     before = exercised.counts(backend)
-    chunking = getattr(backend, "scoring_chunk", None)
-    with chunking(settings.cache_chunk_size) if callable(chunking) else nullcontext():
+    chunking = (
+        backend.scoring_chunk(settings.cache_chunk_size)
+        if isinstance(backend, ChunksScoring)
+        else nullcontext()
+    )
+    with chunking:
         results = score_pack(
             backend, pack, settings, baseline_backend=baseline_backend, progress=progress
         )
-    scored = pack.tensors["tail_logmass"][
-        : int(pack.tensors["output_offsets"][results[-1].index + 1])
-    ]
     out = measurements(
         results,
         k=pack.k,
         exact=baseline_backend is not None,
-        tail_mass_mean=float(np.exp(scored.astype(np.float64)).mean()) if scored.size else None,
+        tail_mass_mean=pack.mean_tail_mass(results[-1].index),
         m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
         recording=pack.recording_summary(),
         context_tiers=settings.context_tiers,

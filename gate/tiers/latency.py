@@ -60,13 +60,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from gate.errors import ConfigError, ModelLoadError
-from gate.gating.thresholds import build_dataclass
 from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
+from gate.models.backends.capabilities import last_kv_cache
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
 Runner = Callable[[Callable[[], object], int, int], object]
@@ -145,11 +145,6 @@ class LoadLevel:
     concurrency: int
     timings: tuple[StreamTiming, ...]
     summary: LoadSummary
-
-
-def settings_from(mapping: Mapping[str, Any]) -> LatencySettings:
-    """Validate ``[tiers.latency]`` (unknown keys and bad values -> ConfigError, exit 4)."""
-    return build_dataclass(LatencySettings, mapping, where="tiers.latency")
 
 
 def fingerprint_of(measurements: Mapping[str, Measurement]) -> Fingerprint | None:
@@ -482,7 +477,7 @@ def run_tier(
         )
     provenance = backend.provenance()
     raw_bytes = provenance.get("parameter_bytes", provenance.get("param_bytes"))
-    kv_cache = getattr(backend, "last_kv_cache", None)
+    kv_cache = last_kv_cache(backend)
     return LatencyResult(
         runs=tuple(runs),
         sweep=result_sweep,
@@ -491,7 +486,7 @@ def run_tier(
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
-        kv_cache=dict(kv_cache) if kv_cache else None,
+        kv_cache=kv_cache,
         reference=reference,
         load=tuple(levels[-1]),
         reference_load=tuple(levels[0]) if len(sides) > 1 else (),

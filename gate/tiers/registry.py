@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias, overload
 
+from gate.config import build_dataclass
 from gate.errors import ConfigError
-from gate.gating.thresholds import build_dataclass
 from gate.metrics.registry import check_tier
 from gate.tiers.accuracy import AccuracySettings
 from gate.tiers.capability import CapabilitySettings
@@ -53,10 +53,39 @@ def settings_class(tier: str, where: str = "") -> type[TierSettings]:
     return SETTINGS[check_tier(tier, where)]
 
 
+@overload
+def build_settings(
+    tier: Literal["accuracy"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> AccuracySettings: ...
+@overload
+def build_settings(
+    tier: Literal["capability"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> CapabilitySettings: ...
+@overload
+def build_settings(
+    tier: Literal["fidelity"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> FidelitySettings: ...
+@overload
+def build_settings(
+    tier: Literal["judge"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> JudgeSettings: ...
+@overload
+def build_settings(
+    tier: Literal["latency"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> LatencySettings: ...
+@overload
+def build_settings(
+    tier: str, table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> TierSettings: ...
+
+
 def build_settings(
     tier: str, table: Mapping[str, Any] | None = None, *, source: str = ""
 ) -> TierSettings:
     """The typed settings of ``tier`` from a ``[tiers.<tier>]`` table (``None``: defaults).
+
+    The one settings builder of every tier (a literal tier name gives its own
+    settings class to type checkers).
 
     ``source`` (a file, a baseline) prefixes error messages:
     ``thresholds.toml: tiers.latency: unknown key 'rnus' (did you mean 'runs'?)``.

@@ -111,7 +111,7 @@ def probe_id(family: str, index: int, prompt: str) -> str:
 def build_probes(family: str, n: int, seed: int = DEFAULT_SEED) -> list[Probe]:
     """``n`` probes of ``family`` drawn with ``seed``; the same arguments give the same list."""
     if family not in _FAMILY_MODULES:
-        from gate.metrics.registry import suggest
+        from gate.config import suggest
 
         raise ConfigError(f"unknown probe family {family!r}", suggest(family, list(FAMILIES)))
     if n < 0:
@@ -170,7 +170,7 @@ def families_from(names: Sequence[str] | None) -> tuple[str, ...]:
     """Validate a list of family names (``None`` means all) and keep report order."""
     if names is None:
         return FAMILIES
-    from gate.metrics.registry import suggest
+    from gate.config import suggest
 
     for name in names:
         if name not in _FAMILY_MODULES:

@@ -64,6 +64,7 @@ from gate.models.backends.base import (
     TokenScores,
     require_contexts,
 )
+from gate.models.backends.capabilities import activity_of
 from gate.models.compress.kvcache import (
     KV_QUANT_RESIDUAL,
     CacheMethod,
@@ -359,7 +360,7 @@ class CacheBackend:
         self.chunk_size = chunk_size
         self.name = inner.name if label in inner.name else f"{inner.name}[{label}]"
         self.activity: Activity | None = (
-            getattr(inner, "activity", None) if self.identity else cache_activity(label, method)
+            activity_of(inner) if self.identity else cache_activity(label, method)
         )
         #: The KV-cache figures of the last timed generation (read by the latency tier).
         self.last_kv_cache: dict[str, Any] | None = None
