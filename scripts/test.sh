@@ -4,6 +4,7 @@
 #
 #   bash scripts/test.sh             # the full run (engine tests included), from requirements/lock.txt
 #   bash scripts/test.sh --quick     # pull requests: -m "not engine and not slow"
+#   GATE_TEST_WORKERS=1 bash scripts/test.sh   # one pytest process instead of one per core
 #   bash scripts/test.sh --latest    # the upgrade canary: the newest releases instead of the lock
 #   bash scripts/test.sh --latest --quick   # the canary on the quick run
 #
@@ -13,6 +14,10 @@
 # and what passed or failed (junit in out/canary/junit.xml). The lock itself
 # is never changed by it: updating it is `bash scripts/lock.sh
 # --upgrade-package NAME`, a reviewed change. Other arguments go to pytest.
+#
+# pytest runs one worker per core (pytest-xdist, --dist loadgroup): the tests
+# that use the real serving engine share the session's servers and run on one
+# worker; every other test file runs whole on one worker (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,7 +69,11 @@ step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
 step mypy "$VPY" -m mypy gate
 step actionlint actionlint .github/workflows/*.yml
-step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 "${PYTEST_ARGS[@]}"
+WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
+XDIST=()
+[ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
+step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 \
+  "${XDIST[@]}" "${PYTEST_ARGS[@]}"
 
 if [ "$LATEST" = 1 ]; then
   "$VPY" scripts/canary_report.py requirements/lock.txt "$CANARY/lock.txt" \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # Extension modules that cannot be imported twice in one process: imported before any
 # in-process pytester run, which drops the modules a run imported when it ends.
@@ -172,3 +172,37 @@ def served(engine_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     from tests.engine_support import serve_demo
 
     yield from serve_demo(["--dtype", "float32"], engine_cache, tmp_path_factory.mktemp("fp32"))
+
+
+@pytest.fixture(scope="session")
+def served_fp8(
+    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HTTPBackend]:
+    """The demo model with FP8 per-channel weights (bfloat16 activations) behind vLLM,
+    shared by the engine tests (one server start per session)."""
+    from tests.engine_support import serve_demo
+
+    yield from serve_demo(
+        ["--quantization", "fp8_per_channel", "--dtype", "bfloat16"],
+        engine_cache,
+        tmp_path_factory.mktemp("fp8"),
+    )
+
+
+@pytest.fixture(scope="session")
+def served_bf16(
+    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HTTPBackend]:
+    """The demo model in bfloat16 behind vLLM (the same build as the in-process bfloat16 one)."""
+    from tests.engine_support import serve_demo
+
+    yield from serve_demo(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
+
+
+@pytest.fixture(scope="session")
+def inprocess_bf16_fidelity() -> dict[str, Any]:
+    """The demo model's fidelity in bfloat16, in process, against the committed demo pack
+    with the settings it was recorded with: the figure served builds are held beside."""
+    from tests.engine_support import inprocess_fidelity
+
+    return inprocess_fidelity("bfloat16")

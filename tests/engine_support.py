@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup_engine.sh"
+#: The committed demo baselines (float32 reference pack included).
+DEMO_BASELINE = REPO / "gate" / "assets" / "baselines" / "demo"
 #: The demo model has 1,024 positions; the server may not claim more.
 MAX_MODEL_LEN = 1024
 #: Tokens the engine's scheduler takes per step: prompts longer than this are
@@ -105,3 +107,26 @@ def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Itera
         # the first log-prob request compiles the engine's kernels: warm up once
         backend.score([ScoreRequest([1, 4], [47, 80])], top_k=2, full=True)
         yield backend
+
+
+def demo_fidelity_settings() -> Any:
+    """The fidelity settings the committed demo baseline was recorded with."""
+    from gate.store.baseline import load_baseline_file
+    from gate.tiers.registry import build_settings
+
+    stored = load_baseline_file(DEMO_BASELINE / "0001-fp32.json")
+    return build_settings("fidelity", stored.provenance["tier_settings"]["fidelity"])
+
+
+def inprocess_fidelity(dtype: str) -> dict[str, Any]:
+    """Fidelity measurements (by name) of the demo model loaded in process in ``dtype`` against the demo pack."""
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
+    from gate.store.reference import load_pack
+    from gate.tiers import fidelity
+
+    settings = demo_fidelity_settings()
+    pack = load_pack(DEMO_BASELINE / "0001-fp32.reference.safetensors")
+    backend = load_backend(ModelSpec.parse("demo", dtype=dtype))
+    measured = fidelity.measure(backend, pack, settings, prompts=fidelity.load_prompts(settings))
+    return {m.name: m for m in measured}

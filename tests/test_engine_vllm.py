@@ -2,8 +2,8 @@
 
 Marked ``engine``: the engine is set up by scripts/setup_engine.sh when it is
 missing (``python -m pytest tests -m engine`` works from a fresh clone). One
-float32 server (the ``served`` fixture of tests/conftest.py) serves the whole session; the FP8 and bfloat16 builds and the
-server that is killed mid-run have their own. Figures the checks rest on are printed (run with
+float32, FP8 and bfloat16 servers (``served``, ``served_fp8``, ``served_bf16`` in
+tests/conftest.py) serve the whole session; the server that is killed mid-run has its own. Figures the checks rest on are printed (run with
 ``-s`` to see them).
 
 What it shows:
@@ -26,7 +26,6 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,6 @@ from tests.engine_support import (
     MAX_BATCHED_TOKENS,
     engine_env,
     engine_python,
-    serve_demo,
     vllm_command,
 )
 
@@ -245,18 +243,6 @@ def test_stream_latency_and_load_at_two_concurrency_levels(served: HTTPBackend) 
 # ------------------------------------------------------------------ a compressed served build
 
 
-@pytest.fixture(scope="module")
-def served_fp8(
-    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[HTTPBackend]:
-    """The demo model with FP8 per-channel weights (bfloat16 activations) behind vLLM."""
-    yield from serve_demo(
-        ["--quantization", "fp8_per_channel", "--dtype", "bfloat16"],
-        engine_cache,
-        tmp_path_factory.mktemp("fp8"),
-    )
-
-
 def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
     """Share of output positions where the server's top-k covers the pack's top-k ids."""
     scored = [j for j in range(count) if len(pack.output_ids(j))]
@@ -271,7 +257,9 @@ def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
     return float(np.mean(covered))
 
 
-def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) -> None:
+def test_fp8_build_fidelity_beside_in_process_bfloat16(
+    served_fp8: HTTPBackend, inprocess_bf16_fidelity: dict[str, Measurement]
+) -> None:
     settings = _fidelity_settings()
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(settings)
@@ -280,8 +268,6 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) 
     }
     narrow = HTTPBackend(replace(served_fp8.settings, full_top_k=32), served_fp8.spec)
     narrow_values = {m.name: m for m in fidelity.measure(narrow, pack, settings, prompts=prompts)}
-    bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
-    local_values = {m.name: m for m in fidelity.measure(bf16, pack, settings, prompts=prompts)}
     severity = _verdict(list(served_values.values()))
     count = settings.limit or len(pack)
     figures = {
@@ -290,8 +276,8 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) 
         "served_fp8_kl_mean_rows_from_top32": narrow_values["fidelity.kl_mean"].value,
         "server_top64_covers_pack_top32": _coverage(served_fp8, pack, count, 64),
         "server_top32_covers_pack_top32": _coverage(served_fp8, pack, count, 32),
-        "inprocess_bf16_cga": local_values["fidelity.cga"].value,
-        "inprocess_bf16_kl_mean": local_values["fidelity.kl_mean"].value,
+        "inprocess_bf16_cga": inprocess_bf16_fidelity["fidelity.cga"].value,
+        "inprocess_bf16_kl_mean": inprocess_bf16_fidelity["fidelity.kl_mean"].value,
         "served_fp8_verdict": severity.name,
     }
     _figures("fp8 served vs bf16 in process", **figures)
@@ -308,22 +294,15 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(served_fp8: HTTPBackend) 
     assert abs(figures["served_fp8_cga"] - figures["inprocess_bf16_cga"]) <= 0.05
 
 
-@pytest.fixture(scope="module")
-def served_bf16(
-    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[HTTPBackend]:
-    """The demo model in bfloat16 behind vLLM (the same build as the in-process bfloat16 one)."""
-    yield from serve_demo(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
-
-
-def test_bf16_build_served_and_in_process_agree(served_bf16: HTTPBackend) -> None:
+def test_bf16_build_served_and_in_process_agree(
+    served_bf16: HTTPBackend, inprocess_bf16_fidelity: dict[str, Measurement]
+) -> None:
     """One build (bfloat16), two runtimes: CGA within 0.02 of each other, both pass the gate."""
     settings = _fidelity_settings()
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(settings)
     served = fidelity.measure(served_bf16, pack, settings, prompts=prompts)
-    bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
-    local = fidelity.measure(bf16, pack, settings, prompts=prompts)
+    local = list(inprocess_bf16_fidelity.values())
     s = {m.name: m.value for m in served}
     lo = {m.name: m.value for m in local}
     verdicts = (_verdict(served), _verdict(local))
