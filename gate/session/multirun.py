@@ -30,7 +30,7 @@ import json
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +237,7 @@ def run_candidates(
         for index, candidate in enumerate(candidates, start=1):
             mine = targets_for(candidate)
             results = mine.json or Path(scratch) / f"results-{candidate.name}.json"
-            mine = ReportTargets(
-                json=results, html=mine.html, junit=mine.junit, markdown=mine.markdown
-            )
+            mine = replace(mine, json=results)
             on_start(index, len(candidates), candidate)
             error: str | None = None
             try:
