@@ -24,17 +24,15 @@ from gate.models.engine_settings import EngineSettings, OptionKind, engine_setti
 from gate.report.outputs import ReportTargets
 from gate.session.options import SESSION_FIELDS, OptionField, SessionOptions, SessionRequest
 
-#: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets`.
+#: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets` (by name).
 REPORT_ROWS: tuple[OptionField, ...] = (
-    OptionField("json_out", "path", "write the results JSON here", option="--gate-json"),
+    OptionField("json", "path", "write the results JSON here", option="--gate-json"),
     OptionField("html", "path", "write the self-contained HTML report here", option="--gate-html"),
     OptionField("junit", "path", "write the JUnit XML report here", option="--gate-junit"),
     OptionField(
         "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
     ),
 )
-#: Report row name -> :class:`ReportTargets` field.
-_REPORT_FIELD = {"json_out": "json", "html": "html", "junit": "junit", "markdown": "markdown"}
 #: The engine rows (text as given; numbers are read by :func:`_engine`).
 ENGINE_ROWS: tuple[OptionField, ...] = tuple(
     OptionField(
@@ -116,7 +114,7 @@ def request_from_pytest(option: Any) -> SessionRequest | None:
     def value(row: OptionField) -> Any:
         return row.from_pytest(getattr(option, row.dest))
 
-    reports = ReportTargets(**{_REPORT_FIELD[row.name]: value(row) for row in REPORT_ROWS})
+    reports = ReportTargets(**{row.name: value(row) for row in REPORT_ROWS})
     options = SessionOptions(
         **{row.name: value(row) for row in SESSION_FIELDS},
         reports=reports,
