@@ -92,18 +92,20 @@ def vllm_command(python: str, *extra: str) -> str:
 def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
     """The demo model behind vLLM with ``extra`` server flags, warmed up; stopped on exit."""
     from gate.models.backends.base import ScoreRequest
-    from gate.models.engine import EngineSpec, open_engine
+    from gate.models.engine import open_engine
+    from gate.models.engine_settings import EngineSettings
     from gate.models.spec import ModelSpec
 
-    engine = EngineSpec(
+    engine = EngineSettings(
         serve=vllm_command(engine_python(), *extra),
-        env=engine_env(cache),
         max_concurrency=8,
         startup_timeout_s=1800,
         request_timeout_s=600,
         **kw,
     )
-    with open_engine(ModelSpec.parse("demo"), engine, log_dir=log_dir) as backend:
+    with open_engine(
+        ModelSpec.parse("demo"), engine, log_dir=log_dir, env=engine_env(cache)
+    ) as backend:
         # the first log-prob request compiles the engine's kernels: warm up once
         backend.score([ScoreRequest([1, 4], [47, 80])], top_k=2, full=True)
         yield backend

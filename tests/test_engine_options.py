@@ -1,4 +1,4 @@
-"""Engine options: gate.toml engine tables, the command line, the session option table.
+"""Engine options: gate.toml engine tables, the command line, the ``--gate-*`` pytest options.
 
 Nothing here starts a server (the CLI faults are in tests/test_cli_engine_faults.py,
 the real engine in tests/test_engine_cli.py).
@@ -6,18 +6,20 @@ the real engine in tests/test_engine_cli.py).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
 from gate.errors import ConfigError
-from gate.models.engine import EngineSpec
+from gate.models.engine_settings import EngineSettings, engine_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.engine import server_log_path, session_engines
+from gate.session.flags import ENGINE_ROWS, request_from_pytest
 from gate.session.options import SessionOptions
 from gate.session.plan import plan_run
-from gate.session.run_config import CandidateOverrides, EngineConfig, parse_run_config
+from gate.session.run_config import CandidateOverrides, parse_run_config
 
 SERVE = f"{sys.executable} -m vllm.entrypoints.openai.api_server --model ./m"
 
@@ -34,8 +36,9 @@ def test_candidate_engine_table_and_run_default() -> None:
         source="gate.toml",
     )
     a, b = config.resolved()
-    assert a.engine == EngineConfig(serve=SERVE, served_model="m")
-    assert b.engine == EngineConfig(endpoint="http://h:8000/v1", max_concurrency=3)
+    assert a.engine == EngineSettings(serve=SERVE, served_model="m")
+    assert b.engine == EngineSettings(endpoint="http://h:8000/v1", max_concurrency=3)
+    assert b.engine.request_timeout_s == 300.0  # typed, with the engine's own defaults
 
 
 @pytest.mark.parametrize(
@@ -60,7 +63,7 @@ def test_bad_engine_tables_are_one_line_config_errors(
 
 
 def test_engine_reaches_the_session_options_and_back() -> None:
-    engine = EngineConfig(
+    engine = EngineSettings(
         serve=SERVE,
         served_model="m",
         max_concurrency=5,
@@ -75,13 +78,12 @@ def test_engine_reaches_the_session_options_and_back() -> None:
     )
     options = plan.options_for(plan.candidates[0], plan.targets)
     assert options.paired_latency  # a baseline engine turns the paired mode on
-    # the options become the session's --gate-* pytest options
-    assert "--gate-serve" in options.args() and "--gate-baseline-endpoint" in options.args()
+    assert options.engine == engine  # the one typed object travels to the session
     engines = session_engines(options)
-    assert engines.candidate == EngineSpec(
-        serve=SERVE, model="m", max_concurrency=5, request_timeout_s=12.5
+    assert engines.candidate == engine
+    assert engines.baseline == EngineSettings(
+        endpoint="http://base:8000/v1", served_model="m", max_concurrency=5, request_timeout_s=12.5
     )
-    assert engines.baseline is not None and engines.baseline.endpoint == "http://base:8000/v1"
     assert server_log_path(options) == Path("out/results.server.log")
     assert server_log_path(options, baseline=True) == Path("out/results.baseline-server.log")
 
@@ -92,23 +94,67 @@ def test_no_engine_means_in_process() -> None:
 
 
 def test_server_log_option_wins(tmp_path: Path) -> None:
-    options = SessionOptions(serve=SERVE, server_log=tmp_path / "s.log")
+    options = SessionOptions(engine=EngineSettings(serve=SERVE, server_log=tmp_path / "s.log"))
     assert server_log_path(options) == tmp_path / "s.log"
     assert server_log_path(options, baseline=True) == tmp_path / "s.baseline.log"
     # without --json and --server-log: a fresh temporary directory
-    loose = server_log_path(SessionOptions(serve=SERVE))
+    loose = server_log_path(SessionOptions(engine=EngineSettings(serve=SERVE)))
     assert loose.parent.is_dir() and loose.name == "gate.server.log"
 
 
+def test_gate_flags_are_read_once_into_typed_settings(pytester: pytest.Pytester) -> None:
+    """``--gate-*`` engine options (pytest run directly) become the same typed settings."""
+    config = pytester.parseconfig(
+        "--gate-model",
+        "demo",
+        "--gate-endpoint",
+        "http://h/v1",
+        "--gate-max-concurrency",
+        "4",
+        "--gate-request-timeout",
+        "2.5",
+        "--gate-server-log",
+        "s.log",
+    )
+    request = request_from_pytest(config.option)
+    assert request is not None
+    assert request.options.engine == EngineSettings(
+        endpoint="http://h/v1", max_concurrency=4, request_timeout_s=2.5, server_log=Path("s.log")
+    )
+    # every engine setting is declared once, with its options (a gate.toml key by its name)
+    declared = {name for name, _ in engine_setting_options()}
+    assert declared == {f.name for f in dataclasses.fields(EngineSettings)}
+    assert {row.name for row in ENGINE_ROWS} == declared
+
+
 @pytest.mark.parametrize(
-    ("options", "fragment"),
+    ("flags", "fragment"),
     [
-        (SessionOptions(endpoint="http://h/v1", max_concurrency="many"), "not a number"),
-        (SessionOptions(endpoint="http://h/v1", request_timeout="0"), "positive"),
-        (SessionOptions(served_model="m"), "without an engine"),
-        (SessionOptions(endpoint="http://h/v1", baseline_serve="x", baseline_endpoint="y"), "both"),
+        (("--gate-endpoint", "http://h/v1", "--gate-max-concurrency", "many"), "not a number"),
+        (("--gate-endpoint", "http://h/v1", "--gate-request-timeout", "0"), "positive"),
+        (("--gate-served-model", "m"), "--served-model given without an engine"),
+        (("--gate-endpoint", "http://h/v1", "--gate-serve", "x"), "exactly one"),
+        (
+            ("--gate-endpoint", "h", "--gate-baseline-serve", "x", "--gate-baseline-endpoint", "y"),
+            "at most one",
+        ),
     ],
 )
-def test_bad_session_engine_options(options: SessionOptions, fragment: str) -> None:
+def test_bad_gate_engine_flags(
+    pytester: pytest.Pytester, flags: tuple[str, ...], fragment: str
+) -> None:
+    config = pytester.parseconfig("--gate-model", "demo", *flags)
     with pytest.raises(ConfigError, match=fragment):
-        session_engines(options)
+        request_from_pytest(config.option)
+
+
+@pytest.mark.parametrize(
+    ("engine", "fragment"),
+    [
+        (EngineSettings(endpoint="not a url"), "URL"),
+        (EngineSettings(serve="no-such-engine-binary --model x"), "was not found"),
+    ],
+)
+def test_session_engines_check_the_environment(engine: EngineSettings, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        session_engines(SessionOptions(engine=engine))

@@ -44,7 +44,8 @@ from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.engine import EngineSpec, open_engine
+from gate.models.engine import open_engine
+from gate.models.engine_settings import EngineSettings
 from gate.models.serve import group_members
 from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
@@ -358,16 +359,15 @@ def test_paired_latency_with_two_endpoints(
 
 def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
     """SIGKILL to vLLM's API server during a load run: one line, exit 3, no process left."""
-    engine = EngineSpec(
+    engine = EngineSettings(
         serve=vllm_command(engine_python(), "--dtype", "float32"),
-        env=engine_env(engine_cache),
         startup_timeout_s=1800,
         request_timeout_s=600,
     )
     pgid = None
     with (
         pytest.raises(ModelLoadError) as info,
-        open_engine(DEMO, engine, log_dir=tmp_path) as backend,
+        open_engine(DEMO, engine, log_dir=tmp_path, env=engine_env(engine_cache)) as backend,
     ):
         leader = _api_server_pid(backend)
         pgid = os.getpgid(leader)

@@ -23,6 +23,7 @@ import pytest
 
 from gate.cli import main
 from gate.errors import ExitCode, UsageError
+from gate.report.outputs import ReportTargets
 from gate.session.finish import store_or_compare
 from gate.session.inputs import prepare_session
 from gate.session.options import SessionOptions
@@ -273,7 +274,8 @@ def test_a_session_whose_report_cannot_be_written_ends_4_and_still_shows_the_rep
     rendered, the other files are written, the run ends with the write's one line, exit 4."""
     target = tmp_path / "new-dir" / "results.json"
     html = tmp_path / "report.html"
-    options = SessionOptions(store=packaged_store(), against=("fp32",), json_out=target, html=html)
+    reports = ReportTargets(json=target, html=html)
+    options = SessionOptions(store=packaged_store(), against=("fp32",), reports=reports)
     inputs = prepare_session("run", "demo", options)
     baseline = inputs.baselines["fp32"]
     run = GateRun(

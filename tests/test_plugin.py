@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,18 +224,30 @@ def test_inert_without_gate_model(pytester: pytest.Pytester) -> None:
     assert "= gate =" not in result.stdout.str()  # no gate section, no report
 
 
-def test_record_store_path(tmp_path: Path) -> None:
-    from gate.session.options import SessionOptions
-    from gate.session.runner import build_args
+def test_runner_hands_the_typed_request_to_pytest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pytest command line names suites and markers only; the session's options
+    travel as one typed object in the plugin object (no ``--gate-*`` strings)."""
+    from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
+    from gate.session.runner import run_pytest
 
+    (tmp_path / "test_fidelity.py").write_text("")
+    seen: dict[str, Any] = {}
+
+    def fake_main(args: list[str], plugins: list[object]) -> int:
+        seen.update(args=args, plugins=plugins)
+        return 0
+
+    monkeypatch.setattr(pytest, "main", fake_main)
     options = SessionOptions(store=tmp_path / "s")
-    args = build_args("record", "demo", ["fidelity"], directory=tmp_path, options=options)
-    assert args[-2:] == ["--gate-store", str(tmp_path / "s")]
+    assert run_pytest("record", "demo", options, tiers=["fidelity"], directory=tmp_path) == 0
+    args = seen["args"]
     assert args[:3] == [str(tmp_path / "test_fidelity.py"), "-m", "fidelity"]
-    assert args[args.index("--gate-mode") : args.index("--gate-mode") + 2] == [
-        "--gate-mode",
-        "record",
-    ]
+    assert not [arg for arg in args if arg.startswith("--gate-")]
+    (carrier,) = seen["plugins"]
+    assert isinstance(carrier, SessionRequestPlugin)
+    assert carrier.request == SessionRequest(mode="record", model="demo", options=options)
 
 
 RUNNER_SCRIPT = textwrap.dedent(

@@ -20,7 +20,8 @@ import pytest
 
 from gate.errors import ExitCode, ModelLoadError
 from gate.models.backends.http import HTTPBackend
-from gate.models.engine import EngineSpec, open_engine, served_settings
+from gate.models.engine import open_engine, served_settings
+from gate.models.engine_settings import EngineSettings
 from gate.models.serve import ManagedServer, group_members, with_address
 from gate.models.spec import ModelSpec
 
@@ -109,7 +110,7 @@ def test_never_healthy_is_exit_3_and_leaves_nothing(tmp_path: Path) -> None:
 
 def test_server_killed_mid_run(tmp_path: Path, tiny_model_dir: Path) -> None:
     """A server that dies during a load run: one line naming the signal, exit 3, no orphan."""
-    engine = EngineSpec(serve=" ".join(_command("--child")), request_timeout_s=30)
+    engine = EngineSettings(serve=" ".join(_command("--child")), request_timeout_s=30)
     spec = ModelSpec.parse(str(tiny_model_dir))
     with (
         pytest.raises(ModelLoadError) as info,

@@ -20,7 +20,10 @@ import pytest
 
 from gate.errors import ConfigError, ExitCode, UsageError
 from gate.metrics.registry import TIERS, check_tier
-from gate.session.options import SESSION_FIELDS, SessionOptions
+from gate.models.engine_settings import EngineSettings
+from gate.report.outputs import ReportTargets
+from gate.session.flags import PYTEST_ROWS, request_from_pytest
+from gate.session.options import SESSION_FIELDS, SessionOptions, SessionRequest
 from gate.session.run import GateRun
 from gate.session.run_config import CandidateOverrides, build_candidates, load_run_config
 from gate.session.settings import layer_settings, storable_settings
@@ -31,13 +34,11 @@ from gate.tiers.registry import SETTINGS, build_settings, machine_keys, validate
 # ------------------------------------------------------------------ the option table
 
 
-def test_every_session_option_is_one_row_and_round_trips_through_pytest(
-    pytester: pytest.Pytester,
-) -> None:
-    """Options -> ``--gate-*`` arguments -> pytest's parser -> the same options back."""
-    rows = {row.name for row in SESSION_FIELDS}
-    assert rows == {f.name for f in dataclasses.fields(SessionOptions)} - {"verbose"}
-    options = SessionOptions(
+def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Pytester) -> None:
+    """``--gate-*`` arguments -> pytest's parser -> one typed :class:`SessionRequest`."""
+    scalar = {f.name for f in dataclasses.fields(SessionOptions)} - {"verbose", "reports", "engine"}
+    assert {row.name for row in SESSION_FIELDS} == scalar
+    expected = SessionOptions(
         recipe="bnb-nf4",
         label="v2",
         ref="prod",
@@ -45,10 +46,9 @@ def test_every_session_option_is_one_row_and_round_trips_through_pytest(
         against=("fp16", "prod"),
         thresholds=Path("t.toml"),
         strict=True,
-        json_out=Path("r.json"),
-        html=Path("r.html"),
-        junit=Path("r.xml"),
-        markdown=Path("r.md"),
+        reports=ReportTargets(
+            json=Path("r.json"), html=Path("r.html"), junit=Path("r.xml"), markdown=Path("r.md")
+        ),
         config=Path("gate.toml"),
         model_slug="m",
         calibration=Path("c.jsonl"),
@@ -57,25 +57,44 @@ def test_every_session_option_is_one_row_and_round_trips_through_pytest(
         paired_latency=True,
         allow_pickle=True,
         allow_incomplete_weights=True,
-        serve="python -m server",
-        endpoint="http://h:8000/v1",
-        served_model="m",
-        api_key_env="KEY",
-        max_concurrency="4",
-        request_timeout="30",
-        startup_timeout="60",
-        server_log=Path("s.log"),
-        baseline_serve="python -m base",
-        baseline_endpoint="http://b:8000/v1",
+        engine=EngineSettings(
+            endpoint="http://h:8000/v1",
+            served_model="m",
+            api_key_env="KEY",
+            max_concurrency=4,
+            request_timeout_s=30.0,
+            startup_timeout_s=60.0,
+            server_log=Path("s.log"),
+            baseline_serve="python -m base",
+        ),
     )
-    # every field differs from its empty value, so every row is exercised
-    for row in SESSION_FIELDS:
-        assert getattr(options, row.name) not in (None, False, ())
-    config = pytester.parseconfig("--gate-model", "m", *options.args())
-    assert SessionOptions.from_pytest(config.option) == options
+    argv = [
+        *("--gate-recipe", "bnb-nf4", "--gate-label", "v2", "--gate-ref", "prod"),
+        *("--gate-store", "s", "--gate-baseline", "fp16", "--gate-baseline", "prod"),
+        *("--gate-thresholds", "t.toml", "--gate-strict", "--gate-json", "r.json"),
+        *("--gate-html", "r.html", "--gate-junit", "r.xml", "--gate-markdown", "r.md"),
+        *("--gate-config", "gate.toml", "--gate-model-slug", "m"),
+        *("--gate-calibration", "c.jsonl", "--gate-history", "hist"),
+        *("--gate-allow-hardware-mismatch", "--gate-paired-latency"),
+        *("--gate-allow-pickle", "--gate-allow-incomplete-weights"),
+        *("--gate-endpoint", "http://h:8000/v1", "--gate-served-model", "m"),
+        *("--gate-api-key-env", "KEY", "--gate-max-concurrency", "4"),
+        *("--gate-request-timeout", "30", "--gate-startup-timeout", "60"),
+        *("--gate-server-log", "s.log", "--gate-baseline-serve", "python -m base"),
+    ]
+    # every option is given (serve and baseline_endpoint exclude endpoint and baseline_serve)
+    given = {a for a in argv if a.startswith("--gate-")}
+    assert given == {row.option for row in PYTEST_ROWS} - {
+        "--gate-serve",
+        "--gate-baseline-endpoint",
+    }
+    config = pytester.parseconfig("--gate-model", "m", "--gate-mode", "record", *argv)
+    request = request_from_pytest(config.option)
+    assert request == SessionRequest(mode="record", model="m", options=expected)
     # nothing given: the plugin's defaults, which with_defaults() fills in the same way
-    bare = pytester.parseconfig("--gate-model", "m")
-    assert SessionOptions.from_pytest(bare.option) == SessionOptions().with_defaults()
+    bare = request_from_pytest(pytester.parseconfig("--gate-model", "m").option)
+    assert bare == SessionRequest(mode="run", model="m", options=SessionOptions().with_defaults())
+    assert request_from_pytest(pytester.parseconfig().option) is None
     assert SessionOptions().with_defaults().store == Path("baselines")
     assert SessionOptions().with_defaults().label == "fp16"
 
@@ -96,6 +115,21 @@ def test_plugin_object_is_registered_only_with_a_model(pytester: pytest.Pytester
     assert pytester.parseconfigure().pluginmanager.get_plugin(PLUGIN_NAME) is None
     config = pytester.parseconfigure("--gate-model", "m")
     assert isinstance(config.pluginmanager.get_plugin(PLUGIN_NAME), GatePlugin)
+
+
+def test_a_passed_request_starts_the_session_without_gate_flags(
+    pytester: pytest.Pytester,
+) -> None:
+    """``gate run`` hands the typed request to pytest as a plugin object, no strings."""
+    from gate.session.options import SessionRequestPlugin
+    from gate.session.plugin import PLUGIN_NAME, GatePlugin
+
+    request = SessionRequest(mode="record", model="m", options=SessionOptions(label="x"))
+    pytester.plugins.append(SessionRequestPlugin(request))  # as pytest.main(plugins=[...])
+    config = pytester.parseconfigure()
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    assert isinstance(plugin, GatePlugin) and plugin.request is request
+    assert config.option.gate_model is None  # nothing went through the --gate-* options
 
 
 # ------------------------------------------------------------- tier settings registry

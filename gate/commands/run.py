@@ -20,49 +20,40 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import ExitCode
+from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.options import SessionOptions
-from gate.session.run_config import CandidateOverrides, EngineConfig, RunConfig
+from gate.session.run_config import CandidateOverrides, RunConfig
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: ``gate run`` options naming a serving engine (each is a key of a gate.toml engine table).
-_ENGINE_OPTIONS: tuple[tuple[str, Any, str], ...] = (
-    (
-        "serve",
-        str,
-        "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves.",
-    ),
-    ("endpoint", str, "Gate the model behind this running OpenAI-compatible server (URL .../v1)."),
-    ("served-model", str, "Served model name at the engine (default: the first it lists)."),
-    ("api-key-env", str, "Environment variable holding the engine's API key (never the key)."),
-    ("max-concurrency", click.IntRange(min=1), "Engine requests in flight at once (default 8)."),
-    ("request-timeout", click.FloatRange(min=0, min_open=True), "Seconds per engine response."),
-    ("startup-timeout", click.FloatRange(min=0, min_open=True), "Seconds a --serve server has."),
-    ("server-log", click.Path(dir_okay=False, path_type=Path), "Log file of a --serve server."),
-    ("baseline-serve", str, "Engine command of the baseline build (paired latency A/B)."),
-    ("baseline-endpoint", str, "Endpoint of the baseline build (paired latency A/B)."),
-)
+#: The click type of each kind of engine setting.
+_CLICK_TYPES: dict[OptionKind, Any] = {
+    "text": str,
+    "count": click.IntRange(min=1),
+    "seconds": click.FloatRange(min=0, min_open=True),
+    "file": click.Path(dir_okay=False, path_type=Path),
+}
 
 
 def engine_options(command: _F) -> _F:
-    """The serving-engine options of ``gate run`` (docs/serving.md)."""
-    for name, kind, text in reversed(_ENGINE_OPTIONS):
-        command = click.option(f"--{name}", type=kind, help=text)(command)
+    """The serving-engine options of ``gate run`` (docs/serving.md), one per field of
+    :class:`~gate.models.engine_settings.EngineSettings`, keyword-named as the field."""
+    for name, option in reversed(engine_setting_options()):
+        command = click.option(option.flag, name, type=_CLICK_TYPES[option.kind], help=option.help)(
+            command
+        )
     return command
 
 
-def engine_override(given: dict[str, Any]) -> EngineConfig | None:
+def engine_override(given: dict[str, Any]) -> EngineSettings | None:
     """The engine the command line names (``None``: none); validated like a gate.toml table."""
     from gate.config import build_dataclass
 
     table = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
     if not table:
         return None
-    for short in ("request_timeout", "startup_timeout"):
-        if short in table:
-            table[short + "_s"] = table.pop(short)
-    return build_dataclass(EngineConfig, table, where="engine options")
+    return build_dataclass(EngineSettings, table, where="engine options")
 
 
 def explicit_store(store: Path) -> Path | None:

@@ -1,7 +1,8 @@
 """Point gate at a serving engine: an existing endpoint, or a server gate runs itself.
 
-:class:`EngineSpec` is what a run config (``gate.toml``) or the command line
-says about the engine; :func:`open_engine` turns it, with the
+:class:`~gate.models.engine_settings.EngineSettings` is what a run config
+(``gate.toml``) or the command line says about the engine; :func:`open_engine`
+turns it, with the
 :class:`~gate.models.spec.ModelSpec` whose tokenizer the reference pack was
 recorded with, into a connected :class:`~gate.models.backends.http.HTTPBackend`:
 
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ConfigError
-from gate.models.backends.openai_client import EndpointSettings, ScoringApi
+from gate.models.engine_settings import EngineSettings
 from gate.models.serve import ManagedServer
 from gate.models.spec import ModelSpec
 
@@ -78,70 +78,22 @@ def served_settings(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    """A serving engine to gate: exactly one of ``endpoint`` and ``serve``."""
-
-    #: OpenAI base URL of a running server (``http://host:8000/v1``).
-    endpoint: str | None = None
-    #: Command line of a server gate starts and stops itself.
-    serve: str | None = None
-    #: Served model name (None: the first model the server lists).
-    model: str | None = None
-    #: Environment variable holding the API key (never the key itself).
-    api_key_env: str | None = None
-    #: Requests in flight at once.
-    max_concurrency: int = 8
-    #: Seconds to wait for one response (or the next chunk of a stream).
-    request_timeout_s: float = 300.0
-    #: Seconds a started server has to answer ``/health``.
-    startup_timeout_s: float = 900.0
-    #: Extra tries of a request answered 429/502/503/504.
-    max_retries: int = 4
-    #: Log-probs asked per position when full rows are needed (twice the pack's k).
-    full_top_k: int = 64
-    #: ``auto``, ``prompt_logprobs`` or ``echo``.
-    scoring_api: ScoringApi = "auto"
-    #: Extra environment of a started server (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if (self.endpoint is None) == (self.serve is None):
-            raise ConfigError(
-                "an engine needs exactly one of endpoint and serve",
-                "give --endpoint URL for a running server or --serve COMMAND to start one",
-            )
-        if self.startup_timeout_s <= 0:
-            raise ConfigError("startup_timeout_s must be positive")
-        self.settings_for(self.endpoint or "http://127.0.0.1:1/v1")  # validates the rest
-
-    def settings_for(self, url: str) -> EndpointSettings:
-        """The client settings for the server at ``url``."""
-        return EndpointSettings(
-            url=url,
-            model=self.model,
-            api_key_env=self.api_key_env,
-            max_concurrency=self.max_concurrency,
-            request_timeout=self.request_timeout_s,
-            max_retries=self.max_retries,
-            full_top_k=self.full_top_k,
-            scoring_api=self.scoring_api,
-        )
-
-
 @contextlib.contextmanager
 def open_engine(
     tokenizer_spec: ModelSpec,
-    engine: EngineSpec,
+    engine: EngineSettings,
     *,
     log_dir: Path | None = None,
     log_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[HTTPBackend]:
     """A connected backend for ``engine``; a server started here is stopped on exit.
 
     ``tokenizer_spec`` names the model whose tokenizer gate uses locally (the
     reference pack's); the server must agree with it (BaselineError, exit 4).
-    A started server logs to ``log_path``, else ``<log_dir>/server.log``.
+    A started server logs to ``log_path``, else ``<log_dir>/server.log``, and
+    runs with ``env`` added to its environment (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
+    Only ``engine``'s own build is opened (its baseline engine is another call).
     """
     from gate.models.backends.http import HTTPBackend
 
@@ -159,7 +111,7 @@ def open_engine(
         engine.serve,
         log_path=log_path,
         startup_timeout=engine.startup_timeout_s,
-        env=engine.env,
+        env=env,
     ) as server:
         backend = HTTPBackend(
             engine.settings_for(server.base_url),

@@ -4,12 +4,14 @@
 in pytest; an ``engine`` table in ``gate.toml``) say that the build under test
 is served by an engine rather than loaded in process; ``--baseline-serve`` /
 ``--baseline-endpoint`` name the engine of the baseline build for the paired
-A/B latency mode. :func:`session_engines` turns those options into
-:class:`~gate.models.engine.EngineSpec` values, validating everything that
-can be checked without starting or contacting anything (one of serve and
-endpoint, the URL, the numbers, that the server program exists, that a named
-API-key variable is set): ``gate run --dry-run`` and the start of every
-session call it, so bad engine options are exit 4 before any model loads.
+A/B latency mode. Each arrives as one typed
+:class:`~gate.models.engine_settings.EngineSettings` (which holds the rules
+that need no environment); :func:`session_engines` splits it into the
+candidate's and the baseline's engine and checks what needs the environment
+without starting or contacting anything (the URL, that the server program
+exists, that a named API-key variable is set, no recipe for a served build):
+``gate run --dry-run`` and the start of every session call it, so bad engine
+options are exit 4 before any model loads.
 
 Where a started server's log goes (:func:`server_log_path`): ``--server-log``
 when given, else beside the results JSON (``out/results.json`` ->
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gate.errors import ConfigError
-from gate.models.engine import EngineSpec
+from gate.models.engine_settings import EngineSettings
 from gate.models.serve import parse_command
 from gate.session.options import SessionOptions
 
@@ -34,115 +36,50 @@ from gate.session.options import SessionOptions
 class SessionEngines:
     """The engines of one session (``None``: that build is loaded in process)."""
 
-    candidate: EngineSpec | None
-    baseline: EngineSpec | None
+    candidate: EngineSettings | None
+    baseline: EngineSettings | None
 
 
-def _number(text: str | None, what: str, kind: type[int] | type[float]) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = kind(text)
-    except ValueError:
-        raise ConfigError(f"{what} {text!r} is not a number", f"give {what} as a number") from None
-    if value <= 0:
-        raise ConfigError(f"{what} must be positive, got {text}", f"give {what} > 0")
-    return value
-
-
-def _engine(
-    options: SessionOptions, *, serve: str | None, endpoint: str | None, what: str
-) -> EngineSpec | None:
-    if serve is None and endpoint is None:
-        return None
-    if serve is not None and endpoint is not None:
-        raise ConfigError(
-            f"{what}: both a server command and an endpoint were given",
-            "give --serve COMMAND to start a server or --endpoint URL for a running one",
-        )
-    kwargs: dict[str, float] = {}
-    concurrency = _number(options.max_concurrency, "--max-concurrency", int)
-    if concurrency is not None:
-        kwargs["max_concurrency"] = int(concurrency)
-    for key, text, flag in (
-        ("request_timeout_s", options.request_timeout, "--request-timeout"),
-        ("startup_timeout_s", options.startup_timeout, "--startup-timeout"),
-    ):
-        value = _number(text, flag, float)
-        if value is not None:
-            kwargs[key] = value
-    if serve is not None:
-        program = parse_command(serve)[0]
+def _check(engine: EngineSettings, what: str) -> EngineSettings:
+    """``engine`` once what needs the environment holds (nothing is started or contacted)."""
+    if engine.serve is not None:
+        program = parse_command(engine.serve)[0]
         if shutil.which(program) is None:
             raise ConfigError(
                 f"{what}: the server program {program!r} was not found",
                 "give the full path of the engine's python (e.g. the venv of "
                 "scripts/setup_engine.sh)",
             )
-    spec = EngineSpec(
-        endpoint=endpoint,
-        serve=serve,
-        model=options.served_model,
-        api_key_env=options.api_key_env,
-        **kwargs,  # type: ignore[arg-type]
-    )
-    spec.settings_for(endpoint or "http://127.0.0.1:1/v1").api_key()  # a named key must be set
-    return spec
-
-
-def _check_unused(options: SessionOptions) -> None:
-    """Engine options without an engine are a mistake, not something to ignore."""
-    given = [
-        flag
-        for flag, value in (
-            ("--served-model", options.served_model),
-            ("--api-key-env", options.api_key_env),
-            ("--max-concurrency", options.max_concurrency),
-            ("--request-timeout", options.request_timeout),
-            ("--startup-timeout", options.startup_timeout),
-            ("--server-log", options.server_log),
-            ("--baseline-serve", options.baseline_serve),
-            ("--baseline-endpoint", options.baseline_endpoint),
-        )
-        if value is not None
-    ]
-    if given:
-        raise ConfigError(
-            f"{', '.join(given)} given without an engine",
-            "add --serve COMMAND or --endpoint URL (or an engine table in gate.toml)",
-        )
+    engine.settings_for(engine.endpoint or "http://127.0.0.1:1/v1").api_key()  # a named key
+    return engine
 
 
 def session_engines(options: SessionOptions) -> SessionEngines:
     """The validated engines of a session (nothing is started or contacted)."""
-    candidate = _engine(
-        options, serve=options.serve, endpoint=options.endpoint, what="the candidate's engine"
-    )
-    if candidate is None:
-        _check_unused(options)
+    engine = options.engine
+    if engine is None:
         return SessionEngines(None, None)
+    candidate = _check(engine, "the candidate's engine")
     if options.recipe is not None:
         raise ConfigError(
             f"recipe {options.recipe!r} given for a served build",
             "a served build is compressed by its engine (e.g. --quantization): drop the recipe",
         )
-    baseline = _engine(
-        options,
-        serve=options.baseline_serve,
-        endpoint=options.baseline_endpoint,
-        what="the baseline's engine",
-    )
+    baseline = engine.baseline()
+    if baseline is not None:
+        baseline = _check(baseline, "the baseline's engine")
     return SessionEngines(candidate, baseline)
 
 
 def server_log_path(options: SessionOptions, *, baseline: bool = False) -> Path:
     """Where a started server writes its log (see the module docstring)."""
     suffix = ".baseline-server.log" if baseline else ".server.log"
-    if options.server_log is not None:
-        log = Path(options.server_log)
+    server_log = options.engine.server_log if options.engine is not None else None
+    if server_log is not None:
+        log = Path(server_log)
         return log.with_name(log.stem + ".baseline" + log.suffix) if baseline else log
-    if options.json_out is not None:
-        json_out = Path(options.json_out)
+    json_out = options.reports.json
+    if json_out is not None:
         return json_out.with_name(json_out.stem + suffix)
     return Path(tempfile.mkdtemp(prefix="gate-server-")) / ("gate" + suffix)
 

@@ -1,14 +1,20 @@
-"""The options of one gate session, declared once: :class:`SessionOptions`.
+"""The options of one gate session, typed and declared once: :class:`SessionOptions`.
 
-Each field of :class:`SessionOptions` is one row of the table
-(:data:`SESSION_FIELDS`): its name, kind, help text, the pytest option it
-becomes (``--gate-<name>`` unless named), the plugin's default and, for a flag
-that overrides a tier setting, that setting. From this one table come
+A command builds a :class:`SessionOptions` (and with the mode and model, a
+:class:`SessionRequest`) and hands that one object to the pytest session
+(:func:`gate.session.runner.run_pytest`); nothing becomes argument strings on
+the way. Each scalar field is one row of the table (:data:`SESSION_FIELDS`):
+its name, kind, help text, the pytest option it becomes for people who run
+the suites with pytest directly (``--gate-<name>`` unless named), the
+plugin's default and, for a flag that overrides a tier setting, that setting.
+Two fields group others: :attr:`SessionOptions.reports` (the report files,
+:class:`~gate.report.outputs.ReportTargets`) and :attr:`SessionOptions.engine`
+(the serving engine, :class:`~gate.models.engine_settings.EngineSettings`,
+whose fields declare their own options). From the rows come
 
-* the ``--gate-*`` pytest options of :mod:`gate.session.plugin`
-  (:meth:`OptionField.add_to`);
-* the plugin's typed reading of them (:meth:`SessionOptions.from_pytest`);
-* the argument list a command hands to pytest (:meth:`SessionOptions.args`);
+* the ``--gate-*`` pytest options and their one typed reading
+  (:mod:`gate.session.flags`);
+* the plugin's defaults (:meth:`SessionOptions.with_defaults`);
 * the tier settings the flags override (:meth:`SessionOptions.setting_overrides`).
 
 A new session option is one field here (plus the click option of the command
@@ -26,10 +32,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from gate.report.outputs import ReportTargets
+from gate.models.engine_settings import EngineSettings
+from gate.report.outputs import ReportTargets
 
 Kind = Literal["flag", "path", "str", "append"]
 
@@ -89,14 +95,6 @@ class OptionField:
             return None
         return Path(raw) if self.kind == "path" else str(raw)
 
-    def args(self, value: Any) -> list[str]:
-        """The pytest arguments standing for ``value`` (none for an empty value)."""
-        if self.kind == "flag":
-            return [self.option] if value else []
-        if self.kind == "append":
-            return [item for each in value for item in (self.option, str(each))]
-        return [] if value is None else [self.option, str(value)]
-
     def setting_value(self, value: Any) -> Any:
         """The tier setting ``value`` stands for (paths as text, as in a TOML table)."""
         return str(value) if isinstance(value, Path) else value
@@ -137,10 +135,8 @@ class SessionOptions:
     )
     thresholds: Path | None = option_row("path", "thresholds.toml (default: ./thresholds.toml)")
     strict: bool = option_row("flag", "warnings block (exit 1)")
-    json_out: Path | None = option_row("path", "write the results JSON here", option="--gate-json")
-    html: Path | None = option_row("path", "write the self-contained HTML report here")
-    junit: Path | None = option_row("path", "write the JUnit XML report here")
-    markdown: Path | None = option_row("path", "write the markdown report (PR comment) here")
+    #: The report files to write (``--gate-json``, ``--gate-html``, ...).
+    reports: ReportTargets = field(default_factory=ReportTargets)
     config: Path | None = option_row("path", "run config TOML with [tiers.<name>] settings")
     model_slug: str | None = option_row("str", "baseline store slug (default: from the model)")
     calibration: Path | None = option_row(
@@ -169,33 +165,10 @@ class SessionOptions:
         "measure a model whose weights miss tensors of its config (freshly initialized), "
         "have unused ones or ones of another shape (refused by default, exit 3)",
     )
-    # the serving engine the build is gated on (docs/serving.md; gate.session.engine)
-    serve: str | None = option_row("str", "engine: start this server command, gate what it serves")
-    endpoint: str | None = option_row("str", "engine: OpenAI base URL of a running server")
-    served_model: str | None = option_row("str", "engine: served model name (default: the first)")
-    api_key_env: str | None = option_row("str", "engine: environment variable with the API key")
-    max_concurrency: str | None = option_row("str", "engine: requests in flight at once")
-    request_timeout: str | None = option_row("str", "engine: seconds to wait for a response")
-    startup_timeout: str | None = option_row("str", "engine: seconds a started server has")
-    server_log: Path | None = option_row("path", "engine: the started server's log file")
-    baseline_serve: str | None = option_row(
-        "str", "engine of the baseline build timed beside the candidate (paired latency)"
-    )
-    baseline_endpoint: str | None = option_row(
-        "str", "endpoint of the baseline build timed beside the candidate (paired latency)"
-    )
+    #: The serving engine the build is gated on (``None``: loaded in process;
+    #: docs/serving.md, :mod:`gate.session.engine`).
+    engine: EngineSettings | None = None
     verbose: bool = False
-
-    @classmethod
-    def from_pytest(cls, option: Any) -> SessionOptions:
-        """The options of a running session (pytest's ``config.option``), defaults applied."""
-        return cls(
-            **{row.name: row.from_pytest(getattr(option, row.dest)) for row in SESSION_FIELDS}
-        )
-
-    def args(self) -> list[str]:
-        """The ``--gate-*`` plugin options these settings stand for, in table order."""
-        return [arg for row in SESSION_FIELDS for arg in row.args(getattr(self, row.name))]
 
     def setting_overrides(self) -> dict[str, dict[str, Any]]:
         """Tier settings set by flags (``{"latency": {"paired": True}}``); unset flags are absent."""
@@ -216,24 +189,30 @@ class SessionOptions:
                 filled[row.name] = Path(row.default) if row.kind == "path" else row.default
         return dataclasses.replace(self, **filled)
 
-    def with_reports(self, targets: ReportTargets) -> SessionOptions:
-        """These options writing the reports ``targets`` names (JSON, HTML, JUnit, markdown)."""
-        return dataclasses.replace(
-            self,
-            json_out=targets.json,
-            html=targets.html,
-            junit=targets.junit,
-            markdown=targets.markdown,
-        )
 
-    @property
-    def reports(self) -> ReportTargets:
-        """The report files asked for."""
-        from gate.report.outputs import ReportTargets
+@dataclass(frozen=True)
+class SessionRequest:
+    """Everything one gate session is handed: its mode, the model under test, its options.
 
-        return ReportTargets(
-            json=self.json_out, html=self.html, junit=self.junit, markdown=self.markdown
-        )
+    ``gate run``/``gate baseline record``/``gate demo`` pass it to pytest inside the
+    plugin object (:func:`gate.session.runner.run_pytest`); ``--gate-*`` pytest options
+    are read into one by :func:`gate.session.flags.request_from_pytest`.
+    """
+
+    #: ``"record"`` (measure a baseline) or ``"run"`` (measure a candidate).
+    mode: Literal["record", "run"]
+    #: Model id, local path or ``demo``.
+    model: str
+    options: SessionOptions = field(default_factory=SessionOptions)
+
+
+class SessionRequestPlugin:
+    """The typed request of one gate session, handed to pytest as a plugin object
+    (``pytest.main(args, plugins=[SessionRequestPlugin(request)])``); it has no hooks
+    of its own: ``pytest_configure`` finds it and starts the session's :class:`~gate.session.plugin.GatePlugin`."""
+
+    def __init__(self, request: SessionRequest) -> None:
+        self.request = request
 
 
 def _table() -> tuple[OptionField, ...]:
@@ -246,7 +225,7 @@ def _table() -> tuple[OptionField, ...]:
     return tuple(rows)
 
 
-#: The session option table: one row per ``--gate-*`` option, in ``--help`` order.
+#: The scalar session options, one row each, in field order.
 SESSION_FIELDS: tuple[OptionField, ...] = _table()
 #: Rows by field name.
 FIELDS_BY_NAME: Mapping[str, OptionField] = {row.name: row for row in SESSION_FIELDS}
@@ -258,5 +237,7 @@ __all__ = [
     "SESSION_FIELDS",
     "OptionField",
     "SessionOptions",
+    "SessionRequest",
+    "SessionRequestPlugin",
     "option_row",
 ]

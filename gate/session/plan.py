@@ -16,7 +16,7 @@ stops after it and prints :func:`describe_plan`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.store.writable import check_writable, check_writable_dir
 
 if TYPE_CHECKING:
-    from gate.models.engine import EngineSpec
+    from gate.models.engine_settings import EngineSettings
     from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
     from gate.session.run_config import Candidate, CandidateOverrides
@@ -56,18 +56,17 @@ def suffixed(path: Path | None, name: str) -> Path | None:
     return path.with_name(f"{path.stem}-{name}{path.suffix}")
 
 
+def report_files(targets: ReportTargets) -> list[tuple[str, Path]]:
+    """``(kind, path)`` of every report file ``targets`` asks for (``("json", out.json)``)."""
+    named = ((item.name, getattr(targets, item.name)) for item in fields(targets))
+    return [(kind, path) for kind, path in named if path is not None]
+
+
 def candidate_targets(targets: ReportTargets, name: str, several: bool) -> ReportTargets:
     """The report paths of one candidate (suffixed when there are several candidates)."""
-    from gate.report.outputs import ReportTargets
-
     if not several:
         return targets
-    return ReportTargets(
-        json=suffixed(targets.json, name),
-        html=suffixed(targets.html, name),
-        junit=suffixed(targets.junit, name),
-        markdown=suffixed(targets.markdown, name),
-    )
+    return replace(targets, **{kind: suffixed(path, name) for kind, path in report_files(targets)})
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ class RunPlan:
     def options_for(self, candidate: Candidate, targets: ReportTargets) -> SessionOptions:
         """The options of ``candidate``'s session, writing the reports ``targets``."""
         store = self.shared.store if self.shared.store is not None else DEFAULT_STORE
-        engine = candidate.engine.session_fields() if candidate.engine is not None else {}
+        engine = candidate.engine
         return replace(
             self.shared,
             recipe=candidate.recipe,
@@ -107,8 +106,11 @@ class RunPlan:
             allow_incomplete_weights=(
                 self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
             ),
-            **engine,
-        ).with_reports(targets)
+            engine=engine,
+            # a baseline engine turns the paired latency mode on
+            paired_latency=self.shared.paired_latency or (engine is not None and engine.paired),
+            reports=targets,
+        )
 
 
 def plan_run(
@@ -197,17 +199,11 @@ def check_targets(targets: ReportTargets, prefix: str = "--") -> None:
 
     ``prefix`` makes the option names of messages (``--json``; the plugin's ``--gate-json``).
     """
-    for name, path in (
-        ("json", targets.json),
-        ("html", targets.html),
-        ("junit", targets.junit),
-        ("markdown", targets.markdown),
-    ):
-        if path is not None:
-            check_writable(path, prefix + name)
+    for name, path in report_files(targets):
+        check_writable(path, prefix + name)
 
 
-def _serves(engine: EngineSpec | None) -> bool:
+def _serves(engine: EngineSettings | None) -> bool:
     """Whether the gate starts ``engine`` (``--serve``), and so writes its log."""
     return engine is not None and engine.serve is not None
 
@@ -220,8 +216,9 @@ def check_side_outputs(
     history = inputs.tier_settings.get("latency", {}).get("history_dir")
     if "latency" in tiers and history:
         check_writable_dir(Path(history), "--history")
-    if serves and options.server_log is not None:
-        check_writable(Path(options.server_log), "--server-log")
+    server_log = options.engine.server_log if options.engine is not None else None
+    if serves and server_log is not None:
+        check_writable(Path(server_log), "--server-log")
 
 
 def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
@@ -230,8 +227,7 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
     for item in checked:
         c, inputs = item.candidate, item.inputs
         against = ", ".join(f"{ref} = {b.display}" for ref, b in inputs.baselines.items())
-        files = (item.targets.json, item.targets.html, item.targets.junit, item.targets.markdown)
-        reports = [str(path) for path in files if path is not None]
+        reports = [str(path) for _, path in report_files(item.targets)]
         lines += [
             f"candidate {c.name}: model {c.model}, recipe {c.recipe_label}",
             f"  tiers:      {', '.join(item.tiers)}",
@@ -267,6 +263,7 @@ __all__ = [
     "describe_plan",
     "packaged_store",
     "plan_run",
+    "report_files",
     "store_for",
     "suffixed",
 ]

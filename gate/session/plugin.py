@@ -1,13 +1,18 @@
 """The gate's pytest plugin: options, tier markers, the ``gate_run`` fixture, the verdict.
 
 Loaded in every pytest session through the ``pytest11`` entry point, this
-module is inert unless ``--gate-model`` is given: it registers the
-``--gate-*`` options (generated from the session option table,
-:mod:`gate.session.options`), the tier markers, the backend hook and the
-``gate_run`` fixture (which skips without a model). With ``--gate-model``,
-``pytest_configure`` registers a :class:`GatePlugin` for the session, the way
-pytest registers its own optional plugins (``--stepwise``, ``--junit-xml``),
-and keeps the session's :class:`GateState` in ``config.stash``:
+module is inert unless a session is asked for: it registers the ``--gate-*``
+options (:mod:`gate.session.flags`), the tier markers, the backend hook and
+the ``gate_run`` fixture (which skips without a model). A session is asked for
+in one of two ways, both ending in one typed
+:class:`~gate.session.options.SessionRequest`: ``gate run`` and friends pass
+a :class:`~gate.session.options.SessionRequestPlugin` carrying it to ``pytest.main(plugins=...)``
+(no ``--gate-*`` strings are built), and a user running pytest directly gives
+``--gate-model`` and the other ``--gate-*`` options, read once by
+:func:`gate.session.flags.request_from_pytest`. Then ``pytest_configure``
+registers a :class:`GatePlugin` for the session, the way pytest registers its
+own optional plugins (``--stepwise``, ``--junit-xml``), and keeps the
+session's :class:`GateState` in ``config.stash``:
 
 * ``pytest_sessionstart`` reads and validates the inputs
   (:func:`gate.session.inputs.prepare_session`: thresholds, run config,
@@ -53,11 +58,12 @@ import pytest
 
 from gate.errors import ExitCode, GateError, exit_label
 from gate.metrics.registry import TIERS
-from gate.session.options import SESSION_FIELDS, SessionOptions
+from gate.session.flags import add_options, request_from_pytest
+from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 
 if TYPE_CHECKING:
     from gate.models.backends.base import Backend
-    from gate.models.engine import EngineSpec
+    from gate.models.engine_settings import EngineSettings
     from gate.session.finish import SessionEnd
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
@@ -125,15 +131,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="run",
         help="record: store a new baseline; run: compare a candidate (default)",
     )
-    for row in SESSION_FIELDS:
-        row.add_to(group)
+    add_options(group)
+
+
+def _passed_request(config: pytest.Config) -> SessionRequest | None:
+    """The request of a :class:`SessionRequestPlugin` handed to ``pytest.main`` (or ``None``)."""
+    for plugin in config.pluginmanager.get_plugins():
+        if isinstance(plugin, SessionRequestPlugin):
+            return plugin.request
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: {TIER_MARKERS.get(tier, 'gate tier')}")
-    if config.getoption("gate_model"):
-        plugin = GatePlugin(config)
+    request = _passed_request(config)
+    if request is not None or config.getoption("gate_model"):
+        plugin = GatePlugin(config, request)
         config.stash[PLUGIN_KEY] = plugin
         config.pluginmanager.register(plugin, PLUGIN_NAME)
 
@@ -156,10 +170,12 @@ def gate_run(request: pytest.FixtureRequest) -> GateRun:
 
 
 class GatePlugin:
-    """The gate's hooks for one session with ``--gate-model``."""
+    """The gate's hooks for one session (a passed request, or ``--gate-model``)."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, request: SessionRequest | None = None) -> None:
         self.config = config
+        #: The typed request handed to pytest (``None``: read from the ``--gate-*`` options).
+        self.request = request
         #: Engines (servers) opened for this session; closed when it finishes.
         self.engines = contextlib.ExitStack()
 
@@ -194,7 +210,9 @@ class GatePlugin:
 
         return load
 
-    def _engine_opener(self, model: str, engine: EngineSpec, log: Path) -> Callable[[], Backend]:
+    def _engine_opener(
+        self, model: str, engine: EngineSettings, log: Path
+    ) -> Callable[[], Backend]:
         """Opens ``engine`` once on the session's stack; a failure is remembered and re-raised."""
         outcome: list[Backend | GateError] = []
 
@@ -224,9 +242,10 @@ class GatePlugin:
         from gate.session.plan import check_targets
         from gate.session.run import GateRun
 
-        opt = self.config.option
-        model: str = opt.gate_model
-        inputs = prepare_session(opt.gate_mode, model, SessionOptions.from_pytest(opt))
+        request = self.request or request_from_pytest(self.config.option)
+        assert request is not None  # registered only with a request or --gate-model
+        model = request.model
+        inputs = prepare_session(request.mode, model, request.options)
         options = inputs.options
         check_targets(options.reports, prefix="--gate-")  # before any tier test measures
         engines = session_engines(options)

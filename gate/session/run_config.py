@@ -30,7 +30,9 @@ Layout (documented with an example in docs/run-config.md)::
     model = "Qwen/Qwen2.5-7B-Instruct"   # max_output_tokens, concurrency
     endpoint = "http://127.0.0.1:8001/v1"
 
-``[run.engine]`` is the default engine of every candidate without its own.
+``[run.engine]`` is the default engine of every candidate without its own; an
+engine table's keys are the fields of
+:class:`~gate.models.engine_settings.EngineSettings` (each also a ``gate run`` option).
 
 Everything is validated before any model is loaded: unknown keys and tiers
 fail with a did-you-mean (every ``[tiers.<name>]`` table is built into its
@@ -52,6 +54,7 @@ from typing import Any
 from gate.config import build_dataclass, check_keys, load_toml
 from gate.errors import ConfigError, UsageError
 from gate.metrics.registry import TIERS, check_tier
+from gate.models.engine_settings import EngineSettings
 
 TOP_KEYS = ("run", "candidates", "tiers", "judges")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -80,65 +83,6 @@ def canonical_recipe(text: str, where: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """An ``engine`` table: the serving engine a candidate is gated on (docs/serving.md).
-
-    Exactly one of ``serve`` (a server command gate starts and stops) and
-    ``endpoint`` (the OpenAI base URL of a running server). ``baseline_serve``
-    or ``baseline_endpoint`` names the engine of the baseline build, timed
-    beside the candidate in the paired A/B latency mode (giving one turns that
-    mode on). Each key is also a ``gate run`` option (``--serve``, ...).
-    """
-
-    serve: str | None = None
-    endpoint: str | None = None
-    served_model: str | None = None
-    api_key_env: str | None = None
-    max_concurrency: int | None = None
-    request_timeout_s: float | None = None
-    startup_timeout_s: float | None = None
-    server_log: Path | None = None
-    baseline_serve: str | None = None
-    baseline_endpoint: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.serve is None) == (self.endpoint is None):
-            raise ValueError("an engine needs exactly one of serve and endpoint")
-        if self.baseline_serve is not None and self.baseline_endpoint is not None:
-            raise ValueError("give at most one of baseline_serve and baseline_endpoint")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
-        for name in ("request_timeout_s", "startup_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive")
-
-    @property
-    def paired(self) -> bool:
-        """Whether a baseline engine is named (the paired A/B latency mode)."""
-        return self.baseline_serve is not None or self.baseline_endpoint is not None
-
-    def session_fields(self) -> dict[str, Any]:
-        """The :class:`~gate.session.options.SessionOptions` fields this table sets."""
-        numbers = {
-            "max_concurrency": self.max_concurrency,
-            "request_timeout": self.request_timeout_s,
-            "startup_timeout": self.startup_timeout_s,
-        }
-        return {
-            "serve": self.serve,
-            "endpoint": self.endpoint,
-            "served_model": self.served_model,
-            "api_key_env": self.api_key_env,
-            **{k: None if v is None else str(v) for k, v in numbers.items()},
-            "server_log": self.server_log,
-            "baseline_serve": self.baseline_serve,
-            "baseline_endpoint": self.baseline_endpoint,
-            **({"paired_latency": True} if self.paired else {}),
-        }
-
-
-@dataclass(frozen=True)
 class RunDefaults:
     """``[run]``: defaults for every candidate."""
 
@@ -150,7 +94,7 @@ class RunDefaults:
     store: Path | None = None
     thresholds: Path | None = None
     strict: bool = False
-    engine: EngineConfig | None = None
+    engine: EngineSettings | None = None
 
     def __post_init__(self) -> None:
         _check_tiers(self.tiers, "run.tiers")
@@ -171,7 +115,7 @@ class CandidateConfig:
     allow_pickle: bool = False
     #: Measure weights that do not match the config (``--allow-incomplete-weights``).
     allow_incomplete_weights: bool = False
-    engine: EngineConfig | None = None
+    engine: EngineSettings | None = None
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.name):
@@ -198,7 +142,7 @@ class Candidate:
     allow_pickle: bool = False
     allow_incomplete_weights: bool = False
     #: The serving engine the build is gated on (``None``: loaded in process).
-    engine: EngineConfig | None = None
+    engine: EngineSettings | None = None
 
     @property
     def recipe_label(self) -> str:
@@ -318,7 +262,7 @@ class CandidateOverrides:
     calibration: Path | None = None
     model_slug: str | None = None
     #: ``--serve``/``--endpoint`` and their options (replaces a config's engine table).
-    engine: EngineConfig | None = None
+    engine: EngineSettings | None = None
 
 
 def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) -> list[Candidate]:
@@ -384,7 +328,6 @@ __all__ = [
     "Candidate",
     "CandidateConfig",
     "CandidateOverrides",
-    "EngineConfig",
     "RunConfig",
     "RunDefaults",
     "build_candidates",

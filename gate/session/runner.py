@@ -2,10 +2,12 @@
 
 The tier suites ship inside the package (``suites/test_<tier>.py``); the
 runner selects the requested tiers' files and markers (``-m "fidelity or
-latency"``), passes the ``--gate-*`` options of a
-:class:`~gate.session.options.SessionOptions` and returns pytest's exit
-status, whose numbers are the gate's (:class:`~gate.errors.ExitCode`). A tier asked for whose suite does not exist
-is reported as unavailable, never faked.
+latency"``), hands the session its typed
+:class:`~gate.session.options.SessionRequest` as a plugin object
+(:class:`~gate.session.options.SessionRequestPlugin`; no ``--gate-*``
+argument strings) and returns pytest's exit status, whose numbers are the
+gate's (:class:`~gate.errors.ExitCode`). A tier asked for whose suite does
+not exist is reported as unavailable, never faked.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
 from gate.metrics.registry import DEFAULT_TIERS, TIERS, check_tier
-from gate.session.options import SessionOptions
+from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
 
 
@@ -70,15 +72,9 @@ def _plugin_autoloaded() -> bool:
     return any(ep.value == "gate.session.plugin" for ep in metadata.entry_points(group="pytest11"))
 
 
-def build_args(
-    mode: Mode,
-    model: str,
-    tiers: Sequence[str],
-    *,
-    directory: Path,
-    options: SessionOptions = SessionOptions(),
-) -> list[str]:
-    """The pytest command line for one gate session over ``tiers`` in ``directory``."""
+def build_args(tiers: Sequence[str], *, directory: Path, verbose: bool = False) -> list[str]:
+    """The pytest command line for one gate session over ``tiers`` in ``directory`` (what
+    the session measures travels beside it, typed: :func:`run_pytest`)."""
     args = [str(directory / f"test_{tier}.py") for tier in tiers]
     args += ["-m", " or ".join(tiers), "-p", "no:cacheprovider", "--strict-markers"]
     # the suites import gate modules that are already loaded; pytest's note about not
@@ -86,11 +82,10 @@ def build_args(
     args += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
     args += ["--rootdir", str(directory), "-o", "addopts=", "-o", "testpaths="]
     # -qq: no pytest stats line after the gate's report, whose verdict line stays the last
-    args += ["-v"] if options.verbose else ["-qq"]
+    args += ["-v"] if verbose else ["-qq"]
     if not _plugin_autoloaded():
         args += ["-p", "gate.session.plugin"]
-    args += ["--gate-model", model, "--gate-mode", mode]
-    return args + options.args()
+    return args
 
 
 def run_pytest(
@@ -114,9 +109,10 @@ def run_pytest(
     selected, missing = select_tiers(tiers, root)
     for tier in missing:
         print(f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr)
-    args = build_args(mode, model, selected, directory=root, options=options)
+    args = build_args(selected, directory=root, verbose=options.verbose)
+    carrier = SessionRequestPlugin(SessionRequest(mode=mode, model=model, options=options))
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
-        code = int(pytest.main(args))
+        code = int(pytest.main(args, plugins=[carrier]))
     try:
         return ExitCode(code)
     except ValueError:

@@ -26,7 +26,8 @@ import torch
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.engine import EngineSpec, open_engine
+from gate.models.engine import open_engine
+from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity
@@ -54,13 +55,14 @@ def pack() -> ReferencePack:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPBackend]:
     cache = tmp_path_factory.mktemp("bench-engine")
-    engine = EngineSpec(
+    engine = EngineSettings(
         serve=vllm_command(engine_python(), "--dtype", "float32"),
-        env=engine_env(cache),
         startup_timeout_s=1800,
         request_timeout_s=600,
     )
-    with open_engine(ModelSpec.parse("demo"), engine, log_dir=cache) as backend:
+    with open_engine(
+        ModelSpec.parse("demo"), engine, log_dir=cache, env=engine_env(cache)
+    ) as backend:
         yield backend
 
 

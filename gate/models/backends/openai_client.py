@@ -46,6 +46,10 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Longest wait between two tries of one request (seconds).
 MAX_BACKOFF_S = 30.0
+#: Requests in flight at once when nothing says otherwise.
+DEFAULT_MAX_CONCURRENCY = 8
+#: Seconds to wait for a response when nothing says otherwise.
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
 #: Characters of a server message quoted in an error.
 _QUOTE = 240
 
@@ -96,9 +100,9 @@ class EndpointSettings:
     model: str | None = None
     api_key_env: str | None = None
     #: Requests in flight at once (engines batch concurrent requests).
-    max_concurrency: int = 8
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     #: Seconds to wait for a response (or for the next chunk of a stream).
-    request_timeout: float = 300.0
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     #: Seconds to wait for a connection.
     connect_timeout: float = 10.0
     #: Extra tries of a request answered 429/502/503/504.

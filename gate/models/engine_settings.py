@@ -1,0 +1,220 @@
+"""The serving-engine settings of a gate session, declared once: :class:`EngineSettings`.
+
+Each field is one engine setting, typed (numbers as numbers). Its
+:class:`EngineOption` metadata says how a user gives it, and from that one
+declaration come
+
+* the ``gate run`` option (``--serve``, ``--request-timeout``; :mod:`gate.commands.run`);
+* the pytest option of the suites (``--gate-serve``; :mod:`gate.session.flags`);
+* the key of a ``gate.toml`` engine table (the field name; :mod:`gate.session.run_config`);
+* what the session and :func:`gate.models.engine.open_engine` read.
+
+The rules that need no environment hold in :meth:`EngineSettings.__post_init__`
+(exactly one of ``serve`` and ``endpoint``, at most one baseline engine,
+positive numbers, an API-key variable name); they raise ``ValueError``, which
+the table reader turns into a one-line :class:`~gate.errors.ConfigError`.
+
+A new engine setting is one field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gate.models.backends.openai_client import (
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    EndpointSettings,
+)
+
+#: How a setting's value is read: text, a count (int >= 1), seconds (float > 0), a file.
+OptionKind = Literal["text", "count", "seconds", "file"]
+#: Key of a field's :class:`EngineOption` in its ``dataclasses.field`` metadata.
+_OPTION = "gate.models.engine_settings.option"
+#: Seconds a started server has to answer ``/health`` when nothing says otherwise.
+DEFAULT_STARTUP_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """How one engine setting is given on the command lines."""
+
+    #: The ``gate run`` option (``--request-timeout``); pytest's is ``--gate-`` + the rest.
+    flag: str
+    kind: OptionKind
+    #: Help text of the ``gate run`` option.
+    help: str
+    #: Help text of the pytest option.
+    pytest_help: str
+
+    @property
+    def pytest_flag(self) -> str:
+        """The pytest option of the suites (``--gate-request-timeout``)."""
+        return "--gate-" + self.flag.removeprefix("--")
+
+
+def _option(flag: str, kind: OptionKind, help: str, pytest_help: str) -> dict[str, EngineOption]:
+    """The ``metadata`` of a field of :class:`EngineSettings`: its :class:`EngineOption`."""
+    return {_OPTION: EngineOption(flag=flag, kind=kind, help=help, pytest_help=pytest_help)}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The serving engine a build is gated on (docs/serving.md).
+
+    Exactly one of ``serve`` (a server command gate starts and stops) and
+    ``endpoint`` (the OpenAI base URL of a running server). ``baseline_serve``
+    or ``baseline_endpoint`` names the engine of the baseline build, timed
+    beside the candidate in the paired A/B latency mode (giving one turns that
+    mode on).
+    """
+
+    serve: str | None = field(
+        default=None,
+        metadata=_option(
+            "--serve",
+            "text",
+            "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves.",
+            "engine: start this server command, gate what it serves",
+        ),
+    )
+    endpoint: str | None = field(
+        default=None,
+        metadata=_option(
+            "--endpoint",
+            "text",
+            "Gate the model behind this running OpenAI-compatible server (URL .../v1).",
+            "engine: OpenAI base URL of a running server",
+        ),
+    )
+    served_model: str | None = field(
+        default=None,
+        metadata=_option(
+            "--served-model",
+            "text",
+            "Served model name at the engine (default: the first it lists).",
+            "engine: served model name (default: the first)",
+        ),
+    )
+    api_key_env: str | None = field(
+        default=None,
+        metadata=_option(
+            "--api-key-env",
+            "text",
+            "Environment variable holding the engine's API key (never the key).",
+            "engine: environment variable with the API key",
+        ),
+    )
+    max_concurrency: int = field(
+        default=DEFAULT_MAX_CONCURRENCY,
+        metadata=_option(
+            "--max-concurrency",
+            "count",
+            "Engine requests in flight at once (default 8).",
+            "engine: requests in flight at once",
+        ),
+    )
+    request_timeout_s: float = field(
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        metadata=_option(
+            "--request-timeout",
+            "seconds",
+            "Seconds per engine response.",
+            "engine: seconds to wait for a response",
+        ),
+    )
+    startup_timeout_s: float = field(
+        default=DEFAULT_STARTUP_TIMEOUT_S,
+        metadata=_option(
+            "--startup-timeout",
+            "seconds",
+            "Seconds a --serve server has.",
+            "engine: seconds a started server has",
+        ),
+    )
+    server_log: Path | None = field(
+        default=None,
+        metadata=_option(
+            "--server-log",
+            "file",
+            "Log file of a --serve server.",
+            "engine: the started server's log file",
+        ),
+    )
+    baseline_serve: str | None = field(
+        default=None,
+        metadata=_option(
+            "--baseline-serve",
+            "text",
+            "Engine command of the baseline build (paired latency A/B).",
+            "engine of the baseline build timed beside the candidate (paired latency)",
+        ),
+    )
+    baseline_endpoint: str | None = field(
+        default=None,
+        metadata=_option(
+            "--baseline-endpoint",
+            "text",
+            "Endpoint of the baseline build (paired latency A/B).",
+            "endpoint of the baseline build timed beside the candidate (paired latency)",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if (self.serve is None) == (self.endpoint is None):
+            raise ValueError("an engine needs exactly one of serve and endpoint")
+        if self.baseline_serve is not None and self.baseline_endpoint is not None:
+            raise ValueError("give at most one of baseline_serve and baseline_endpoint")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        for name in ("request_timeout_s", "startup_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+
+    @property
+    def paired(self) -> bool:
+        """Whether a baseline engine is named (the paired A/B latency mode)."""
+        return self.baseline_serve is not None or self.baseline_endpoint is not None
+
+    def baseline(self) -> EngineSettings | None:
+        """The baseline build's engine, with these settings (``None`` when not paired)."""
+        if not self.paired:
+            return None
+        return dataclasses.replace(
+            self,
+            serve=self.baseline_serve,
+            endpoint=self.baseline_endpoint,
+            baseline_serve=None,
+            baseline_endpoint=None,
+        )
+
+    def settings_for(self, url: str) -> EndpointSettings:
+        """The client settings for the server at ``url`` (a view of these settings)."""
+        return EndpointSettings(
+            url=url,
+            model=self.served_model,
+            api_key_env=self.api_key_env,
+            max_concurrency=self.max_concurrency,
+            request_timeout=self.request_timeout_s,
+        )
+
+
+def engine_setting_options() -> tuple[tuple[str, EngineOption], ...]:
+    """``(field name, option)`` of every engine setting, in declaration (``--help``) order."""
+    return tuple(
+        (item.name, item.metadata[_OPTION])
+        for item in dataclasses.fields(EngineSettings)
+        if _OPTION in item.metadata
+    )
+
+
+__all__ = [
+    "DEFAULT_STARTUP_TIMEOUT_S",
+    "EngineOption",
+    "EngineSettings",
+    "OptionKind",
+    "engine_setting_options",
+]

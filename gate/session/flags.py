@@ -1,0 +1,126 @@
+"""The ``--gate-*`` pytest options, for people who run the tier suites with pytest directly.
+
+``gate run`` and friends hand the session a typed
+:class:`~gate.session.options.SessionRequest` and build no ``--gate-*``
+strings. A plain ``pytest suites/ --gate-model demo ...`` gives the same
+session through the options declared here, which come from the declarations
+of the typed objects: the rows of :class:`~gate.session.options.SessionOptions`
+(:data:`~gate.session.options.SESSION_FIELDS`), the report files
+(:data:`REPORT_ROWS`) and the engine settings
+(:func:`~gate.models.engine_settings.engine_setting_options`). They are read ONCE, at
+this edge, by :func:`request_from_pytest`.
+
+This module imports neither pytest nor a model library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ConfigError
+from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
+from gate.report.outputs import ReportTargets
+from gate.session.options import SESSION_FIELDS, OptionField, SessionOptions, SessionRequest
+
+#: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets` (by name).
+REPORT_ROWS: tuple[OptionField, ...] = (
+    OptionField("json", "path", "write the results JSON here", option="--gate-json"),
+    OptionField("html", "path", "write the self-contained HTML report here", option="--gate-html"),
+    OptionField("junit", "path", "write the JUnit XML report here", option="--gate-junit"),
+    OptionField(
+        "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
+    ),
+)
+#: The engine rows (text as given; numbers are read by :func:`_engine`).
+ENGINE_ROWS: tuple[OptionField, ...] = tuple(
+    OptionField(
+        name,
+        "path" if option.kind == "file" else "str",
+        option.pytest_help,
+        option=option.pytest_flag,
+    )
+    for name, option in engine_setting_options()
+)
+_ENGINE_KINDS: dict[str, OptionKind] = {
+    name: option.kind for name, option in engine_setting_options()
+}
+_ENGINE_FLAGS: dict[str, str] = {name: option.flag for name, option in engine_setting_options()}
+
+
+def _ordered() -> tuple[OptionField, ...]:
+    """Every row in ``--help`` order: the session fields, with the report rows where
+    :attr:`SessionOptions.reports` is and the engine rows where ``engine`` is."""
+    by_name = {row.name: row for row in SESSION_FIELDS}
+    rows: list[OptionField] = []
+    for item in dataclasses.fields(SessionOptions):
+        if item.name == "reports":
+            rows += REPORT_ROWS
+        elif item.name == "engine":
+            rows += ENGINE_ROWS
+        elif item.name in by_name:
+            rows.append(by_name[item.name])
+    return tuple(rows)
+
+
+#: Every ``--gate-*`` option besides ``--gate-model``/``--gate-mode``, in ``--help`` order.
+PYTEST_ROWS: tuple[OptionField, ...] = _ordered()
+
+
+def add_options(group: Any) -> None:
+    """Declare the ``--gate-*`` options on ``group`` (a pytest ``OptionGroup``)."""
+    for row in PYTEST_ROWS:
+        row.add_to(group)
+
+
+def _number(text: str, name: str) -> int | float:
+    """An engine number given as text (``--gate-max-concurrency 4``)."""
+    flag = _ENGINE_FLAGS[name]
+    kind = int if _ENGINE_KINDS[name] == "count" else float
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} is not a number", f"give {flag} as a number") from None
+
+
+def _engine(given: dict[str, Any]) -> EngineSettings | None:
+    """The engine the ``--gate-*`` engine options name (``None``: none given)."""
+    from gate.config import build_dataclass
+
+    table = {k: v for k, v in given.items() if v is not None}
+    if not table:
+        return None
+    if "serve" not in table and "endpoint" not in table:
+        raise ConfigError(
+            f"{', '.join(_ENGINE_FLAGS[name] for name in table)} given without an engine",
+            "add --serve COMMAND or --endpoint URL (or an engine table in gate.toml)",
+        )
+    for name, value in table.items():
+        if _ENGINE_KINDS[name] in ("count", "seconds"):
+            table[name] = _number(value, name)
+        elif isinstance(value, Path):
+            table[name] = str(value)
+    return build_dataclass(EngineSettings, table, where="engine options")
+
+
+def request_from_pytest(option: Any) -> SessionRequest | None:
+    """The session pytest's parsed options (``config.option``) ask for, defaults applied;
+    ``None`` without ``--gate-model``. Bad engine options: :class:`ConfigError`."""
+    model = getattr(option, "gate_model", None)
+    if not model:
+        return None
+
+    def value(row: OptionField) -> Any:
+        return row.from_pytest(getattr(option, row.dest))
+
+    reports = ReportTargets(**{row.name: value(row) for row in REPORT_ROWS})
+    options = SessionOptions(
+        **{row.name: value(row) for row in SESSION_FIELDS},
+        reports=reports,
+        engine=_engine({row.name: value(row) for row in ENGINE_ROWS}),
+    )
+    return SessionRequest(mode=option.gate_mode, model=str(model), options=options.with_defaults())
+
+
+__all__ = ["ENGINE_ROWS", "PYTEST_ROWS", "REPORT_ROWS", "add_options", "request_from_pytest"]
