@@ -183,7 +183,7 @@ def test_fp8_served_build_fidelity_latency_and_paired_endpoints(
     from gate.models.backends.loading import load_backend
 
     stored = load_baseline_file(BASELINE / "0001-fp32.json")
-    settings = fidelity.settings_from(stored.provenance["tier_settings"]["fidelity"])
+    settings = fidelity.settings_from(stored.provenance.tier_settings["fidelity"])
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     bf16 = load_backend(ModelSpec.parse("demo", dtype="bfloat16"))
     local = {

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gate.provenance import ModelProvenance, tokenizers_differ
+from gate.store.baseline import load_baseline_file
 from gate.store.measurements_file import dump_json
 
 DEMO = Path(__file__).resolve().parents[1] / "gate" / "assets" / "baselines" / "demo"
@@ -39,6 +40,14 @@ def test_the_demo_baseline_provenance_round_trips_exactly() -> None:
     assert record.linear_classes == ("Linear",)
     assert record.revision is None and "revision" in again  # recorded as null, kept as null
     assert record.tier_settings is not None and record.tier_settings["latency"]["paired"] is True
+
+
+def test_the_demo_baseline_loads_as_a_record_and_describes_the_same_document() -> None:
+    baseline = load_baseline_file(DEMO_BASELINE)
+    document = json.loads(DEMO_BASELINE.read_text())["provenance"]
+    assert isinstance(baseline.provenance, ModelProvenance)
+    assert baseline.provenance.to_document() == document
+    assert baseline.describe("fp32")["provenance"] == document
 
 
 def test_unknown_keys_and_mistyped_facts_survive_a_round_trip() -> None:
