@@ -279,7 +279,7 @@ class ModelProvenance:
     extra: Mapping[str, Any] = field(default_factory=dict)
     #: The document's keys in order, a fact recorded as null included. A fact
     #: not named here is written after them (in field order) when known.
-    keys: tuple[str, ...] = ()
+    document_keys: tuple[str, ...] = ()
 
     @classmethod
     def facts(cls) -> tuple[str, ...]:
@@ -301,13 +301,13 @@ class ModelProvenance:
                 typed[key] = dict(value)
             else:
                 typed[key] = value
-        return cls(**typed, extra=extra, keys=tuple(document))
+        return cls(**typed, extra=extra, document_keys=tuple(document))
 
     def to_document(self) -> dict[str, Any]:
         """The JSON document (``from_document(d).to_document() == d``, order included)."""
         known = {name: getattr(self, name) for name in _FACTS}
         out: dict[str, Any] = {}
-        for key in self.keys:
+        for key in self.document_keys:
             value = known.get(key)
             if value is not None:
                 out[key] = _plain(value)

@@ -74,7 +74,7 @@ def test_null_and_absent_facts_stay_apart() -> None:
     assert record.to_document() == {"revision": None, "source": "demo"}
     built = ModelProvenance(source="demo", slug="demo")
     assert built.to_document() == {"source": "demo", "slug": "demo"}
-    named = ModelProvenance(source="demo", keys=("revision", "source"))
+    named = ModelProvenance(source="demo", document_keys=("revision", "source"))
     assert named.to_document() == {"revision": None, "source": "demo"}
 
 
@@ -87,7 +87,7 @@ def test_facts_are_written_as_json_holds_them() -> None:
 
 def test_updated_is_a_document_merge_with_the_later_side_winning() -> None:
     first = ModelProvenance(
-        model="demo", recipe=None, slug="demo", keys=("model", "recipe", "slug")
+        model="demo", recipe=None, slug="demo", document_keys=("model", "recipe", "slug")
     )
     second = ModelProvenance.from_document({"name": "demo[int8]", "recipe": "int8", "x": 1})
     merged = first.updated(second)
@@ -131,7 +131,7 @@ def test_tokenizers_differ_only_when_both_sides_are_known() -> None:
 def test_the_fact_names_are_the_typed_fields() -> None:
     names = ModelProvenance.facts()
     assert "parameter_bytes" in names and "param_bytes" not in names
-    assert "extra" not in names and "keys" not in names
+    assert "extra" not in names and "document_keys" not in names
     assert len(names) == len(set(names))
 
 

@@ -83,7 +83,10 @@ def store_or_compare(
 
     measured = list(run.measurements.values())
     candidate = ModelProvenance(
-        model=run.model, recipe=run.recipe, slug=run.model_slug, keys=("model", "recipe", "slug")
+        model=run.model,
+        recipe=run.recipe,
+        slug=run.model_slug,
+        document_keys=("model", "recipe", "slug"),
     )
     if run.backend_loaded:
         candidate = candidate.updated(run.backend.provenance())

@@ -364,5 +364,5 @@ class HFBackend(tokens.TokenizerMethods):
             linear_class_counts=counts,
             forward_delay=hasattr(self.model, HANDLE_ATTR),
             incomplete_weights=self.incomplete_weights,
-            keys=HF_FACTS,
+            document_keys=HF_FACTS,
         )

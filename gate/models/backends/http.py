@@ -411,7 +411,7 @@ class HTTPBackend(tokens.TokenizerMethods):
             tokenizer_files=tok,
             linear_classes=(),
             linear_class_counts={},
-            keys=HTTP_FACTS,
+            document_keys=HTTP_FACTS,
         )
 
     # -- teacher-forced scoring -------------------------------------------------
