@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gate.measurement import Measurement, from_samples
+from gate.provenance import ModelProvenance
 from gate.store.measurements_file import save_measurements
 
 HERE = Path(__file__).resolve().parent
@@ -53,16 +54,18 @@ def _mcq(correct: np.ndarray, ids: list[str]) -> Measurement:
     )
 
 
-def _model(name: str, recipe: str) -> dict[str, str]:
-    return {
-        "id": "example-org/example-7b",
-        "slug": "example-7b",
-        "revision": "0" * 40,
-        "recipe": recipe,
-        "model_family": "llama",
-        "tokenizer_sha256": "4f" * 32,
-        "note": f"synthetic example measurements: {name}",
-    }
+def _model(name: str, recipe: str) -> ModelProvenance:
+    return ModelProvenance.from_document(
+        {
+            "id": "example-org/example-7b",
+            "slug": "example-7b",
+            "revision": "0" * 40,
+            "recipe": recipe,
+            "model_family": "llama",
+            "tokenizer_sha256": "4f" * 32,
+            "note": f"synthetic example measurements: {name}",
+        }
+    )
 
 
 def main() -> None:

@@ -4,7 +4,10 @@ docs/contracts.md "Results JSON": provenance includes the gate version, the git 
 and the environment (python, torch, transformers, the quantization kernel
 packages' versions, device, GPU name and driver via pynvml when present). The model's own
 provenance (weights hashes, recipe, quantized linear classes) comes from the
-backend's ``provenance()``.
+backend's ``provenance()`` as a :class:`ModelProvenance`: one frozen record with one
+field per fact, read from and written to JSON documents only at the edge
+(:meth:`ModelProvenance.from_document`, :meth:`ModelProvenance.to_document`), with
+the one rule for "same tokenizer" (:meth:`ModelProvenance.tokenizer_identity`).
 
 Nothing here imports torch: package versions are read with
 :mod:`importlib.metadata`, so recording provenance costs milliseconds.
@@ -17,6 +20,8 @@ import hashlib
 import os
 import platform
 import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -138,3 +143,226 @@ def environment() -> dict[str, Any]:
         "gate_version": gate_version(),
         "git_commit": git_commit(),
     }
+
+
+# ------------------------------------------------------------------ the model's provenance
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_int_or_str(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, str)
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(key, str) for key in value)
+
+
+def _is_str_mapping(value: Any) -> bool:
+    return _is_mapping(value) and all(isinstance(item, str) for item in value.values())
+
+
+def _is_int_mapping(value: Any) -> bool:
+    return _is_mapping(value) and all(_is_int(item) for item in value.values())
+
+
+def _fact(accepts: Callable[[Any], bool]) -> Any:
+    """A typed fact of :class:`ModelProvenance`: ``None`` (unknown) by default.
+
+    ``accepts`` says whether a document's value has the fact's type; a value it
+    refuses stays verbatim in :attr:`ModelProvenance.extra`.
+    """
+    return field(default=None, metadata={"accepts": accepts})
+
+
+@dataclass(frozen=True)
+class ModelProvenance:
+    """Where a model's measurements came from: identity, build, served settings, recorder notes.
+
+    One fact, one field (``None``: unknown). The document form (the
+    ``provenance`` of a baseline, the ``model`` of a measurements file, the
+    ``candidate`` of the results JSON) is read with :meth:`from_document` and
+    written with :meth:`to_document`, and nowhere else: a document goes round
+    unchanged, keys, key order, nulls and unknown keys (:attr:`extra`) included.
+    Mappings held here are copies and never mutated.
+    """
+
+    # -- what the model is
+    #: The model as given to the gate (``--model``).
+    model: str | None = _fact(_is_str)
+    #: Human-readable identity (source, with the recipe or the endpoint).
+    name: str | None = _fact(_is_str)
+    #: Hub id or local directory the model was loaded from.
+    source: str | None = _fact(_is_str)
+    #: The model's slug (:func:`gate.models.spec.model_slug`).
+    slug: str | None = _fact(_is_str)
+    #: Directory whose files were hashed.
+    path: str | None = _fact(_is_str)
+    revision: str | None = _fact(_is_str)
+    #: Canonical recipe text (``"none"``: unmodified).
+    recipe: str | None = _fact(_is_str)
+    # -- a served model (the HTTP backend)
+    #: ``"http"`` for a served model.
+    backend: str | None = _fact(_is_str)
+    #: The endpoint without any credential.
+    endpoint: str | None = _fact(_is_str)
+    #: The environment variable the API key was read from (never the key).
+    api_key_env: str | None = _fact(_is_str)
+    served_model: str | None = _fact(_is_str)
+    served_model_root: str | None = _fact(_is_str)
+    #: The serving engine (``vllm`` ...) and the version its server reported.
+    engine: str | None = _fact(_is_str)
+    engine_version: str | None = _fact(_is_str)
+    served_settings: Mapping[str, Any] | None = _fact(_is_mapping)
+    serve_command: tuple[str, ...] | None = _fact(_is_str_list)
+    server_log: str | None = _fact(_is_str)
+    #: ``prompt_logprobs`` or ``echo``.
+    scoring_api: str | None = _fact(_is_str)
+    tokenizer_check: str | None = _fact(_is_str)
+    max_concurrency: int | None = _fact(_is_int)
+    # -- the network
+    model_type: str | None = _fact(_is_str)
+    vocab_size: int | None = _fact(_is_int)
+    #: ``<model_type>-v<vocab_size>``: builds of one family can be compared.
+    model_family: str | None = _fact(_is_str)
+    num_layers: int | None = _fact(_is_int)
+    dtype_requested: str | None = _fact(_is_str)
+    dtypes: tuple[str, ...] | None = _fact(_is_str_list)
+    device: str | None = _fact(_is_str)
+    device_map: Mapping[str, Any] | None = _fact(_is_mapping)
+    #: The quantization method the weights were loaded with.
+    quantization: str | None = _fact(_is_str)
+    #: Combined digest of the weight and config files, and each file's digest.
+    weights_sha256: str | None = _fact(_is_str)
+    weight_files: Mapping[str, str] | None = _fact(_is_str_mapping)
+    #: Combined digest of the tokenizer files, and each file's digest.
+    tokenizer_sha256: str | None = _fact(_is_str)
+    tokenizer_files: Mapping[str, str] | None = _fact(_is_str_mapping)
+    #: Bytes of the parameters and buffers as stored (quantized ones included).
+    parameter_bytes: int | None = _fact(_is_int)
+    linear_classes: tuple[str, ...] | None = _fact(_is_str_list)
+    linear_class_counts: Mapping[str, int] | None = _fact(_is_int_mapping)
+    #: Whether a forward delay hook is installed.
+    forward_delay: bool | None = _fact(_is_bool)
+    #: Tensors missing, unexpected or of another shape, when measured anyway.
+    incomplete_weights: Mapping[str, Any] | None = _fact(_is_mapping)
+    # -- a KV-cache recipe (the chunked backend)
+    cache_method: str | None = _fact(_is_str)
+    #: Scoring chunk size, or ``"exact"``.
+    score_chunk_size: int | str | None = _fact(_is_int_or_str)
+    # -- what the recording session adds to a baseline
+    #: The tier settings the baseline was recorded with (``{tier: {key: value}}``).
+    tier_settings: Mapping[str, Any] | None = _fact(_is_mapping)
+    fidelity_pack: str | None = _fact(_is_str)
+    fidelity_prompts: int | None = _fact(_is_int)
+    fidelity_prompts_truncated: int | None = _fact(_is_int)
+    fidelity_prompts_empty: int | None = _fact(_is_int)
+    fidelity_tokens_cut: int | None = _fact(_is_int)
+    judge_validity_judges: tuple[str, ...] | None = _fact(_is_str_list)
+    # -- the document form
+    #: Keys no field holds: unknown ones (older or newer gates, other tools) and
+    #: facts whose value is not of the fact's type, verbatim.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The document's keys in order, a fact recorded as null included. A fact
+    #: not named here is written after them (in field order) when known.
+    document_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def facts(cls) -> tuple[str, ...]:
+        """The names of the typed facts, in field order."""
+        return _FACTS
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> ModelProvenance:
+        """The provenance a JSON document states (each key kept: see :attr:`extra`)."""
+        typed: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in document.items():
+            accepts = _ACCEPTS.get(key)
+            if accepts is None or not (value is None or accepts(value)):
+                extra[key] = value
+            elif isinstance(value, list):
+                typed[key] = tuple(value)
+            elif isinstance(value, Mapping):
+                typed[key] = dict(value)
+            else:
+                typed[key] = value
+        return cls(**typed, extra=extra, document_keys=tuple(document))
+
+    def to_document(self) -> dict[str, Any]:
+        """The JSON document (``from_document(d).to_document() == d``, order included)."""
+        known = {name: getattr(self, name) for name in _FACTS}
+        out: dict[str, Any] = {}
+        for key in self.document_keys:
+            value = known.get(key)
+            if value is not None:
+                out[key] = _plain(value)
+            elif key in self.extra:  # unknown, or a fact's value of another type (verbatim)
+                out[key] = self.extra[key]
+            elif key in known:
+                out[key] = None
+        for name, value in known.items():
+            if name not in out and value is not None:
+                out[name] = _plain(value)
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    def updated(self, other: ModelProvenance) -> ModelProvenance:
+        """Every fact ``other`` states (a null one included) over this one's (``{**a, **b}``)."""
+        return self.with_facts(other.to_document())
+
+    def with_facts(self, facts: Mapping[str, Any]) -> ModelProvenance:
+        """``facts`` (flat document entries, e.g. a tier's notes) over this provenance's."""
+        return ModelProvenance.from_document({**self.to_document(), **facts})
+
+    def tokenizer_identity(self) -> str | None:
+        """The sha256 that identifies the model's vocabulary, when known: the one rule.
+
+        ``tokenizer_sha256`` when given (measurements from other tools); else the
+        digest of the vocabulary file among ``tokenizer_files``
+        (``tokenizer.json``, or ``tokenizer.model`` for sentencepiece). Chat
+        template files are deliberately not part of the fallback.
+        """
+        if self.tokenizer_sha256:
+            return self.tokenizer_sha256
+        files = self.tokenizer_files or {}
+        for name in ("tokenizer.json", "tokenizer.model"):
+            if files.get(name):
+                return files[name]
+        return None
+
+
+def tokenizers_differ(ours: str | None, theirs: str | None) -> bool:
+    """Whether two tokenizer identities (:meth:`ModelProvenance.tokenizer_identity`)
+    name different tokenizers: both known and unequal (an unknown side is never compared)."""
+    return bool(ours) and bool(theirs) and ours != theirs
+
+
+def _plain(value: Any) -> Any:
+    """A fact's value as JSON holds it (a tuple as a list, a mapping as a dict copy)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    f.name: f.metadata["accepts"] for f in fields(ModelProvenance) if "accepts" in f.metadata
+}
+_FACTS: tuple[str, ...] = tuple(_ACCEPTS)

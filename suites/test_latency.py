@@ -97,9 +97,9 @@ def test_latency(gate_run: GateRun, request: pytest.FixtureRequest) -> None:
     settings = gate_run.settings("latency")
     backend = gate_run.backend
     provenance = backend.provenance()
-    device = str(provenance.get("device", "cpu"))
+    device = provenance.device or "cpu"
     nvml = open_nvml() if device.startswith("cuda") else None
-    fingerprint = collect(device, linear_classes=provenance.get("linear_classes", ()), nvml=nvml)
+    fingerprint = collect(device, linear_classes=provenance.linear_classes or (), nvml=nvml)
     for ref, baseline in gate_run.baselines.items():
         if has_latency(baseline.measurements):
             for line in check_fingerprint(

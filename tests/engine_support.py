@@ -117,7 +117,7 @@ def demo_fidelity_settings() -> Any:
     from gate.tiers.registry import build_settings
 
     stored = load_baseline_file(DEMO_BASELINE / "0001-fp32.json")
-    return build_settings("fidelity", stored.provenance["tier_settings"]["fidelity"])
+    return build_settings("fidelity", stored.provenance.tier_settings["fidelity"])
 
 
 def inprocess_fidelity(dtype: str) -> dict[str, Any]:

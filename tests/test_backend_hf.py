@@ -12,7 +12,8 @@ import torch
 
 from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import Backend, ScoreRequest
-from gate.models.backends.hf import HFBackend
+from gate.models.backends.hf import HF_FACTS, HFBackend
+from gate.provenance import ModelProvenance
 
 PROMPTS = [
     "What is 7 times 8?",
@@ -217,15 +218,20 @@ def test_nan_logits_do_not_crash_scoring(
 def test_provenance(tiny_backend: HFBackend, tiny_model_dir: Path) -> None:
     prov = tiny_backend.provenance()
     expected = hashlib.sha256((tiny_model_dir / "model.safetensors").read_bytes()).hexdigest()
-    assert prov["weight_files"]["model.safetensors"] == expected
+    assert prov.weight_files["model.safetensors"] == expected
     tok = hashlib.sha256((tiny_model_dir / "tokenizer.json").read_bytes()).hexdigest()
-    assert prov["tokenizer_files"]["tokenizer.json"] == tok
-    assert len(prov["weights_sha256"]) == 64 and len(prov["tokenizer_sha256"]) == 64
-    assert prov["recipe"] == "none"
-    assert prov["model_family"] == "llama-v384"
-    assert prov["linear_classes"] == ["Linear"]
-    assert prov["linear_class_counts"] == {"Linear": 2 * 7 + 1}
+    assert prov.tokenizer_files["tokenizer.json"] == tok
+    assert len(prov.weights_sha256) == 64 and len(prov.tokenizer_sha256) == 64
+    assert prov.recipe == "none"
+    assert prov.model_family == "llama-v384"
+    assert prov.linear_classes == ("Linear",)
+    assert prov.linear_class_counts == {"Linear": 2 * 7 + 1}
     plain = sum(p.numel() * p.element_size() for p in tiny_backend.model.parameters())
     plain += sum(b.numel() * b.element_size() for b in tiny_backend.model.buffers())
-    assert prov["parameter_bytes"] == plain
-    assert prov["dtypes"] == ["float32"] and prov["device"] == "cpu"
+    assert prov.parameter_bytes == plain
+    assert prov.dtypes == ("float32",) and prov.device == "cpu"
+    # the stored document: every fact named, unknown ones as null, in the recorded order
+    document = prov.to_document()
+    assert list(document) == list(HF_FACTS)
+    assert document["linear_classes"] == ["Linear"] and document["revision"] is None
+    assert ModelProvenance.from_document(document) == prov

@@ -315,19 +315,19 @@ def test_api_key_from_the_named_variable_and_never_in_provenance(
         monkeypatch.setenv("GATE_TEST_KEY", secret)
         backend = HTTPBackend(_settings(server.url, api_key_env="GATE_TEST_KEY"), spec)
         provenance = backend.provenance()
-    assert secret not in json.dumps(provenance, default=str)
-    assert provenance["endpoint"] == server.url
-    assert provenance["api_key_env"] == "GATE_TEST_KEY"
-    assert provenance["tokenizer_sha256"] == local.provenance()["tokenizer_sha256"]
+    assert secret not in json.dumps(provenance.to_document(), default=str)
+    assert provenance.endpoint == server.url
+    assert provenance.api_key_env == "GATE_TEST_KEY"
+    assert provenance.tokenizer_sha256 == local.provenance().tokenizer_sha256
 
 
 def test_endpoint_credentials_stay_out_of_provenance(local: HFBackend, spec: ModelSpec) -> None:
     with FakeOpenAIServer(local) as server:
         url = server.url.replace("http://", "http://user:pw-9c2d@") + "?token=abc"
         provenance = HTTPBackend(_settings(url), spec).provenance()
-    text = json.dumps(provenance, default=str)
+    text = json.dumps(provenance.to_document(), default=str)
     assert "pw-9c2d" not in text and "token=abc" not in text and "user" not in text
-    assert provenance["endpoint"] == server.url
+    assert provenance.endpoint == server.url
 
 
 def test_api_key_env_must_be_a_variable_name() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from gate.errors import BaselineError, DataError, ExitCode
 from gate.measurement import Measurement, from_samples
-from gate.provenance import sha256_file
+from gate.provenance import ModelProvenance, sha256_file
 from gate.store.atomic import create_exclusive, write_atomic
 from gate.store.baseline import (
     Baseline,
@@ -37,7 +37,7 @@ def _add(store: BaselineStore, label: str = "fp16", **kw: object) -> Baseline:
         "tiny",
         label,
         _measurements(),
-        provenance={"model_family": "llama", "tokenizer_sha256": "ab" * 32},
+        provenance=ModelProvenance(model_family="llama", tokenizer_sha256="ab" * 32),
         environment={"python": "3.11"},
         **kw,  # type: ignore[arg-type]
     )
@@ -52,7 +52,7 @@ def test_add_numbers_and_roundtrips(tmp_path: Path) -> None:
     loaded = store.resolve("1", "tiny")
     assert loaded.measurements["accuracy.mcq_acc"].samples == (1.0, 0.0, 1.0, 1.0)
     assert loaded.measurements["accuracy.mcq_acc"].sample_ids == ("q1", "q2", "q3", "q4")
-    assert loaded.provenance["model_family"] == "llama"
+    assert loaded.provenance.model_family == "llama"
     assert [b.number for b in store.list("tiny")] == [1, 2]
     assert store.resolve("latest", "tiny").number == 2
     assert store.resolve("fp16").number == 1  # by label, the only model picked implicitly
@@ -184,16 +184,17 @@ def test_unknown_ref_suggests_close_names(tmp_path: Path) -> None:
 
 def test_incompatible_tokenizer_or_family_is_refused(tmp_path: Path) -> None:
     stored = _add(BaselineStore(tmp_path))
-    check_compatible(stored, {"model_family": "llama"})  # same family, no tokenizer hash
-    check_compatible(stored, {})  # another tool's file: nothing to compare
+    check_compatible(stored, ModelProvenance(model_family="llama"))  # no tokenizer hash
+    check_compatible(stored, ModelProvenance())  # another tool's file: nothing to compare
     with pytest.raises(BaselineError, match="tokenizer"):
-        check_compatible(stored, {"tokenizer_sha256": "cd" * 32})
+        check_compatible(stored, ModelProvenance(tokenizer_sha256="cd" * 32))
     # a backend's provenance names the vocabulary file's digest
-    check_compatible(stored, {"tokenizer_files": {"tokenizer.json": "ab" * 32, "x.jinja": "0"}})
+    files = {"tokenizer.json": "ab" * 32, "x.jinja": "0"}
+    check_compatible(stored, ModelProvenance(tokenizer_files=files))
     with pytest.raises(BaselineError, match="tokenizer"):
-        check_compatible(stored, {"tokenizer_files": {"tokenizer.json": "ef" * 32}})
+        check_compatible(stored, ModelProvenance(tokenizer_files={"tokenizer.json": "ef" * 32}))
     with pytest.raises(BaselineError, match="model_family"):
-        check_compatible(stored, {"model_family": "qwen2"})
+        check_compatible(stored, ModelProvenance(model_family="qwen2"))
 
 
 def test_bad_names_are_refused(tmp_path: Path) -> None:
@@ -201,9 +202,10 @@ def test_bad_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(BaselineError, match="invalid label"):
         _add(store, "Bad Label")
     with pytest.raises(BaselineError, match="invalid model slug"):
-        store.add("../escape", "x", _measurements(), {}, {})
+        store.add("../escape", "x", _measurements(), ModelProvenance(), {})
     with pytest.raises(DataError, match="non-finite"):
-        store.add("tiny", "x", [Measurement("accuracy.mcq_acc", float("nan"))], {}, {})
+        nan = [Measurement("accuracy.mcq_acc", float("nan"))]
+        store.add("tiny", "x", nan, ModelProvenance(), {})
 
 
 def test_write_atomic_replaces(tmp_path: Path) -> None:

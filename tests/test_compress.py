@@ -99,7 +99,7 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     recipe = EXAMPLE.get(name, name)
     backend = load(recipe)
     prov = backend.provenance()
-    assert prov["recipe"] == recipe
+    assert prov.recipe == recipe
     # 7 linears per decoder layer (2 layers) plus lm_head, which stays full precision
     if name in LINEAR_CLASS:
         expected = {"Linear": 1, LINEAR_CLASS[name]: 14}
@@ -107,8 +107,8 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
         expected = {"Linear": 8}
     else:
         expected = {"Linear": 15}
-    assert prov["linear_class_counts"] == expected
-    assert prov["linear_classes"] == sorted(expected)
+    assert prov.linear_class_counts == expected
+    assert prov.linear_classes == tuple(sorted(expected))
     out = backend.generate([backend.encode_prompt("Hi")], max_new_tokens=3)
     assert len(out[0]) >= 1
     logits = _logits(backend, _ids(backend))
@@ -180,8 +180,8 @@ def test_checkpoint_recipes_name_a_demo_checkpoint(tiny_model_dir: Path, recipe:
 
 
 def test_quantized_builds_store_fewer_bytes(load: Loader) -> None:
-    full = load("none").provenance()["parameter_bytes"]
-    sizes = {r: load(r).provenance()["parameter_bytes"] for r in LINEAR_CLASS}
+    full = load("none").provenance().parameter_bytes
+    sizes = {r: load(r).provenance().parameter_bytes for r in LINEAR_CLASS}
     assert all(size < full for size in sizes.values())
     assert sizes["bnb-nf4"] < sizes["bnb-int8"]
     assert sizes["quanto-int2"] < sizes["quanto-int4"] < sizes["quanto-int8"]
@@ -294,7 +294,7 @@ def test_delay_slows_every_forward_and_changes_nothing_else(load: Loader) -> Non
         slow.encode_prompt("Hi"), batch_size=1, new_tokens=5, clock=PerfCounterClock()
     )
     assert timed.end_to_end >= 5 * 0.001
-    assert slow.provenance()["forward_delay"] is True
+    assert slow.provenance().forward_delay is True
 
 
 # -- load errors ---------------------------------------------------------------

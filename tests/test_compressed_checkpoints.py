@@ -197,8 +197,8 @@ def test_forward_runs_and_differs_from_the_dense_model(probe: Any) -> None:
 def test_gate_loads_them_as_prequantized_checkpoints(name: str) -> None:
     backend = load_backend(ModelSpec.parse(str(_path(name))))
     prov = backend.provenance()
-    assert prov["quantization"] == "compressed-tensors"
-    assert prov["weights_sha256"]
+    assert prov.quantization == "compressed-tensors"
+    assert prov.weights_sha256
     ids = backend.encode_prompt("What is 7 times 8?")
     assert len(backend.generate([ids], max_new_tokens=4)[0]) >= 1
     with pytest.raises(ConfigError, match="already quantized"):

@@ -71,7 +71,7 @@ def _baseline() -> Any:
 
 def _fidelity_settings() -> fidelity.FidelitySettings:
     """The settings the demo baseline was recorded with."""
-    return build_settings("fidelity", _baseline().provenance["tier_settings"]["fidelity"])
+    return build_settings("fidelity", _baseline().provenance.tier_settings["fidelity"])
 
 
 @pytest.fixture(scope="session")
@@ -99,12 +99,12 @@ def _verdict(measurements: list[Measurement]) -> Severity:
 
 def test_provenance_names_engine_and_settings(served: HTTPBackend) -> None:
     p = served.provenance()
-    assert p["engine"] == "vllm" and p["engine_version"] == "0.32.0"
-    assert p["served_model"] == "demo" and p["tokenizer_check"] == "tokenize endpoint"
-    assert p["served_settings"]["dtype"] == "float32"
-    assert p["served_settings"]["max_model_len"] == 1024
-    assert p["scoring_api"] in (None, "prompt_logprobs")
-    assert p["tokenizer_sha256"] == _baseline().provenance["tokenizer_sha256"]
+    assert p.engine == "vllm" and p.engine_version == "0.32.0"
+    assert p.served_model == "demo" and p.tokenizer_check == "tokenize endpoint"
+    assert p.served_settings["dtype"] == "float32"
+    assert p.served_settings["max_model_len"] == 1024
+    assert p.scoring_api in (None, "prompt_logprobs")
+    assert p.tokenizer_sha256 == _baseline().provenance.tokenizer_sha256
 
 
 def test_scores_equal_in_process(served: HTTPBackend, local: HFBackend) -> None:
@@ -282,7 +282,7 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(
         "served_fp8_verdict": severity.name,
     }
     _figures("fp8 served vs bf16 in process", **figures)
-    assert served_fp8.provenance()["quantization"] == "fp8_per_channel"
+    assert served_fp8.provenance().quantization == "fp8_per_channel"
     assert served_fp8.settings.full_top_k == 64  # twice the pack's k (the default)
     # at k = 64 the server's ids cover the pack's top-32 set, so the top-k + tail KL is
     # exact; CGA does not depend on the rebuilt tail of the rows at all
@@ -386,7 +386,7 @@ def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
 def _api_server_pid(backend: HTTPBackend) -> int:
     import psutil
 
-    command = backend.provenance()["serve_command"]
+    command = list(backend.provenance().serve_command or ())
     for proc in psutil.process_iter(["pid", "cmdline"]):
         if proc.info["cmdline"] == command:
             return int(proc.info["pid"])

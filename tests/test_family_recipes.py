@@ -232,7 +232,7 @@ def test_load_candidate_wraps_cache_recipes_and_per_call_attention() -> None:
     h2o = load_candidate(spec, "kv-h2o:0.5")
     assert isinstance(h2o, CacheBackend)
     assert h2o.method == CacheMethod(ObservedAttention(0.5))
-    assert h2o.provenance()["cache_method"] == "kv-h2o:0.5"
+    assert h2o.provenance().cache_method == "kv-h2o:0.5"
     fp8 = load_candidate(spec, "attn-fp8")
     assert isinstance(fp8, CacheBackend) and fp8.identity and fp8.chunk_size == 1
     assert fp8.model.config._attn_implementation.startswith("gate_attn_fp8")
@@ -241,8 +241,8 @@ def test_load_candidate_wraps_cache_recipes_and_per_call_attention() -> None:
     gptq = load_candidate(spec, "gptq:w4a16")
     assert isinstance(gptq, HFBackend)
     assert gptq.quant_method == "compressed-tensors"
-    assert gptq.provenance()["path"] == str(checkpoints.PACKAGED / "gptq-w4a16")
-    assert gptq.provenance()["weights_sha256"] != load_backend(spec).provenance()["weights_sha256"]
+    assert gptq.provenance().path == str(checkpoints.PACKAGED / "gptq-w4a16")
+    assert gptq.provenance().weights_sha256 != load_backend(spec).provenance().weights_sha256
 
 
 @pytest.mark.slow

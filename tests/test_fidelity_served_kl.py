@@ -38,7 +38,7 @@ class RebuiltRows:
 
 def test_served_candidate_gets_the_bound(demo_backend: HFBackend) -> None:
     stored = load_baseline_file(BASELINE / "0001-fp32.json")
-    recorded = build_settings("fidelity", stored.provenance["tier_settings"]["fidelity"])
+    recorded = build_settings("fidelity", stored.provenance.tier_settings["fidelity"])
     settings = replace(recorded, limit=4)
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     assert pack.m > 0  # the pack has a sampled tail

@@ -81,7 +81,7 @@ def test_pack_holds_the_baseline_outputs(base: HFBackend, pack: ReferencePack) -
         ref = pack.output_ids(j).tolist()
         assert out[: len(ref)] == ref  # the reference is a prefix of the greedy output
         assert len(ref) == len(out) or pack.prompts[j].truncated
-    assert pack.tokenizer_sha256 == base.provenance()["tokenizer_sha256"]
+    assert pack.tokenizer_sha256 == base.provenance().tokenizer_sha256
 
 
 def test_baseline_against_itself(base_measurements: list[Measurement], pack: ReferencePack) -> None:

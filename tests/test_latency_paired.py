@@ -26,6 +26,7 @@ from gate.hw.memory import MemoryTracker
 from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import summarize
+from gate.provenance import ModelProvenance
 from gate.session.options import SessionOptions
 from gate.session.runner import suites_dir
 from gate.store.baseline import BaselineStore
@@ -214,9 +215,11 @@ def test_malformed_in_session_baseline_is_a_data_error() -> None:
 
 
 def test_reference_build_reads_the_baseline_provenance() -> None:
-    assert reference_build({"model": "demo", "recipe": "none"}, "x") == ("demo", None)
-    assert reference_build({"source": "org/m", "recipe": "bnb-int8"}, "x") == ("org/m", "bnb-int8")
-    assert reference_build({}, "./here") == ("./here", None)
+    demo = ModelProvenance(model="demo", recipe="none")
+    assert reference_build(demo, "x") == ("demo", None)
+    served = ModelProvenance(source="org/m", recipe="bnb-int8")
+    assert reference_build(served, "x") == ("org/m", "bnb-int8")
+    assert reference_build(ModelProvenance(), "./here") == ("./here", None)
 
 
 def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,7 +309,7 @@ def _store_baseline(root: Path, fingerprint: Fingerprint) -> None:
         "scripted",
         "fp16",
         to_measurements(result),
-        provenance={"model": "scripted", "recipe": "none"},
+        provenance=ModelProvenance(model="scripted", recipe="none"),
         environment={},
     )
     store.promote("scripted", "fp16", stored.number)
@@ -426,7 +429,7 @@ def _real(candidate: Any, baseline: Any) -> list[Measurement]:
     result = run_tier(
         candidate,
         REAL,
-        fingerprint=collect("cpu", linear_classes=candidate.provenance()["linear_classes"]),
+        fingerprint=collect("cpu", linear_classes=candidate.provenance().linear_classes),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
         baseline_build=BaselineBuild(lambda: baseline, "fp16", "tiny", None),
@@ -479,12 +482,12 @@ def test_gate_run_with_a_paired_run_config(
     result = run_tier(
         baseline,
         REAL,
-        fingerprint=collect("cpu", linear_classes=baseline.provenance()["linear_classes"]),
+        fingerprint=collect("cpu", linear_classes=baseline.provenance().linear_classes),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )
     store = BaselineStore(tmp_path / "store")
-    provenance = {"model": str(tiny_model_dir), **baseline.provenance()}
+    provenance = ModelProvenance(model=str(tiny_model_dir)).updated(baseline.provenance())
     stored = store.add(tiny_model_dir.name, "fp16", to_measurements(result), provenance, {})
     store.promote(tiny_model_dir.name, "fp16", stored.number)
     config = tmp_path / "latency.toml"

@@ -118,14 +118,14 @@ def test_tensors_of_another_shape_refuse_the_model(models: dict[str, Path]) -> N
 
 def test_incomplete_weights_load_only_when_explicitly_allowed(models: dict[str, Path]) -> None:
     backend = load_backend(ModelSpec.parse(str(models["six"])), allow_incomplete_weights=True)
-    report = backend.provenance()["incomplete_weights"]
+    report = backend.provenance().incomplete_weights
     assert len(report["missing"]) == 18 and report["unexpected"] == []
     assert backend.model.config.num_hidden_layers == 6
 
 
 def test_a_whole_model_reports_complete_weights() -> None:
     backend = load_backend(ModelSpec.parse("demo"))
-    assert backend.provenance()["incomplete_weights"] is None
+    assert backend.provenance().incomplete_weights is None
 
 
 # ----------------------------------------------------------------------------- corrupt files

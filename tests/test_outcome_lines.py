@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -277,12 +278,12 @@ def test_baseline_show_names_what_the_reference_recorder_cut(
     store = tmp_path / "store"
     shutil.copytree(packaged_store(), store)
     fp32 = BaselineStore(store).resolve("fp32", "demo")
-    provenance = {
-        **fp32.provenance,
-        "fidelity_prompts_truncated": 3,
-        "fidelity_prompts_empty": 1,
-        "fidelity_tokens_cut": 17,
-    }
+    provenance = replace(
+        fp32.provenance,
+        fidelity_prompts_truncated=3,
+        fidelity_prompts_empty=1,
+        fidelity_tokens_cut=17,
+    )
     BaselineStore(store).add(
         "demo", "cut", list(fp32.measurements.values()), provenance, {}, refs=("cut",)
     )

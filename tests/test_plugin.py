@@ -20,11 +20,14 @@ import pytest
 # (numpy, scipy) cannot be imported twice, so everything the plugin loads lazily is
 # imported here first.
 from gate.measurement import from_samples
+from gate.provenance import ModelProvenance
 from gate.store.baseline import BaselineStore
 
 CONFTEST = textwrap.dedent(
     """
     import numpy as np
+
+    from gate.provenance import ModelProvenance
 
     FLIPS = {None: 0, "none": 0, "warn": 3, "critical": 12}
 
@@ -40,7 +43,7 @@ CONFTEST = textwrap.dedent(
             self.recipe = recipe
 
         def provenance(self):
-            return {"model_family": "fake", "recipe": self.recipe or "none"}
+            return ModelProvenance(model_family="fake", recipe=self.recipe or "none")
 
     def pytest_gate_make_backend(config, model, recipe):
         if model == "fake":
@@ -113,7 +116,7 @@ def _record(pytester: pytest.Pytester) -> None:
         "fake",
         "fp16",
         [from_samples("accuracy.mcq_acc", correct.tolist(), ids)],
-        provenance={"model_family": "fake"},
+        provenance=ModelProvenance(model_family="fake"),
         environment={},
     )
     store.promote("fake", "fp16", stored.number)

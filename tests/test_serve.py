@@ -117,7 +117,7 @@ def test_server_killed_mid_run(tmp_path: Path, tiny_model_dir: Path) -> None:
         open_engine(spec, engine, log_dir=tmp_path) as backend,
     ):
         assert isinstance(backend, HTTPBackend)
-        assert backend.provenance()["serve_command"][1] == ENGINE
+        assert backend.provenance().serve_command[1] == ENGINE
         assert backend.connect().model == "stand-in"
         server_pid = _leader(tmp_path)
         threading.Timer(1.0, os.kill, (server_pid, signal.SIGKILL)).start()

@@ -505,7 +505,7 @@ def test_a_writer_gives_up_on_a_held_lock_with_one_line(tmp_path: Path) -> None:
 
         parsed = load_measurements(Path(MEASUREMENTS))
         with pytest.raises(BaselineError, match="still locked by another writer") as info:
-            store.add("m", "x", parsed.measurements, {}, {})
+            store.add("m", "x", parsed.measurements, parsed.model, {})
     assert "\n" not in info.value.format_line()
     assert _files(directory) == {}
 

@@ -43,7 +43,7 @@ from gate.gating.versions import (
     measured_with,
     version_notes,
 )
-from gate.provenance import PACKAGES
+from gate.provenance import PACKAGES, ModelProvenance
 from gate.report.console import summary_line
 from gate.report.junit import render_junit
 from gate.report.markdown import render_markdown
@@ -70,8 +70,8 @@ def _env(**packages: str | None) -> dict[str, Any]:
     return {"python": "3.11.7", "packages": {**PACKAGES_523, **packages}}
 
 
-def _side(env: dict[str, Any], provenance: dict[str, Any] | None = None) -> MeasuredWith:
-    return measured_with(env, provenance or {})
+def _side(env: dict[str, Any], provenance: ModelProvenance | None = None) -> MeasuredWith:
+    return measured_with(env, provenance or ModelProvenance())
 
 
 # ------------------------------------------------------------------------------ the pure function
@@ -150,8 +150,8 @@ def test_a_kernel_package_on_one_side_only_is_not_compared() -> None:
     assert note.startswith("baseline prod records no version of transformers (candidate: 5.23.0)")
 
 
-def _served(version: str | None, engine: str = "vllm") -> dict[str, Any]:
-    return {"backend": "http", "engine": engine, "engine_version": version}
+def _served(version: str | None, engine: str = "vllm") -> ModelProvenance:
+    return ModelProvenance(backend="http", engine=engine, engine_version=version)
 
 
 def test_the_serving_engine_counts_when_both_sides_were_served() -> None:

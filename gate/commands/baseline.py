@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 from rich import box
@@ -13,7 +11,7 @@ from rich.table import Table
 from gate.commands.options import color_option, model_trust_options, store_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
-from gate.provenance import environment
+from gate.provenance import ModelProvenance, environment
 from gate.report.console import fmt_number, make_console
 from gate.store.baseline import BaselineStore, check_names
 from gate.store.measurements_file import load_measurements
@@ -143,7 +141,7 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
     console = make_console(color=color)
     console.print(f"baseline {item.display}  {item.path}")
     console.print(f"created: {item.created or '-'}")
-    for key, value in sorted(item.provenance.items()):
+    for key, value in sorted(item.provenance.to_document().items()):
         if not isinstance(value, (dict, list)):
             console.print(f"  {key}: {value}")
     recorder = recorder_line(item.provenance)
@@ -165,16 +163,16 @@ def show(ref: str, model_slug: str | None, store: Path, color: bool | None) -> i
     return int(ExitCode.OK)
 
 
-def recorder_line(provenance: Mapping[str, Any]) -> str | None:
+def recorder_line(provenance: ModelProvenance) -> str | None:
     """What the fidelity reference recorder cut and dropped (``None`` without a reference):
     prompts cut at the baseline's first self-disagreement, and prompts left empty, which
     stay in the pack but are never scored."""
-    prompts = provenance.get("fidelity_prompts")
+    prompts = provenance.fidelity_prompts
     if prompts is None:
         return None
-    cut = provenance.get("fidelity_prompts_truncated", "?")
-    empty = provenance.get("fidelity_prompts_empty", "?")
-    tokens = provenance.get("fidelity_tokens_cut")
+    cut = _or_unknown(provenance.fidelity_prompts_truncated)
+    empty = _or_unknown(provenance.fidelity_prompts_empty)
+    tokens = provenance.fidelity_tokens_cut
     removed = f" ({tokens} generated tokens removed)" if tokens is not None else ""
     return (
         f"fidelity reference: {prompts} prompts; {cut} cut at the baseline's first "
@@ -286,3 +284,8 @@ def _check_before_recording(
     """Refuse bad names and an unwritable store before measuring anything (exit 4)."""
     check_names(label=label, refs=(ref,) if ref else (), model_slug=model_slug)
     BaselineStore(store).check_writable()
+
+
+def _or_unknown(count: int | None) -> int | str:
+    """A recorder count, ``"?"`` when the baseline does not record it."""
+    return "?" if count is None else count

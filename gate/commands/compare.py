@@ -79,8 +79,8 @@ def compare(
     candidate = load_measurements(measurements)
     limits = load_thresholds(thresholds)
     target = BaselineStore(store)
-    if model_slug is None and candidate.model.get("slug") in target.slugs():
-        model_slug = str(candidate.model["slug"])  # the file names its model; use it
+    if model_slug is None and candidate.model.slug in target.slugs():
+        model_slug = candidate.model.slug  # the file names its model; use it
     baselines = _resolve_all(target, refs, model_slug)
     for baseline in baselines.values():
         check_compatible(baseline, candidate.model)
@@ -115,7 +115,7 @@ def compare(
         build_results(
             outcome,
             baselines={ref: b.describe(ref) for ref, b in baselines.items()},
-            candidate=candidate.model,
+            candidate=candidate.model.to_document(),
             environment=candidate.environment or environment(),
             notes=notes,
             unbounded=unbounded,

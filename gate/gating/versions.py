@@ -63,9 +63,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gate.gating.verdict import VersionDrift
+
+if TYPE_CHECKING:
+    from gate.provenance import ModelProvenance
 
 #: The packages whose versions count: (key in ``environment["packages"]``, name shown).
 COMPARED_PACKAGES: tuple[tuple[str, str], ...] = (
@@ -126,12 +129,12 @@ def _text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def measured_with(environment: Mapping[str, Any], provenance: Mapping[str, Any]) -> MeasuredWith:
+def measured_with(environment: Mapping[str, Any], provenance: ModelProvenance) -> MeasuredWith:
     """The versions a side's ``environment`` (:func:`gate.provenance.environment`) and
     provenance (the backend's ``provenance()``) name."""
     packages = environment.get("packages")
-    engine = _text(provenance.get("engine"))
-    engine_version = _text(provenance.get("engine_version"))
+    engine = _text(provenance.engine)
+    engine_version = _text(provenance.engine_version)
     if not isinstance(packages, Mapping):
         return MeasuredWith(recorded=False, engine=engine, engine_version=engine_version)
     return MeasuredWith(

@@ -3,7 +3,7 @@
 A :class:`Fingerprint` names what a timing depends on: device kind, GPU name,
 driver and CUDA versions (NVML / torch), torch version, CPU model and core
 count, plus the classes of the linear layers the model actually runs
-(``backend.provenance()["linear_classes"]``), so a silent fallback from a fused
+(``backend.provenance().linear_classes``), so a silent fallback from a fused
 kernel to a slow one is visible.
 
 Two hashes (first 12 hex digits of SHA-256 over canonical JSON):

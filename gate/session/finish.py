@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from gate.gating.verdict import Unmeasured
     from gate.measurement import Measurement
+    from gate.provenance import ModelProvenance
     from gate.report.outputs import ReportTargets
     from gate.report.results import Results
     from gate.session.inputs import SessionInputs
@@ -79,12 +80,17 @@ def store_or_compare(
     the session ran (``None``: those of its measurements), whose baseline
     metrics the run must have measured. May raise ``GateError``.
     """
-    from gate.provenance import environment
+    from gate.provenance import ModelProvenance, environment
 
     measured = list(run.measurements.values())
-    candidate: dict[str, Any] = {"model": run.model, "recipe": run.recipe, "slug": run.model_slug}
+    candidate = ModelProvenance(
+        model=run.model,
+        recipe=run.recipe,
+        slug=run.model_slug,
+        document_keys=("model", "recipe", "slug"),
+    )
     if run.backend_loaded:
-        candidate.update(run.backend.provenance())
+        candidate = candidate.updated(run.backend.provenance())
     if run.mode == "record":
         return _store(run, inputs, measured, candidate, environment(), problem, lines)
     return _compare(run, inputs, measured, candidate, environment(), problem, lines, tiers)
@@ -94,7 +100,7 @@ def _store(
     run: GateRun,
     inputs: SessionInputs,
     measured: list[Measurement],
-    candidate: dict[str, Any],
+    candidate: ModelProvenance,
     env: dict[str, Any],
     problem: int | None,
     lines: list[str],
@@ -114,7 +120,9 @@ def _store(
         run.model_slug,
         options.label or "",
         measured,
-        {**candidate, **run.provenance, "tier_settings": storable_settings(run.tier_settings)},
+        candidate.with_facts(
+            {**run.provenance, "tier_settings": storable_settings(run.tier_settings)}
+        ),
         env,
         run.artifacts,
         refs=(options.ref,) if options.ref else (),
@@ -129,7 +137,7 @@ def _compare(
     run: GateRun,
     inputs: SessionInputs,
     measured: list[Measurement],
-    candidate: dict[str, Any],
+    candidate: ModelProvenance,
     env: dict[str, Any],
     problem: int | None,
     lines: list[str],
@@ -187,7 +195,7 @@ def _compare(
         outcome,
         exit_code=code,
         baselines={ref: b.describe(ref) for ref, b in run.baselines.items()},
-        candidate=candidate,
+        candidate=candidate.to_document(),
         environment=env,
         notes=notes,
         unbounded=unbounded,

@@ -40,9 +40,7 @@ def recorded_settings(baseline: Baseline | None) -> TierTables:
 
     if baseline is None:
         return {}
-    recorded = baseline.provenance.get("tier_settings") or {}
-    if not isinstance(recorded, dict):
-        return {}
+    recorded = baseline.provenance.tier_settings or {}
     return {
         str(tier): {k: v for k, v in table.items() if k not in machine_keys(tier)}
         for tier, table in recorded.items()

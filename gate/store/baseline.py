@@ -51,7 +51,7 @@ from gate.errors import BaselineError, ConfigError, DataError
 from gate.measurement import Measurement
 from gate.metrics.registry import all_metrics, suggest
 from gate.models.spec import model_slug
-from gate.provenance import sha256_file
+from gate.provenance import ModelProvenance, sha256_file, tokenizers_differ
 from gate.store.atomic import (
     LockTimeout,
     file_lock,
@@ -99,7 +99,7 @@ class Baseline:
     number: int
     label: str
     path: Path
-    provenance: dict[str, Any]
+    provenance: ModelProvenance
     environment: dict[str, Any]
     measurements: dict[str, Measurement]
     #: artifact name -> {"file": file name beside the JSON, "sha256": hex digest}.
@@ -123,7 +123,7 @@ class Baseline:
             "label": self.label,
             "path": str(self.path),
             "created": self.created,
-            "provenance": dict(self.provenance),
+            "provenance": self.provenance.to_document(),
             "environment": dict(self.environment),
             "artifacts": {k: dict(v) for k, v in self.artifacts.items()},
         }
@@ -206,7 +206,7 @@ def _from_measurements_file(data: Mapping[str, Any], path: Path) -> Baseline:
         number=0,
         label=path.stem,
         path=path,
-        provenance=dict(model) if isinstance(model, Mapping) else {},
+        provenance=ModelProvenance.from_document(model if isinstance(model, Mapping) else {}),
         environment=dict(data.get("environment") or {}),
         measurements={m.name: m for m in metrics},
     )
@@ -249,7 +249,7 @@ def load_baseline_file(path: Path) -> Baseline:
         number=number,
         label=str(data["label"]),
         path=path,
-        provenance=dict(data.get("provenance") or {}),
+        provenance=ModelProvenance.from_document(_mapping(data.get("provenance"))),
         environment=dict(data.get("environment") or {}),
         measurements={m.name: m for m in metrics},
         artifacts=artifact_records,
@@ -257,48 +257,36 @@ def load_baseline_file(path: Path) -> Baseline:
     )
 
 
-def tokenizer_identity(provenance: Mapping[str, Any]) -> str | None:
-    """The sha256 that identifies a model's vocabulary, when the provenance has one.
-
-    ``tokenizer_sha256`` when given (measurements from other tools); else the
-    digest of the vocabulary file among the backend's ``tokenizer_files``
-    (``tokenizer.json``, or ``tokenizer.model`` for sentencepiece). Chat
-    template files are deliberately not part of it.
-    """
-    explicit = provenance.get("tokenizer_sha256")
-    if explicit:
-        return str(explicit)
-    files = provenance.get("tokenizer_files")
-    if isinstance(files, Mapping):
-        for name in ("tokenizer.json", "tokenizer.model"):
-            if files.get(name):
-                return str(files[name])
-    return None
-
-
-def check_compatible(baseline: Baseline, candidate_provenance: Mapping[str, Any]) -> None:
+def check_compatible(baseline: Baseline, candidate: ModelProvenance) -> None:
     """Refuse comparing a candidate with a baseline of another tokenizer or model family.
 
-    Only what both sides record is compared (:func:`tokenizer_identity`,
-    ``model_family``); a measurements file from another tool may lack both.
+    Only what both sides record is compared (the tokenizer by
+    :meth:`~gate.provenance.ModelProvenance.tokenizer_identity`, the one rule the
+    reference pack's check uses too, and ``model_family``); a measurements file
+    from another tool may lack both.
     """
-    pairs = {
-        "tokenizer": (
-            tokenizer_identity(baseline.provenance),
-            tokenizer_identity(candidate_provenance),
-        ),
-        "model_family": (
-            baseline.provenance.get("model_family"),
-            candidate_provenance.get("model_family"),
-        ),
-    }
-    for key, (ours, theirs) in pairs.items():
-        if ours is not None and theirs is not None and ours != theirs:
+    ours, theirs = baseline.provenance, candidate
+    checks: tuple[tuple[str, str | None, str | None, Callable[[str | None, str | None], bool]], ...]
+    checks = (
+        ("tokenizer", ours.tokenizer_identity(), theirs.tokenizer_identity(), tokenizers_differ),
+        ("model_family", ours.model_family, theirs.model_family, _differ),
+    )
+    for key, mine, other, differ in checks:
+        if differ(mine, other):
             raise BaselineError(
-                f"baseline {baseline.display} has {key} {str(ours)[:16]!r} but the candidate "
-                f"has {str(theirs)[:16]!r}",
+                f"baseline {baseline.display} has {key} {str(mine)[:16]!r} but the candidate "
+                f"has {str(other)[:16]!r}",
                 "a candidate must be compared with a baseline of the same model and tokenizer",
             )
+
+
+def _differ(ours: str | None, theirs: str | None) -> bool:
+    return ours is not None and theirs is not None and ours != theirs
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A document's object, or an empty one (a missing or null ``provenance``)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _artifact_suffix(source: Path) -> str:
@@ -498,7 +486,7 @@ class BaselineStore:
         model_slug: str,
         label: str,
         measurements: Sequence[Measurement],
-        provenance: Mapping[str, Any],
+        provenance: ModelProvenance,
         environment: Mapping[str, Any],
         artifacts: Mapping[str, Path] | None = None,
         refs: Sequence[str] = (),
@@ -527,7 +515,7 @@ class BaselineStore:
         names = [m.name for m in measurements]
         if len(set(names)) != len(names):
             raise DataError("duplicate metric names in the measurements", "record each once")
-        dump_json({"provenance": dict(provenance), "environment": dict(environment)})
+        dump_json({"provenance": provenance.to_document(), "environment": dict(environment)})
 
         with self._writing(model_slug) as directory:
             if refs:
@@ -546,7 +534,7 @@ class BaselineStore:
         model_slug: str,
         label: str,
         measurements: Sequence[Measurement],
-        provenance: Mapping[str, Any],
+        provenance: ModelProvenance,
         environment: Mapping[str, Any],
         artifacts: Mapping[str, Path],
     ) -> Path:
@@ -573,7 +561,7 @@ class BaselineStore:
                     "number": number,
                     "label": label,
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "provenance": dict(provenance),
+                    "provenance": provenance.to_document(),
                     "environment": dict(environment),
                     "artifacts": records,
                     "metrics": [m.to_dict() for m in measurements],

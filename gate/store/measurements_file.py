@@ -21,6 +21,7 @@ from typing import Any
 
 from gate.errors import DataError, GateError
 from gate.measurement import Measurement
+from gate.provenance import ModelProvenance
 from gate.store.atomic import write_atomic
 from gate.store.schema import check_schema_version
 
@@ -100,7 +101,8 @@ class MeasurementsFile:
     """A parsed measurements file."""
 
     measurements: list[Measurement]
-    model: dict[str, Any] = field(default_factory=dict)
+    #: The measured model's provenance (the file's ``model`` object).
+    model: ModelProvenance = field(default_factory=ModelProvenance)
     environment: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,7 +123,7 @@ def load_measurements(path: Path) -> MeasurementsFile:
         raise DataError(f"{path}: 'model' and 'environment' must be objects", "see examples/")
     return MeasurementsFile(
         measurements=parse_metrics(data["metrics"], str(path)),
-        model=dict(model),
+        model=ModelProvenance.from_document(model),
         environment=dict(environment),
     )
 
@@ -130,7 +132,7 @@ def save_measurements(
     path: Path,
     measurements: Sequence[Measurement],
     *,
-    model: Mapping[str, Any] | None = None,
+    model: ModelProvenance | None = None,
     environment: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a measurements file atomically (validating every measurement first)."""
@@ -139,7 +141,7 @@ def save_measurements(
     data = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
-        "model": dict(model or {}),
+        "model": model.to_document() if model is not None else {},
         "environment": dict(environment or {}),
         "metrics": [m.to_dict() for m in measurements],
     }

@@ -84,6 +84,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from gate.errors import BaselineError, DataError
+from gate.provenance import tokenizers_differ
 from gate.store.atomic import write_atomic
 
 PACK_FORMAT = "gate-reference-pack"
@@ -611,14 +612,19 @@ def check_compatible(
 ) -> None:
     """Refuse a pack from another tokenizer or another prompt set (:class:`BaselineError`).
 
-    A side that is unknown (``None``) is not compared; the tier also re-encodes
-    the prompts with the candidate's tokenizer (:func:`check_prompt_ids`).
+    ``tokenizer_sha256`` is the candidate's
+    :meth:`~gate.provenance.ModelProvenance.tokenizer_identity` (the pack holds the
+    recorder's), compared by the rule the baseline check uses
+    (:func:`~gate.provenance.tokenizers_differ`). A side that is unknown (``None``)
+    is not compared; the tier also re-encodes the prompts with the candidate's
+    tokenizer (:func:`check_prompt_ids`).
     """
     path = pack.path or Path("<memory>")
-    if tokenizer_sha256 and pack.tokenizer_sha256 and tokenizer_sha256 != pack.tokenizer_sha256:
+    theirs = pack.tokenizer_sha256
+    if tokenizer_sha256 and theirs and tokenizers_differ(tokenizer_sha256, theirs):
         raise _refuse(
             path,
-            f"recorded with another tokenizer (sha256 {pack.tokenizer_sha256[:12]}..., "
+            f"recorded with another tokenizer (sha256 {theirs[:12]}..., "
             f"candidate {tokenizer_sha256[:12]}...)",
             "a candidate must share the baseline's tokenizer; compare against the right baseline",
         )

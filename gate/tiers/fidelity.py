@@ -375,17 +375,16 @@ def record(
             )
         )
     provenance = backend.provenance()
+    document = provenance.to_document()
     return write_pack(
         path,
         entries,
         k=settings.top_k,
         max_new_tokens=settings.max_new_tokens,
-        tokenizer_sha256=provenance.get("tokenizer_sha256"),
+        tokenizer_sha256=provenance.tokenizer_identity(),
         prompt_set_sha256=prompt_set_sha256(prompts),
         model={
-            key: provenance[key]
-            for key in ("source", "recipe", "model_family")
-            if key in provenance
+            key: document[key] for key in ("source", "recipe", "model_family") if key in document
         },
         logprob_dtype=settings.logprob_dtype,
         m=m,
@@ -432,11 +431,11 @@ def verify_candidate(
 ) -> None:
     """Refuse a pack from another tokenizer or prompt set (``BaselineError``, exit 4).
 
-    Compares the tokenizer hashes when both sides know them and, when the
-    prompt texts are at hand, the prompt-set hash and the candidate's encoding
-    of every prompt with the pack's token ids.
+    Compares the tokenizer identities when both sides know them (the rule the
+    baseline check uses) and, when the prompt texts are at hand, the prompt-set
+    hash and the candidate's encoding of every prompt with the pack's token ids.
     """
-    tokenizer_sha = backend.provenance().get("tokenizer_sha256")
+    tokenizer_sha = backend.provenance().tokenizer_identity()
     if prompts is not None:
         prompts = list(prompts)[: len(pack)]  # a pack holds the first N prompts of its set
     check_compatible(

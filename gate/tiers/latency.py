@@ -67,6 +67,7 @@ from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
 from gate.models.backends.capabilities import last_kv_cache
+from gate.provenance import ModelProvenance
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
 Runner = Callable[[Callable[[], object], int, int], object]
@@ -254,16 +255,16 @@ def _no_recipe(recipe: object) -> str | None:
     return None if text.lower() in ("", "none") else text
 
 
-def reference_build(provenance: Mapping[str, Any], fallback_model: str) -> tuple[str, str | None]:
+def reference_build(provenance: ModelProvenance, fallback_model: str) -> tuple[str, str | None]:
     """``(model, recipe)`` of the build a baseline was recorded from.
 
     The baseline's provenance names the model as given to the gate
-    (``"model"``, e.g. ``demo`` or a path), else its ``"source"``, and the
+    (``model``, e.g. ``demo`` or a path), else its ``source``, and the
     recipe applied (``None``/``"none"`` -> ``None``: the unmodified model).
     A provenance naming neither falls back to ``fallback_model`` unmodified.
     """
-    model = provenance.get("model") or provenance.get("source") or fallback_model
-    return str(model), _no_recipe(provenance.get("recipe"))
+    model = provenance.model or provenance.source or fallback_model
+    return model, _no_recipe(provenance.recipe)
 
 
 def _rounds(
@@ -475,14 +476,12 @@ def run_tier(
             model=baseline_build.model,
             recipe=baseline_build.recipe,
         )
-    provenance = backend.provenance()
-    raw_bytes = provenance.get("parameter_bytes", provenance.get("param_bytes"))
     kv_cache = last_kv_cache(backend)
     return LatencyResult(
         runs=tuple(runs),
         sweep=result_sweep,
         memory=tuple(reports),
-        param_bytes=int(raw_bytes) if raw_bytes is not None else None,
+        param_bytes=backend.provenance().parameter_bytes,
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from gate.hw.timing import PerfCounterClock
 from gate.measurement import TimedGeneration
 from gate.models.backends.base import StepClock
+from gate.provenance import ModelProvenance
 
 
 class FakeTime:
@@ -112,5 +112,5 @@ class ScriptedBackend:
             end_to_end=steps[-1],
         )
 
-    def provenance(self) -> dict[str, Any]:
-        return {"linear_classes": self.linear_classes, "parameter_bytes": 123456}
+    def provenance(self) -> ModelProvenance:
+        return ModelProvenance(linear_classes=tuple(self.linear_classes), parameter_bytes=123456)

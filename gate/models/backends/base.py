@@ -23,6 +23,7 @@ import numpy as np
 
 from gate.errors import DataError
 from gate.measurement import TimedGeneration
+from gate.provenance import ModelProvenance
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,6 @@ class Backend(Protocol):
         """Generate exactly ``new_tokens`` (min == max) for ``batch_size`` copies of ``prompt``."""
         ...
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> ModelProvenance:
         """Model identity: id/path, revision, file hashes, recipe, linear-layer classes, bytes."""
         ...

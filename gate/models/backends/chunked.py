@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,7 @@ from gate.models.compress.kvcache import (
     cache_argument,
     cache_bytes,
 )
+from gate.provenance import ModelProvenance
 
 
 def compressed(cache: Any) -> bool:
@@ -470,13 +472,14 @@ class CacheBackend:
         self.last_kv_cache = {k: v for k, v in timed.details.items() if k.startswith("kv_")}
         return timed
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> ModelProvenance:
         """The inner backend's provenance plus the cache method and chunk size."""
-        out = dict(self.inner.provenance())
-        out["name"] = self.name
-        out["cache_method"] = self.label
-        out["score_chunk_size"] = self.chunk_size if self.chunk_size is not None else "exact"
-        return out
+        return replace(
+            self.inner.provenance(),
+            name=self.name,
+            cache_method=self.label,
+            score_chunk_size=self.chunk_size if self.chunk_size is not None else "exact",
+        )
 
 
 __all__ = [

@@ -52,6 +52,35 @@ from gate.models.provenance import (
 )
 from gate.models.recipes import Recipe, format_recipe
 from gate.models.spec import ModelSpec
+from gate.provenance import ModelProvenance
+
+#: The facts an in-process model's provenance records, in this order (unknown ones as null).
+HF_FACTS: tuple[str, ...] = (
+    "name",
+    "source",
+    "slug",
+    "path",
+    "revision",
+    "recipe",
+    "model_type",
+    "vocab_size",
+    "model_family",
+    "num_layers",
+    "dtype_requested",
+    "dtypes",
+    "device",
+    "device_map",
+    "quantization",
+    "weights_sha256",
+    "weight_files",
+    "tokenizer_sha256",
+    "tokenizer_files",
+    "parameter_bytes",
+    "linear_classes",
+    "linear_class_counts",
+    "forward_delay",
+    "incomplete_weights",
+)
 
 
 def _batches(order: list[int], size: int) -> list[list[int]]:
@@ -301,36 +330,39 @@ class HFBackend(tokens.TokenizerMethods):
             return {}, {}
         return hash_files(weight_files(self.files_dir)), hash_files(tokenizer_files(self.files_dir))
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> ModelProvenance:
         """Source, revision, file hashes, recipe, dtype, device, bytes and linear classes."""
         config = self.model.config
         weights, tokenizer = self._file_hashes
         counts = linear_class_counts(self.model)
         dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.model.parameters()})
         vocab = int(getattr(config, "vocab_size", 0) or len(self.tokenizer))
-        return {
-            "name": self.name,
-            "source": self.spec.source,
-            "slug": self.spec.slug,
-            "path": str(self.files_dir) if self.files_dir is not None else None,
-            "revision": self.spec.revision,
-            "recipe": format_recipe(self.recipe),
-            "model_type": str(getattr(config, "model_type", "unknown")),
-            "vocab_size": vocab,
-            "model_family": f"{getattr(config, 'model_type', 'unknown')}-v{vocab}",
-            "num_layers": getattr(config, "num_hidden_layers", None),
-            "dtype_requested": self.spec.dtype,
-            "dtypes": dtypes,
-            "device": str(self.device),
-            "device_map": getattr(self.model, "hf_device_map", None),
-            "quantization": self.quant_method,
-            "weights_sha256": combined_digest(weights) if weights else None,
-            "weight_files": weights,
-            "tokenizer_sha256": combined_digest(tokenizer) if tokenizer else None,
-            "tokenizer_files": tokenizer,
-            "parameter_bytes": self.parameter_bytes,
-            "linear_classes": sorted(counts),
-            "linear_class_counts": counts,
-            "forward_delay": hasattr(self.model, HANDLE_ATTR),
-            "incomplete_weights": self.incomplete_weights,
-        }
+        model_type = str(getattr(config, "model_type", "unknown"))
+        layers = getattr(config, "num_hidden_layers", None)
+        return ModelProvenance(
+            name=self.name,
+            source=self.spec.source,
+            slug=self.spec.slug,
+            path=str(self.files_dir) if self.files_dir is not None else None,
+            revision=self.spec.revision,
+            recipe=format_recipe(self.recipe),
+            model_type=model_type,
+            vocab_size=vocab,
+            model_family=f"{model_type}-v{vocab}",
+            num_layers=int(layers) if layers is not None else None,
+            dtype_requested=self.spec.dtype,
+            dtypes=tuple(dtypes),
+            device=str(self.device),
+            device_map=getattr(self.model, "hf_device_map", None),
+            quantization=self.quant_method,
+            weights_sha256=combined_digest(weights) if weights else None,
+            weight_files=weights,
+            tokenizer_sha256=combined_digest(tokenizer) if tokenizer else None,
+            tokenizer_files=tokenizer,
+            parameter_bytes=self.parameter_bytes,
+            linear_classes=tuple(sorted(counts)),
+            linear_class_counts=counts,
+            forward_delay=hasattr(self.model, HANDLE_ATTR),
+            incomplete_weights=self.incomplete_weights,
+            document_keys=HF_FACTS,
+        )

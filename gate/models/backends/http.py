@@ -74,6 +74,39 @@ from gate.models.backends.openai_scores import (
 )
 from gate.models.provenance import combined_digest, hash_files, tokenizer_files, weight_files
 from gate.models.spec import ModelSpec
+from gate.provenance import ModelProvenance
+
+#: The facts a served model's provenance records, in this order (unknown ones as null).
+HTTP_FACTS: tuple[str, ...] = (
+    "name",
+    "source",
+    "slug",
+    "backend",
+    "recipe",
+    "endpoint",
+    "api_key_env",
+    "served_model",
+    "served_model_root",
+    "engine",
+    "engine_version",
+    "served_settings",
+    "serve_command",
+    "server_log",
+    "scoring_api",
+    "tokenizer_check",
+    "max_concurrency",
+    "model_type",
+    "vocab_size",
+    "model_family",
+    "quantization",
+    "dtype_requested",
+    "weights_sha256",
+    "weight_files",
+    "tokenizer_sha256",
+    "tokenizer_files",
+    "linear_classes",
+    "linear_class_counts",
+)
 
 #: Texts whose server-side and local encodings must agree (ASCII, digits, spacing, unicode).
 TOKENIZER_PROBES: tuple[str, ...] = (
@@ -94,6 +127,11 @@ GREEDY: Mapping[str, Any] = {
     "presence_penalty": 0.0,
     "repetition_penalty": 1.0,
 }
+
+
+def _text(value: object) -> str | None:
+    """A served setting as text (``None`` stays unknown)."""
+    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -329,7 +367,7 @@ class HTTPBackend(tokens.TokenizerMethods):
     def _tokenizer_hashes(self) -> dict[str, str]:
         return hash_files(tokenizer_files(self.files_dir)) if self.files_dir is not None else {}
 
-    def provenance(self) -> dict[str, Any]:
+    def provenance(self) -> ModelProvenance:
         """Served model, engine and version, served settings, endpoint (no credential), tokenizer hashes."""
         facts = self.connect()
         tok = self._tokenizer_hashes
@@ -344,36 +382,37 @@ class HTTPBackend(tokens.TokenizerMethods):
             served.setdefault("max_model_len", facts.max_model_len)
         if facts.cache_config.get("cache_dtype"):
             served.setdefault("kv_cache_dtype", facts.cache_config["cache_dtype"])
-        return {
-            "name": self.name,
-            "source": self.spec.source,
-            "slug": self.spec.slug,
-            "backend": "http",
-            "recipe": "none",
-            "endpoint": public_url(self.settings.base_url),
-            "api_key_env": self.settings.api_key_env,
-            "served_model": facts.model,
-            "served_model_root": facts.model_root,
-            "engine": engine,
-            "engine_version": facts.version,
-            "served_settings": served,
-            "serve_command": self.serve_command,
-            "server_log": str(self.server_log) if self.server_log is not None else None,
-            "scoring_api": self.scoring_api,
-            "tokenizer_check": facts.tokenizer_check,
-            "max_concurrency": self.settings.max_concurrency,
-            "model_type": model_type,
-            "vocab_size": self.vocab_size,
-            "model_family": f"{model_type}-v{self.vocab_size}",
-            "quantization": served.get("quantization"),
-            "dtype_requested": served.get("dtype"),
-            "weights_sha256": combined_digest(weights) if weights else None,
-            "weight_files": weights,
-            "tokenizer_sha256": combined_digest(tok) if tok else None,
-            "tokenizer_files": tok,
-            "linear_classes": [],
-            "linear_class_counts": {},
-        }
+        return ModelProvenance(
+            name=self.name,
+            source=self.spec.source,
+            slug=self.spec.slug,
+            backend="http",
+            recipe="none",
+            endpoint=public_url(self.settings.base_url),
+            api_key_env=self.settings.api_key_env,
+            served_model=facts.model,
+            served_model_root=facts.model_root,
+            engine=engine,
+            engine_version=facts.version,
+            served_settings=served,
+            serve_command=tuple(self.serve_command) if self.serve_command is not None else None,
+            server_log=str(self.server_log) if self.server_log is not None else None,
+            scoring_api=self.scoring_api,
+            tokenizer_check=facts.tokenizer_check,
+            max_concurrency=self.settings.max_concurrency,
+            model_type=model_type,
+            vocab_size=self.vocab_size,
+            model_family=f"{model_type}-v{self.vocab_size}",
+            quantization=_text(served.get("quantization")),
+            dtype_requested=_text(served.get("dtype")),
+            weights_sha256=combined_digest(weights) if weights else None,
+            weight_files=weights,
+            tokenizer_sha256=combined_digest(tok) if tok else None,
+            tokenizer_files=tok,
+            linear_classes=(),
+            linear_class_counts={},
+            document_keys=HTTP_FACTS,
+        )
 
     # -- teacher-forced scoring -------------------------------------------------
 
