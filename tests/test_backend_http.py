@@ -27,7 +27,7 @@ from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.backends.openai_client import EndpointSettings
+from gate.models.backends.openai_client import EndpointSettings, public_url
 from gate.models.serve import free_port
 from gate.models.spec import ModelSpec
 from gate.tiers import accuracy
@@ -80,10 +80,17 @@ def _one_line(exc: GateError, code: ExitCode) -> str:
     return line
 
 
-def test_is_a_backend(local: HFBackend, spec: ModelSpec) -> None:
+def test_is_a_backend_that_tokenizes_like_the_local_model(
+    local: HFBackend, spec: ModelSpec
+) -> None:
     with FakeOpenAIServer(local) as server:
         backend = HTTPBackend(_settings(server.url), spec)
         assert isinstance(backend, Backend)
+        assert backend.name == f"{spec.source}@{public_url(server.url)}"
+        assert backend.eos_ids == local.eos_ids != []
+        for text in TEXTS:
+            assert backend.encode_prompt(text) == local.encode_prompt(text)
+            assert backend.encode_text(text) == local.encode_text(text)
 
 
 @pytest.mark.parametrize("api", ["prompt_logprobs", "echo"])
@@ -96,7 +103,7 @@ def test_scores_equal_in_process(
         got = backend.score(requests_, top_k=8, full=True)
         assert backend.scoring_api == api
         if api == "prompt_logprobs":
-            assert all(b.get("prompt_logprobs") == 16 for b in server.bodies)
+            assert server.bodies and all(b.get("prompt_logprobs") == 16 for b in server.bodies)
     want = local.score(requests_, top_k=8, full=True, batch_size=1)
     for g, w, r in zip(got, want, requests_, strict=True):
         np.testing.assert_allclose(g.target_logprobs, w.target_logprobs, atol=1e-6)
@@ -124,6 +131,7 @@ def test_generate_equals_in_process(local: HFBackend, spec: ModelSpec) -> None:
     with FakeOpenAIServer(local) as server:
         backend = HTTPBackend(_settings(server.url), spec)
         got = backend.generate(prompts, max_new_tokens=10)
+        assert len(server.bodies) >= len(prompts)
         assert all(b["temperature"] == 0.0 and b["max_tokens"] == 10 for b in server.bodies)
         assert all(isinstance(b["prompt"], list) for b in server.bodies)
     assert got == [local.generate([p], max_new_tokens=10)[0] for p in prompts]
@@ -137,7 +145,8 @@ def test_mcq_per_option_on_rebuilt_rows(local: HFBackend, spec: ModelSpec) -> No
     want = accuracy.score_questions(local, questions)
     with FakeOpenAIServer(local) as server:
         got = accuracy.score_questions(HTTPBackend(_settings(server.url), spec), questions)
-        assert all(b.get("prompt_logprobs") == 1 for b in server.bodies)
+        assert server.bodies and all(b.get("prompt_logprobs") == 1 for b in server.bodies)
+    assert len(want) == len(questions) == 6
     for g, w in zip(got, want, strict=True):
         assert g.id == w.id
         np.testing.assert_allclose(g.option_logprobs, w.option_logprobs, atol=1e-5)
@@ -155,7 +164,7 @@ def test_streaming_timings_count_tokens_not_chunks(local: HFBackend, spec: Model
     assert gen.new_tokens == len(gen.step_times) == 9
     latency = run_latency(gen)  # the in-process metric code accepts it unchanged
     assert latency.ttft > 0 and len(latency.itls) == 8
-    assert all(t.output_tokens == 9 for t in timings)
+    assert len(timings) == 4 and all(t.output_tokens == 9 for t in timings)
     # the first chunk carried two tokens (one arrival); later merged chunks are spread over their gap
     assert timings[0].itls[0] == 0.0 and all(d > 0 for d in timings[0].itls[1:])
     summary = load_summary(timings, duration)
@@ -170,6 +179,7 @@ def test_load_run_records_requests_at_a_rate(local: HFBackend, spec: ModelSpec) 
         timings, _ = backend.stream_timings(
             [prompt] * 5, new_tokens=4, request_rate=50.0, max_concurrency=1, seed=3
         )
+    assert len(timings) == 5
     ordered = sorted(timings, key=lambda t: t.start)
     assert all(b.start >= a.end for a, b in itertools.pairwise(ordered))  # one slot: no overlap
     assert all(t.ok for t in timings)

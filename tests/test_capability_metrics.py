@@ -29,7 +29,7 @@ def test_wilson_matches_the_score_formula(k: int, n: int, conf: float) -> None:
 
 
 def test_wilson_rejects_bad_counts() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n must be positive"):
         wilson_interval(3, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="11 successes out of 10"):
         wilson_interval(11, 10)

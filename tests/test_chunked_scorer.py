@@ -217,8 +217,9 @@ def test_press_holds_the_budget_and_cache_bytes_count_it(backend: Any, requests:
             model(input_ids=torch.tensor([list(request.context)]), **cache_argument(model, cache))
         assert isinstance(cache, PressCache)
         assert cache.get_seq_length() == n  # positions stay absolute
-        assert all(layer.keys.shape[-2] == held for layer in cache.layers)
         config = model.config
+        assert len(cache.layers) == config.num_hidden_layers
+        assert all(layer.keys.shape[-2] == held for layer in cache.layers)
         per_pair = 2 * config.num_key_value_heads * config.head_dim * 4  # K and V, float32
         assert cache_bytes(cache) == held * per_pair * config.num_hidden_layers
 

@@ -182,6 +182,7 @@ def test_checkpoint_recipes_name_a_demo_checkpoint(tiny_model_dir: Path, recipe:
 def test_quantized_builds_store_fewer_bytes(load: Loader) -> None:
     full = load("none").provenance().parameter_bytes
     sizes = {r: load(r).provenance().parameter_bytes for r in LINEAR_CLASS}
+    assert len(sizes) == len(LINEAR_CLASS) > 0
     assert all(size < full for size in sizes.values())
     assert sizes["bnb-nf4"] < sizes["bnb-int8"]
     assert sizes["quanto-int2"] < sizes["quanto-int4"] < sizes["quanto-int8"]
@@ -203,6 +204,7 @@ def test_quantized_builds_store_fewer_bytes(load: Loader) -> None:
 def test_magnitude_pruning_keeps_the_largest_weights(load: Loader) -> None:
     before = _decoder_linears(load("none"))
     after = _decoder_linears(load("prune-magnitude:0.5"))
+    assert before and set(after) == set(before)
     for name, w in before.items():
         pruned = after[name]
         k = int(0.5 * w.numel())

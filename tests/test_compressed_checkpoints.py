@@ -155,7 +155,9 @@ def test_int4_layers_are_packed_int4_not_dense(probe: Any) -> None:
     name, p = probe
     if name not in QUANTIZED:
         pytest.skip("a sparse checkpoint has no INT4 layers")
-    for layer, d in _decoder(p["before"]).items():
+    layers = _decoder(p["before"])
+    assert len(layers) == 28  # 4 layers x (q, k, v, o, gate, up, down)
+    for layer, d in layers.items():
         assert d["class"] == "torch.nn.modules.linear.Linear", layer
         assert d["bits"] == 4 and d["group_size"] == 128, layer
         assert "weight" not in d["params"], layer  # no dense weight is loaded
@@ -170,18 +172,22 @@ def test_int4_weights_in_use_lie_on_the_int4_grid(probe: Any) -> None:
     if name not in QUANTIZED:
         pytest.skip("a sparse checkpoint has no INT4 layers")
     low, high = (-8, 7) if name == "gptq-w4a16" else (0, 15)
-    for layer, d in _decoder(p["after"]).items():
+    layers = _decoder(p["after"])
+    assert len(layers) == 28  # 4 layers x (q, k, v, o, gate, up, down)
+    for layer, d in layers.items():
         distance, smallest, largest = d["grid"]
         assert distance < 1e-3, layer
         assert low - 1e-3 <= smallest and largest <= high + 1e-3, layer
-    assert all(d["symmetric"] == (name == "gptq-w4a16") for d in _decoder(p["after"]).values())
+    assert all(d["symmetric"] == (name == "gptq-w4a16") for d in layers.values())
 
 
 def test_sparsegpt_layers_are_half_zeros(probe: Any) -> None:
     name, p = probe
     if name != "sparsegpt-0.5":
         pytest.skip("only the SparseGPT checkpoint is sparse")
-    for layer, d in _decoder(p["after"]).items():
+    layers = _decoder(p["after"])
+    assert len(layers) == 28  # 4 layers x (q, k, v, o, gate, up, down)
+    for layer, d in layers.items():
         assert 0.49 <= d["zeros"] <= 0.51, (layer, d["zeros"])
     assert p["after"]["lm_head"]["zeros"] < 0.01
 

@@ -210,6 +210,10 @@ def test_capability_per_probe_equal_in_process(served: HTTPBackend, local: HFBac
     )
     got = capability.measure(served, settings)
     want = capability.measure(local, settings)
+    assert [(m.name, m.n) for m in want] == [
+        ("capability.arithmetic_easy", 20),
+        ("capability.structured_output", 10),
+    ]
     for g, w in zip(got, want, strict=True):
         assert g.name == w.name and g.sample_ids == w.sample_ids
         assert g.samples == w.samples  # per probe: passed (1) or failed (0)

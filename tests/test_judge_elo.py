@@ -31,7 +31,7 @@ def _outcomes(w: int, r: int, t: int) -> list[Outcome]:
 
 def test_score_counts_ties_as_half() -> None:
     assert score(3, 1, 2) == pytest.approx(4 / 6)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no scored pairs"):
         score(0, 0, 0)
 
 
@@ -60,7 +60,7 @@ def test_clamp_is_half_a_game() -> None:
     assert clamp_score(0.0, 10) == (0.05, True)
     assert clamp_score(1.0, 10) == (0.95, True)
     assert clamp_score(0.3, 10) == (0.3, False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"score 1\.2 outside \[0, 1\]"):
         clamp_score(1.2, 10)
 
 

@@ -146,7 +146,7 @@ def test_panel_scores_only_agreeing_judges() -> None:
     assert flip.status is PairStatus.SWAP_INCONSISTENT and not flip.decidable
     lost = panel_outcome([_j(None, PairStatus.UNPARSED), _j(Outcome.WIN)])
     assert lost.status is PairStatus.UNPARSED
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no judge"):
         panel_outcome([])
 
 
@@ -173,7 +173,7 @@ def test_tally_and_stability_gate() -> None:
     assert stability(t, n_judges=1, bound=0.0).stable
     nothing = tally([panel_outcome([flip, flip])])
     assert not stability(nothing, n_judges=2).stable
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"disagreement bound 1\.5 outside \[0, 1\]"):
         stability(t, n_judges=2, bound=1.5)
 
 

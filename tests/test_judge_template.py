@@ -112,7 +112,7 @@ def test_render_clips_each_field_to_its_limit() -> None:
 
 
 def test_field_limits_are_checked() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="field limits must be >= 16 tokens"):
         FieldLimits(prompt=4, response=64)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"head share 1\.5 outside \[0, 1\]"):
         FieldLimits(prompt=64, response=64, response_head=1.5)

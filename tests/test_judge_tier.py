@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.errors import ConfigError, ExitCode, NothingMeasuredError
+from gate.errors import BaselineError, ConfigError, ExitCode, NothingMeasuredError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds
 from gate.judge.cache import CachedJudge, JudgeCache
@@ -177,9 +177,9 @@ def test_outputs_round_trip_and_malformed_file(tmp_path: Path) -> None:
     write_outputs(path, BASE)
     assert read_outputs(path) == BASE
     path.write_text('{"format": 1, "outputs": [{"id": 1}]}')
-    with pytest.raises(Exception, match="cannot read the baseline's judge outputs") as info:
+    with pytest.raises(BaselineError, match="cannot read the baseline's judge outputs") as info:
         read_outputs(path)
-    assert getattr(info.value, "exit_code", None) == ExitCode.USAGE_ERROR
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
 
 
 # ----------------------------------------------------------------- the comparison
@@ -195,7 +195,8 @@ def test_baseline_against_itself_asks_nothing_and_scores_zero(tmp_path: Path) ->
     assert result.counts.identical == 30
     # only the validity questions are asked (one per candidate answer)
     assert judges[0].stats.calls == 30
-    assert all("Reply A:" not in q for q in judges[0].judge.asked)  # type: ignore[attr-defined]
+    asked = judges[0].judge.asked  # type: ignore[attr-defined]
+    assert len(asked) == 30 and all("Reply A:" not in q for q in asked)
 
 
 def test_elo_against_an_independent_count(tmp_path: Path) -> None:

@@ -144,6 +144,8 @@ def test_paired_reference_matches_summarize_of_the_baseline_runs() -> None:
     )
     assert result.reference is not None
     expected = summarize(result.reference.runs)
+    assert expected
+    checked = set()
     for m in to_measurements(result):
         key = m.name.removeprefix("latency.")
         if key in expected:
@@ -151,6 +153,8 @@ def test_paired_reference_matches_summarize_of_the_baseline_runs() -> None:
             assert m.details[MeasurementDetail.PAIRED_REFERENCE]["samples"] == list(
                 expected[key].samples
             )
+            checked.add(key)
+    assert checked == set(expected)  # every summarized figure has its measurement
 
 
 def test_in_session_baseline_cancels_drift_and_still_catches_a_slow_build() -> None:

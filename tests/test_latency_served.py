@@ -102,7 +102,9 @@ def test_slower_under_load_is_critical() -> None:
     }
     assert verdicts["latency.load_ttft_p50"].severity == Severity.CRITICAL
     same = [m for m in _measure(ServedScript()).values() if "load_" in m.name]
-    for v in compare(same, [m for m in base if m.name in names], thresholds):
+    unchanged = compare(same, [m for m in base if m.name in names], thresholds)
+    assert "latency.load_ttft_p50" in {v.metric for v in unchanged}
+    for v in unchanged:
         assert v.severity == Severity.PASS, v.reason
 
 

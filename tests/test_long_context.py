@@ -67,8 +67,13 @@ def test_tier_bounds_labels_and_bad_tiers() -> None:
     assert [context_tier(n, (256, 512, 896)) for n in (1, 256, 257, 512, 896, 897)] == [
         "256", "256", "512", "512", "896", ">896",
     ]  # fmt: skip
-    for bad in ((), (512, 256), (256, 256), (8, 64)):
-        with pytest.raises(ValueError):
+    for bad, word in (
+        ((), "needs at least one token budget"),
+        ((512, 256), "strictly increasing"),
+        ((256, 256), "strictly increasing"),
+        ((8, 64), ">= 16 tokens"),
+    ):
+        with pytest.raises(ValueError, match=word):
             check_tiers(bad)
 
 

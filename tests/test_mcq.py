@@ -110,6 +110,7 @@ def test_file_errors(tmp_path: Path) -> None:
 
 def test_shipped_sets_load_and_match_the_generator(tmp_path: Path) -> None:
     counts = write_sets(tmp_path)
+    assert set(mcq.BUILTIN_SETS) == set(counts)
     for name in mcq.BUILTIN_SETS:
         shipped = mcq.builtin_path(name).read_text()
         assert shipped == (tmp_path / f"{name}.jsonl").read_text(), f"{name} is stale"
@@ -120,7 +121,9 @@ def test_shipped_sets_load_and_match_the_generator(tmp_path: Path) -> None:
 
 
 def test_arithmetic_answers_are_right() -> None:
-    for rec in arithmetic_set():
+    records = arithmetic_set()
+    assert len(records) >= 60
+    for rec in records:
         a, op, b = (
             rec["context"].removeprefix("Question: What is ").removesuffix("?\nAnswer:").split()
         )

@@ -25,7 +25,7 @@ def test_rss_peak_sees_a_transient_allocation() -> None:
 
 
 def test_report_before_exit_is_a_bug() -> None:
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="read before the tracked region ended"):
         _ = MemoryTracker("cpu").report
 
 

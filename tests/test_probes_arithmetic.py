@@ -100,20 +100,24 @@ def test_generators_are_exact_and_deterministic(family: str) -> None:
 
 
 def test_templates_and_ranges_follow_the_shared_phrasing() -> None:
-    for p in build_probes("arithmetic_easy", 200):
+    easy, hard = build_probes("arithmetic_easy", 200), build_probes("arithmetic_hard", 100)
+    assert (len(easy), len(hard)) == (200, 100)
+    for p in easy:
         nums = [int(x) for x in p.prompt[8:-1].split() if x.isdigit()]
         op = p.tags[0].split(":")[1]
         assert p.prompt == syn.ARITH_EASY_PROMPT.format(a=nums[0], op=op, b=nums[1])
         hi = 12 if op == "*" else 99
         assert all(0 <= x <= hi for x in nums)
-    for p in build_probes("arithmetic_hard", 100):
+    for p in hard:
         nums = [int(x) for x in p.prompt[8:-1].split() if x.isdigit()]
         assert all(2 <= x <= 12 for x in nums) and len(nums) == 4
 
 
 def test_the_trained_answer_format_passes() -> None:
     """A reply in the demo model's training format passes; the same with a slip fails."""
-    for p in build_probes("arithmetic_hard", 30):
+    probes = build_probes("arithmetic_hard", 30)
+    assert len(probes) == 30
+    for p in probes:
         a, b, c, d = (int(x) for x in p.prompt[8:-1].split() if x.isdigit())
         t1, t2 = a * b, c * d
         good = syn.ARITH_HARD_ANSWER.format(a=a, b=b, c=c, d=d, t1=t1, t2=t2, r=t1 + t2)

@@ -124,6 +124,7 @@ def test_generator_covers_every_kind_and_is_deterministic() -> None:
 def test_trained_formats_pass_their_checkers() -> None:
     """The demo model's training replies satisfy the probes of the same format."""
     probes = build_probes("instruction_following", 120)
+    checked: set[str] = set()
     for p in probes:
         c = p.checker
         if isinstance(c, BulletCount):
@@ -140,6 +141,11 @@ def test_trained_formats_pass_their_checkers() -> None:
             assert c.check("Paris").passed and not c.check("It is Paris").passed
         elif isinstance(c, AllCapitals):
             assert c.check("PARIS").passed and not c.check("Paris").passed
+        else:
+            continue
+        checked.add(type(c).__name__)
+    # each of the four trained formats was drawn and checked
+    assert checked == {"BulletCount", "ForbiddenWords", "OneWord", "AllCapitals"}
 
 
 # --- structured output ------------------------------------------------------------------

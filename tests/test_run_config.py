@@ -343,7 +343,7 @@ def test_progress_throttles_reports_failures_and_can_be_off() -> None:
     out = io.StringIO()
     with (
         progress.to_stream(out, style="plain", interval=3600.0),
-        pytest.raises(RuntimeError),
+        pytest.raises(RuntimeError, match="boom"),
         progress.task("scoring", total=100) as step,
     ):
         step(50)

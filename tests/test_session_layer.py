@@ -103,10 +103,11 @@ def test_flags_stand_for_latency_settings() -> None:
     assert SessionOptions().setting_overrides() == {}
     options = SessionOptions(history=Path("h"), paired_latency=True)
     assert options.setting_overrides() == {"latency": {"history_dir": "h", "paired": True}}
-    for row in SESSION_FIELDS:
-        if row.setting is not None:
-            tier, key = row.setting
-            assert key in {f.name for f in dataclasses.fields(SETTINGS[tier])}
+    with_setting = [row for row in SESSION_FIELDS if row.setting is not None]
+    assert {"history", "paired_latency"} <= {row.name for row in with_setting}
+    for row in with_setting:
+        tier, key = row.setting
+        assert key in {f.name for f in dataclasses.fields(SETTINGS[tier])}
 
 
 def test_plugin_object_is_registered_only_with_a_model(pytester: pytest.Pytester) -> None:

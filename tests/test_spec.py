@@ -125,6 +125,7 @@ def test_a_hand_built_recipe_is_validated_through_its_text() -> None:
 
 
 def test_every_argument_kind_round_trips_its_example() -> None:
+    checked = set()
     for definition in RECIPES.values():
         kind = ARG_KINDS[definition.arg]  # every catalogued kind has a parser
         if kind.name == "none":
@@ -132,6 +133,10 @@ def test_every_argument_kind_round_trips_its_example() -> None:
         text = example(definition.name).partition(":")[2]  # a choice's first word, else the kind's
         value = kind.parse(definition.name, text)
         assert kind.parse(definition.name, kind.format(value)) == value
+        checked.add(kind.name)
+    # every kind but "none" was round-tripped through at least one recipe
+    assert checked == {kind.name for kind in ARG_KINDS.values()} - {"none"}
+    assert len(checked) >= 5
 
 
 def test_every_registered_name_parses() -> None:
@@ -141,7 +146,9 @@ def test_every_registered_name_parses() -> None:
         "drop-layers": ":1",
         "delay": ":1ms",
     }
-    for name in recipe_names():
+    names = recipe_names()
+    assert {"none", *examples} <= set(names)  # the hand examples name registered recipes
+    for name in names:
         assert (
             parse_recipe(name + examples[name] if name in examples else example(name)).name == name
         )

@@ -132,9 +132,12 @@ def test_repeated_runs_test_refuses_zero_baseline_median() -> None:
         stats.repeated_runs_test([1.0, 2.0], [0.0, 0.0, 0.0], higher_is_better=False)
 
 
-@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
-def test_bad_samples_are_refused(bad: list[float]) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("bad", "word"),
+    [([], "no samples"), ([1.0, float("nan")], "non-finite"), ([float("inf")], "non-finite")],
+)
+def test_bad_samples_are_refused(bad: list[float], word: str) -> None:
+    with pytest.raises(ValueError, match=f"bootstrap_ci: {word}"):
         stats.bootstrap_ci(bad)
 
 

@@ -35,9 +35,9 @@ def test_perf_counter_clock_on_the_real_clock_is_monotonic() -> None:
 
 
 def test_mark_before_start_is_a_bug() -> None:
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"PerfCounterClock\.mark\(\) before start\(\)"):
         PerfCounterClock().mark()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"CudaEventClock\.mark\(\) before start\(\)"):
         CudaEventClock(event_factory=FakeStream().event).mark()
 
 
