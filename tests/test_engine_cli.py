@@ -11,12 +11,11 @@ others, which gate must leave alone. Figures are printed (run with ``-s``).
 * the float32 served demo against the committed demo baseline: CGA 1, mean KL
   below 1e-6, exit 0; provenance names engine, version, served model and
   endpoint, and holds no API key; the server is gone afterwards;
-* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``) with
-  the fidelity and latency tiers: fidelity measured and a verdict stated, its
-  CGA within 0.05 of the in-process bfloat16 build's (the tolerance the
-  engine tests state); latency from the streams, the load runs at two
-  concurrency levels and the paired A/B mode with the baseline build's own
-  server; both servers still serve afterwards, no server added.
+* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``) as an
+  endpoint with the latency tier: latency from the streams, the load runs at
+  two concurrency levels and the paired A/B mode with the baseline build's own
+  server; both servers still serve afterwards, no server added (its fidelity
+  is test_engine_vllm's).
 """
 
 from __future__ import annotations
@@ -116,16 +115,13 @@ def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: P
     assert _servers_on(_port(cand["endpoint"])) == []
 
 
-def test_fp8_endpoint_fidelity_latency_and_paired_endpoints(
-    engine_cache: Path,
-    served: HTTPBackend,
-    served_fp8: HTTPBackend,
-    inprocess_bf16_fidelity: dict[str, Any],
-    tmp_path: Path,
+def test_fp8_endpoint_latency_and_paired_endpoints(
+    engine_cache: Path, served: HTTPBackend, served_fp8: HTTPBackend, tmp_path: Path
 ) -> None:
     """The FP8 build as ``--endpoint`` (the session's FP8 server: starting a server
-    through ``--serve`` is the float32 test's); the baseline build is the session's
-    float32 server, reached as ``--baseline-endpoint`` (paired A/B latency)."""
+    through ``--serve`` is the float32 test's, its fidelity test_engine_vllm's); the
+    baseline build is the session's float32 server, reached as
+    ``--baseline-endpoint`` (paired A/B latency)."""
     candidate = served_fp8.settings.base_url
     baseline = served.settings.base_url
     config = tmp_path / "gate.toml"
@@ -149,7 +145,7 @@ def test_fp8_endpoint_fidelity_latency_and_paired_endpoints(
         "--against",
         "fp32",
         "--tiers",
-        "fidelity,latency",
+        "latency",
         "--config",
         str(config),
         "--endpoint",
@@ -168,16 +164,9 @@ def test_fp8_endpoint_fidelity_latency_and_paired_endpoints(
     results = json.loads(out.read_text())
     metrics = _metrics(results)
     cand = results["candidate"]
-    # the same build's fidelity in process, in bfloat16 (the engine's activations)
-    local = {name: m.value for name, m in inprocess_bf16_fidelity.items()}
     load = metrics["latency.load_ttft_p50"]["details"]
     _figures(
-        "served fp8 (CLI) beside in-process bf16",
-        served_fp8_cga=metrics["fidelity.cga"]["value"],
-        served_fp8_kl_mean=metrics["fidelity.kl_mean"]["value"],
-        served_fp8_fidelity_severity=metrics["fidelity.cga"]["severity"],
-        inprocess_bf16_cga=local["fidelity.cga"],
-        inprocess_bf16_kl_mean=local["fidelity.kl_mean"],
+        "served fp8 (CLI), paired with the float32 server",
         verdict=results["verdict"],
         exit_code=done.returncode,
         ttft_p50=metrics["latency.ttft_p50"]["value"],
@@ -187,9 +176,7 @@ def test_fp8_endpoint_fidelity_latency_and_paired_endpoints(
     assert results["verdict"] in ("pass", "warn", "block")
     assert results["exit_code"] == done.returncode
     assert _port(cand["endpoint"]) == _port(candidate) and cand["served_model"] == "demo"
-    # a genuinely compressed build, within the stated tolerance of bfloat16 in process
-    assert metrics["fidelity.cga"]["value"] < 1.0
-    assert abs(metrics["fidelity.cga"]["value"] - local["fidelity.cga"]) <= 0.05
+    assert {m.split(".")[0] for m in metrics} == {"latency"}
     # latency from the streams, compared with the baseline build's own server in session
     assert metrics["latency.ttft_p50"]["details"]["reference"] == "in-session"
     assert metrics["latency.load_ttft_p50"]["details"]["reference"] == "in-session"
