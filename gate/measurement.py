@@ -14,6 +14,9 @@ say how sure it is:
 
 :class:`TimedGeneration` is the raw record of one timed request (per-step
 timestamps) that a backend returns and the latency metrics turn into numbers.
+:class:`OutputSet` (of :class:`JudgedOutput`) is the raw record of a build's
+answers to a prompt set: the judge tier generates and judges it, the baseline
+stores it (:mod:`gate.store.judge_outputs`).
 ``details`` is free-form; the entries that another layer reads are named by
 :class:`MeasurementDetail`, which both the writer and the readers use.
 """
@@ -163,6 +166,32 @@ class TimedGeneration:
     step_times: tuple[float, ...]
     end_to_end: float
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JudgedOutput:
+    """One prompt and the build's greedy answer to it."""
+
+    id: str
+    category: str
+    length: str
+    prompt: str
+    prompt_tokens: int
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class OutputSet:
+    """A build's answers to a prompt set, with how they were generated."""
+
+    max_new_tokens: int
+    prompt_set_sha256: str
+    outputs: tuple[JudgedOutput, ...]
+
+    def by_id(self) -> dict[str, JudgedOutput]:
+        """Outputs keyed by prompt id."""
+        return {o.id: o for o in self.outputs}
 
 
 class MeasurementDetail:

@@ -5,7 +5,9 @@
 per-question results are attached to the new baseline as artifact ``mcq`` and
 the baseline's flips/all-flips/choice KL are measured against itself (0); in
 run mode (candidate) they are read back from the baseline and the candidate is
-paired with it question by question. Settings: ``[tiers.accuracy]``.
+paired with it question by question. The artifact's file is the store's
+(:mod:`gate.store.mcq_results`): the suite writes and reads it, the tier gets the
+parsed results. Settings: ``[tiers.accuracy]``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from gate.session.run import GateRun
+from gate.store import mcq_results
 from gate.tiers import accuracy as tier
 from gate.tiers import exercised
 
@@ -33,9 +36,10 @@ def test_multiple_choice(gate_run: GateRun, tmp_path_factory: pytest.TempPathFac
     baseline = None
     if gate_run.mode == "record":
         path = tmp_path_factory.mktemp("accuracy") / "mcq.json"
-        gate_run.attach(tier.MCQ_ARTIFACT, tier.write_mcq_results(path, results))
+        gate_run.attach(mcq_results.ARTIFACT, mcq_results.write_mcq_results(path, results))
     else:
-        baseline = tier.read_mcq_results(gate_run.baseline_artifact(tier.MCQ_ARTIFACT))
+        path = gate_run.baseline_artifact(mcq_results.ARTIFACT)
+        baseline = mcq_results.read_mcq_results(path)
     measured = tier.mcq_measurements(results, baseline)
     for measurement in exercised.attach(measured, gate_run.backend, before):
         gate_run.record(measurement)

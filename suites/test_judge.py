@@ -8,7 +8,9 @@ recorded without it is one line, exit 4), let the candidate answer the same
 prompts, judge every pair with the configured panel and record the Elo delta,
 validity and the judges' rates. An UNSTABLE panel records the rates and, when
 the tier is required (the default), fails with exit 5 (nothing measured); so
-does a panel that decided no pair.
+does a panel that decided no pair. The artifact's file is the store's
+(:mod:`gate.store.judge_outputs`): the suite writes and reads it, the tier
+generates and judges the answers.
 """
 
 from __future__ import annotations
@@ -16,14 +18,9 @@ from __future__ import annotations
 import pytest
 
 from gate.session.run import GateRun
+from gate.store.judge_outputs import ARTIFACT, read_outputs, write_outputs
 from gate.tiers import judge as tier
-from gate.tiers.judge_outputs import (
-    ARTIFACT,
-    generate_outputs,
-    prompts_of,
-    read_outputs,
-    write_outputs,
-)
+from gate.tiers.judge_outputs import generate_outputs, prompts_of
 
 pytestmark = pytest.mark.judge
 

@@ -17,6 +17,7 @@ from gate.data.mcq import MCQuestion
 from gate.errors import BaselineError, DataError
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
+from gate.store import mcq_results
 from gate.tiers import accuracy as tier
 
 TEXT = (
@@ -387,13 +388,13 @@ def test_damaged_model_flips_and_mcnemar_matches_scipy(trained_dir: Path) -> Non
 
 def test_mcq_artifact_round_trip_and_errors(tmp_path: Path) -> None:
     results = [_result("a/1", [-1.0, -2.0], 1), _result("a/2", [-0.5, -0.25, -3.0], 2)]
-    path = tier.write_mcq_results(tmp_path / "mcq.json", results)
-    assert tier.read_mcq_results(path) == results
+    path = mcq_results.write_mcq_results(tmp_path / "mcq.json", results)
+    assert mcq_results.read_mcq_results(path) == results
     path.write_text("{not json")
     with pytest.raises(BaselineError):
-        tier.read_mcq_results(path)
+        mcq_results.read_mcq_results(path)
     path.write_text(json.dumps({"kind": "gate.mcq_results", "schema_version": 99, "questions": []}))
     with pytest.raises(BaselineError, match="schema"):
-        tier.read_mcq_results(path)
+        mcq_results.read_mcq_results(path)
     with pytest.raises(DataError, match="not in the baseline"):
         am.pair_questions(results[:1], results)

@@ -165,8 +165,9 @@ def test_two_real_judges_exclusions_follow_the_raw_answers(store: Path, tmp_path
     from gate.models.backends.loading import load_backend
     from gate.models.spec import ModelSpec
     from gate.store.baseline import BaselineStore
+    from gate.store.judge_outputs import read_outputs
     from gate.tiers import judge as tier
-    from gate.tiers.judge_outputs import generate_outputs, prompts_of, read_outputs
+    from gate.tiers.judge_outputs import generate_outputs, prompts_of
 
     baseline = BaselineStore(store).resolve("fp32", "demo")
     base = read_outputs(baseline.artifact_path("judge-outputs"))

@@ -20,9 +20,10 @@ from gate.gating.thresholds import load_thresholds
 from gate.judge.cache import CachedJudge, JudgeCache
 from gate.judge.judges import JudgeAnswer
 from gate.judge.template import FieldLimits, TextCodec
+from gate.measurement import JudgedOutput, OutputSet
 from gate.report.results import Results
+from gate.store.judge_outputs import read_outputs, write_outputs
 from gate.tiers import judge as tier
-from gate.tiers.judge_outputs import JudgedOutput, OutputSet, read_outputs, write_outputs
 from gate.tiers.registry import build_settings
 
 REPO = Path(__file__).resolve().parents[1]

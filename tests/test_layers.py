@@ -6,6 +6,9 @@
 * every "never imports" rule of the layer table in docs/architecture.md holds
   for every import of every module, those inside functions and under
   ``TYPE_CHECKING`` included;
+* a tier takes nothing from the store but the public names of the reference
+  pack's reader, ``gate.store.reference`` (no other store module, no private
+  name, no pack arrays);
 * validating input (recipes, model specs, the store, thresholds, the metric
   registry, a run config, the CLI itself) never imports torch or transformers;
 * the explicit package list of pyproject.toml is the list of packages in the tree.
@@ -355,6 +358,101 @@ def test_tiers_read_reference_packs_only_through_the_public_reader() -> None:
         for line in pack_internals(path.read_text(encoding="utf-8"))
     ]
     assert not broken, "gate.tiers reaches into the reference pack's layout: " + "; ".join(broken)
+
+
+#: The one module of the store a tier may import (its public names only).
+_TIER_STORE_READER = "gate.store.reference"
+
+
+def tier_store_reach(module: str, source: str, *, is_package: bool = False) -> list[str]:
+    """What ``module`` (a tier) takes from ``gate.store`` beyond the reference pack's public
+    reader, as ``line: what``: another store module (``gate.store.atomic``, the package
+    itself), a private name of :data:`_TIER_STORE_READER` (imported, or read as an
+    attribute of the module bound by ``from gate.store import reference``)."""
+    found: list[str] = []
+    reader_aliases: set[str] = set()
+    tree = ast.parse(source)
+
+    def outside(target: str) -> bool:
+        return _covers("gate.store", target) and not _covers(_TIER_STORE_READER, target)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if outside(alias.name):
+                    found.append(f"{node.lineno}: imports {alias.name}")
+                elif alias.name == _TIER_STORE_READER and alias.asname:
+                    reader_aliases.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, is_package, node.level, node.module)
+            for alias in node.names:
+                if base == "gate.store" and f"{base}.{alias.name}" == _TIER_STORE_READER:
+                    reader_aliases.add(alias.asname or alias.name)
+                elif outside(base) or (base == _TIER_STORE_READER and alias.name.startswith("_")):
+                    found.append(f"{node.lineno}: imports {alias.name} from {base}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and (
+                (isinstance(node.value, ast.Name) and node.value.id in reader_aliases)
+                or ast.unparse(node.value) == _TIER_STORE_READER
+            )
+        ):
+            found.append(f"{node.lineno}: reads {ast.unparse(node)}")
+    return sorted(found, key=lambda entry: int(entry.split(":")[0]))
+
+
+def test_the_tier_store_check_catches_every_way_past_the_public_reader() -> None:
+    source = (
+        "from gate.store.atomic import write_atomic\n"
+        "import gate.store.schema\n"
+        "from gate.store import mcq_results\n"
+        "from gate.store.reference import ReferencePack, _refuse\n"
+        "from ..store.judge_outputs import read_outputs\n"
+        "from gate.store import reference as ref\n"
+        "import gate.store\n"
+        "def f():\n"
+        "    from gate.store.baseline import BaselineStore\n"
+        "    return ref._refuse, ref.ReferencePack\n"
+    )
+    assert tier_store_reach("gate.tiers.x", source) == [
+        "1: imports write_atomic from gate.store.atomic",
+        "2: imports gate.store.schema",
+        "3: imports mcq_results from gate.store",
+        "4: imports _refuse from gate.store.reference",
+        "5: imports read_outputs from gate.store.judge_outputs",
+        "7: imports gate.store",
+        "9: imports BaselineStore from gate.store.baseline",
+        "10: reads ref._refuse",
+    ]
+    allowed = (
+        "from gate.store.reference import PromptLike, ReferencePack, prompt_set_sha256\n"
+        "from gate.store import reference\n"
+        "import gate.store.reference\n"
+        "from gate.storeroom import x\n"
+        "def f(pack):\n"
+        "    return reference.ReferencePack, gate.store.reference.prompt_set_sha256\n"
+    )
+    assert tier_store_reach("gate.tiers.x", allowed) == []
+    assert tier_store_reach(
+        "gate.tiers.x", "import gate.store.reference\ngate.store.reference._refuse\n"
+    ) == ["2: reads gate.store.reference._refuse"]
+
+
+def test_tiers_import_from_the_store_only_the_reference_packs_public_reader() -> None:
+    broken = [
+        f"{module}:{entry}"
+        for module, path in all_modules().items()
+        if _covers("gate.tiers", module)
+        for entry in tier_store_reach(
+            module, path.read_text(encoding="utf-8"), is_package=path.name == "__init__.py"
+        )
+    ]
+    assert not broken, (
+        f"gate.tiers takes from gate.store more than the public names of {_TIER_STORE_READER} "
+        "(a baseline artifact's file is read and written by its suite): " + "; ".join(broken)
+    )
 
 
 # ------------------------------------------------------------------- (c) torch stays out

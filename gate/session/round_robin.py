@@ -35,7 +35,7 @@ from gate.metrics.catalog.judge import JudgeDetail
 from gate.report.results import Results
 
 if TYPE_CHECKING:
-    from gate.tiers.judge_outputs import OutputSet
+    from gate.measurement import OutputSet
 
 __all__ = ["Judged", "RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
 

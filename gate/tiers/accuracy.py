@@ -16,9 +16,11 @@ functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accur
   pass: the context is scored once with the full next-token distribution and the
   options' log-probs are read from it. Otherwise every option is a
   continuation, batched through :meth:`Backend.score`.
-* Flips etc. need the baseline's per-question results: in record mode they are
-  written as the ``mcq`` artifact (:func:`write_mcq_results`), in run mode read
-  back (:func:`read_mcq_results`) and paired by question id.
+* Flips etc. need the baseline's per-question results: :func:`mcq_measurements`
+  takes them as parsed :class:`~gate.metrics.accuracy.QuestionResult` objects and
+  pairs them by question id. Their file (the ``mcq`` artifact) is the store's
+  (:mod:`gate.store.mcq_results`): the suite writes it in record mode and reads it
+  back in run mode.
 * A broken model (NaN or infinite log-probs) is measured, not refused: such
   tokens count as :data:`~gate.metrics.accuracy.NLL_CAP` nats and such
   questions as unanswered (:mod:`gate.metrics.accuracy`), so the comparison
@@ -27,28 +29,23 @@ functions of :mod:`gate.metrics.accuracy` (definitions in docs/metrics.md "Accur
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from gate.data.corpus import load_corpus
 from gate.data.mcq import MCQuestion, load_mcq_set
-from gate.errors import BaselineError, DataError
+from gate.errors import DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.models.backends.capabilities import exact_full_rows
-from gate.store.schema import check_schema_version
 from gate.tiers import exercised
 
 TIER = "accuracy"
-#: Name of the per-question results file stored beside a baseline.
-MCQ_ARTIFACT = "mcq"
-MCQ_SCHEMA = 1
 #: Questions whose full next-token rows are held in memory at once (single-token path).
 _FULL_CHUNK = 32
 
@@ -335,37 +332,3 @@ def mcq_measurements(
         replace(m, details={**m.details, "nonfinite_questions": unanswered})
         for m in measurements + am.pair_measurements(pairs)
     ]
-
-
-def write_mcq_results(path: Path, results: Sequence[am.QuestionResult]) -> Path:
-    """Write the per-question results (the ``mcq`` artifact) as small JSON."""
-    payload: dict[str, Any] = {
-        "schema_version": MCQ_SCHEMA,
-        "kind": "gate.mcq_results",
-        "questions": [r.to_dict() for r in results],
-    }
-    path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    return path
-
-
-def read_mcq_results(path: Path) -> list[am.QuestionResult]:
-    """Read :func:`write_mcq_results` output; a corrupt or newer file is a :class:`BaselineError`."""
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BaselineError(
-            f"cannot read the baseline's MCQ results {path}: {exc}", "re-record the baseline"
-        ) from None
-    if not isinstance(payload, dict) or payload.get("kind") != "gate.mcq_results":
-        raise BaselineError(f"{path} is not a gate MCQ results file", "re-record the baseline")
-    check_schema_version(
-        payload, f"MCQ results {path}", reads_up_to=MCQ_SCHEMA, error=BaselineError
-    )
-    try:
-        return [am.QuestionResult.from_dict(q) for q in payload["questions"]]
-    except (KeyError, TypeError) as exc:
-        raise BaselineError(
-            f"malformed MCQ results {path}: {exc!r}", "re-record the baseline"
-        ) from None
-    except DataError as exc:
-        raise BaselineError(exc.message, exc.hint) from None
