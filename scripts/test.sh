@@ -55,7 +55,7 @@ fi
 
 status=0
 step() {  # step NAME COMMAND...: run one check; the canary goes on after a failure
-  local name=$1
+  local name=$1 started=$SECONDS
   echo "== $name"
   shift
   if [ "$LATEST" = 1 ]; then
@@ -63,12 +63,23 @@ step() {  # step NAME COMMAND...: run one check; the canary goes on after a fail
   else
     "$@"
   fi
+  echo "== $name: $((SECONDS - started)) s (${SECONDS} s since the start)"
 }
 [ "$LATEST" = 1 ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
+echo "== set-up: ${SECONDS} s"
+# The native kernels the tests load build beside the linters (scripts/build_extensions.py).
+EXTENSIONS_LOG=$(mktemp)
+"$VPY" scripts/build_extensions.py >"$EXTENSIONS_LOG" 2>&1 &
+EXTENSIONS_PID=$!
 step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
 step mypy "$VPY" -m mypy gate
 step actionlint actionlint .github/workflows/*.yml
+if ! wait "$EXTENSIONS_PID"; then
+  echo "scripts/build_extensions.py failed (the tests that need it will build it or fail):"
+  cat "$EXTENSIONS_LOG"
+fi
+rm -f "$EXTENSIONS_LOG"
 WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
 XDIST=()
 [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)

@@ -23,6 +23,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+#: pytest-xdist's variables: the gate's own pytest session is no xdist worker.
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
 #: Environment every in-process run gets (offline, plain progress lines, no CI annotations).
 BASE_ENV: Mapping[str, str] = {
     "HF_HUB_OFFLINE": "1",
@@ -94,7 +97,7 @@ def run_gate(
     from gate.cli import main
 
     full = {**os.environ, **BASE_ENV, **(env or {})}
-    for name in unset:
+    for name in (*unset, *XDIST_VARIABLES):
         full.pop(name, None)
     before = os.getcwd()
     argv = sys.argv

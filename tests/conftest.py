@@ -28,6 +28,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
+#: Set by pytest-xdist in each worker's environment. A pytest session that a test
+#: starts (pytester, a subprocess, ``gate run`` in process) is no xdist worker:
+#: pytest-benchmark would disable itself there, as under xdist.
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_inside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment a test sees is a user's shell's, without pytest-xdist's variables."""
+    for name in XDIST_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
 #: The xdist group of every test that starts or uses a real serving engine: they
 #: share the session's servers, so they run on one worker, and first (the longest group).
 ENGINE_GROUP = "engine"
@@ -187,16 +200,6 @@ def served_fp8(
         engine_cache,
         tmp_path_factory.mktemp("fp8"),
     )
-
-
-@pytest.fixture(scope="session")
-def served_bf16(
-    engine_cache: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[HTTPBackend]:
-    """The demo model in bfloat16 behind vLLM (the same build as the in-process bfloat16 one)."""
-    from tests.engine_support import serve_demo
-
-    yield from serve_demo(["--dtype", "bfloat16"], engine_cache, tmp_path_factory.mktemp("bf16"))
 
 
 @pytest.fixture(scope="session")

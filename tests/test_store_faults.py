@@ -76,6 +76,7 @@ _RACE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     from gate.cli import main
+    import gate.commands.group  # loaded once here, not again in every forked writer
 
     store, measurements, artifact, rounds, writers = sys.argv[1:6]
     report = []
