@@ -30,12 +30,9 @@ that the markdown/HTML/GitHub reports can be produced from a finished run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from gate.errors import DataError, ExitCode
-from gate.gating.verdict import GateOutcome
+from gate.errors import DataError
 from gate.report.results import KIND, SCHEMA_VERSION, Results, final_words
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json, read_json
@@ -52,30 +49,10 @@ __all__ = [
 ]
 
 
-def build_results(
-    outcome: GateOutcome,
-    *,
-    exit_code: ExitCode | int | None = None,
-    baselines: Mapping[str, Mapping[str, Any]] | None = None,
-    candidate: Mapping[str, Any] | None = None,
-    environment: Mapping[str, Any] | None = None,
-    notes: Sequence[str] = (),
-    unbounded: Sequence[str] = (),
-) -> Results:
-    """The results of one run (:meth:`Results.of_run`).
-
-    ``exit_code`` overrides the outcome's own (a crashed tier, nothing measured);
-    ``baselines`` maps each ref compared against to its description.
-    """
-    return Results.of_run(
-        outcome,
-        exit_code=exit_code,
-        baselines=baselines,
-        candidate=candidate,
-        environment=environment,
-        notes=notes,
-        unbounded=unbounded,
-    )
+#: The results of one run from its outcome (:meth:`Results.of_run`: ``exit_code``
+#: overrides the outcome's own, ``baselines`` maps each ref compared against to
+#: its description).
+build_results = Results.of_run
 
 
 def write_results(path: Path, results: Results) -> None:
