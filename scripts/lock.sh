@@ -26,19 +26,10 @@ cd "$(dirname "$0")/.."
 
 OUT=${GATE_LOCK_DIR:-requirements}
 CONSTRAINTS=${GATE_LOCK_CONSTRAINTS:-requirements/constraints.txt}
-UV_VERSION=0.13.9
-TOOLS=${GATE_TOOL_CACHE:-$HOME/.cache/gate-tools}
-UV_VENV="$TOOLS/uv-$UV_VERSION"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[lock] %s\n' "$*" >&2; }
 
-if [ ! -x "$UV_VENV/bin/uv" ]; then
-  log "installing uv $UV_VERSION into $UV_VENV"
-  rm -rf "$UV_VENV"
-  python3 -m venv "$UV_VENV"
-  "$UV_VENV/bin/python" -m pip install -q "uv==$UV_VERSION"
-fi
-UV="$UV_VENV/bin/uv"
+UV=$(bash scripts/uv.sh | tail -n 1)
 
 mkdir -p "$OUT"
 compile() {  # compile OUTPUT [uv args...]

@@ -41,22 +41,32 @@ def _not_an_xdist_worker_inside(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-#: The xdist group of every test that starts or uses a real serving engine: they
-#: share the session's servers, so they run on one worker, and first (the longest group).
+#: The xdist group of the tests that use the session's real servers: they share
+#: them, so they run on one worker, and first (the longest group).
 ENGINE_GROUP = "engine"
+#: The session fixtures that are a running server.
+SHARED_SERVERS = {"served", "served_fp8"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``--dist loadgroup``: the engine tests in one group, every
-    other file in a group of its own (its module fixtures are built once)."""
+    """Group the tests for ``--dist loadgroup``: the engine tests that share the
+    session's servers in one group, an engine test with a server of its own
+    alone, every other file in a group of its own (its module fixtures are built
+    once); the engine tests first."""
     if not config.pluginmanager.hasplugin("xdist") or config.getoption("dist", "no") != "loadgroup":
         return
+    order: dict[str, int] = {}
     for item in items:
         engine = item.get_closest_marker("engine") is not None
-        group = ENGINE_GROUP if engine else item.nodeid.split("::", 1)[0]
+        if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
+            group, order[item.nodeid] = ENGINE_GROUP, 0
+        elif engine:  # starts (and stops) its own server: may run beside the others
+            group, order[item.nodeid] = item.nodeid, 1
+        else:
+            group, order[item.nodeid] = item.nodeid.split("::", 1)[0], 2
         item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+    items.sort(key=lambda item: order[item.nodeid])
 
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
