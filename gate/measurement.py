@@ -180,6 +180,20 @@ class JudgedOutput:
     text: str
     tokens: int
 
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> JudgedOutput:
+        """One output as stored (a judge outputs file, a result's ``details``);
+        a missing key is a ``KeyError``, a malformed number a ``ValueError``."""
+        return cls(
+            id=str(entry["id"]),
+            category=str(entry["category"]),
+            length=str(entry["length"]),
+            prompt=str(entry["prompt"]),
+            prompt_tokens=int(entry["prompt_tokens"]),
+            text=str(entry["text"]),
+            tokens=int(entry["tokens"]),
+        )
+
 
 @dataclass(frozen=True)
 class OutputSet:

@@ -54,18 +54,7 @@ def read_outputs(path: Path) -> OutputSet:
                 f"judge outputs {path}: format {data.get('format')!r}, this gate reads {FORMAT}",
                 "re-record the baseline with --tiers judge",
             )
-        outputs = tuple(
-            JudgedOutput(
-                id=str(o["id"]),
-                category=str(o["category"]),
-                length=str(o["length"]),
-                prompt=str(o["prompt"]),
-                prompt_tokens=int(o["prompt_tokens"]),
-                text=str(o["text"]),
-                tokens=int(o["tokens"]),
-            )
-            for o in data["outputs"]
-        )
+        outputs = tuple(JudgedOutput.from_dict(o) for o in data["outputs"])
         return OutputSet(int(data["max_new_tokens"]), str(data["prompt_set_sha256"]), outputs)
     except BaselineError:
         raise

@@ -546,22 +546,7 @@ def compare_outputs(
 
 def outputs_from_details(entries: Sequence[Mapping[str, Any]]) -> OutputSet:
     """The candidate outputs stored in ``details["candidate_outputs"]``."""
-    return OutputSet(
-        0,
-        "",
-        tuple(
-            JudgedOutput(
-                id=str(e["id"]),
-                category=str(e["category"]),
-                length=str(e["length"]),
-                prompt=str(e["prompt"]),
-                prompt_tokens=int(e["prompt_tokens"]),
-                text=str(e["text"]),
-                tokens=int(e["tokens"]),
-            )
-            for e in entries
-        ),
-    )
+    return OutputSet(0, "", tuple(JudgedOutput.from_dict(e) for e in entries))
 
 
 def unstable_error(stable: Stability) -> JudgeUnstableError:
