@@ -97,6 +97,7 @@ class RunPlan:
         engine = candidate.engine
         return replace(
             self.shared,
+            candidate_name=candidate.name,
             recipe=candidate.recipe,
             against=tuple(candidate.against),
             store=store_for(candidate.model, store),
