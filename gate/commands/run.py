@@ -170,10 +170,10 @@ def run(
     \b
     Run config (gate.toml; docs/run-config.md):
       [run]                       defaults: baseline, against, tiers, calibration,
-                                  store, thresholds, strict, model_slug
+                                  store, thresholds, strict, model_slug, runs_on
       [[candidates]]              name, model, recipe (+ against, tiers,
                                   calibration, model_slug, allow_pickle,
-                                  allow_incomplete_weights)
+                                  allow_incomplete_weights, runs_on)
       [tiers.<tier>]              tier settings (e.g. max_new_tokens)
     Without --candidate every [[candidates]] entry runs in its own session, then
     a summary table follows; the exit code is the worst one (an error, 3 4 5,
