@@ -120,7 +120,9 @@ def test_example_config_matrix_is_valid_json_one_entry_per_candidate() -> None:
     done = run_gate("run", "--config", str(EXAMPLE), "--matrix", cwd=ROOT)
     assert done.returncode == ExitCode.OK, done.stderr
     entries = json.loads(done.stdout)["include"]
-    assert [e["candidate"] for e in entries] == [c.name for c in load_run_config(EXAMPLE).candidates]
+    assert [e["candidate"] for e in entries] == [
+        c.name for c in load_run_config(EXAMPLE).candidates
+    ]
     assert [e["candidate"] for e in entries] == ["int8", "wanda-30", "int2"]
     assert all(e["runs_on"] == list(DEFAULT_RUNS_ON) for e in entries)
 
@@ -128,8 +130,14 @@ def test_example_config_matrix_is_valid_json_one_entry_per_candidate() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--only", "int9"), "--only 'int9': {config} has no such candidate (did you mean 'int8'?)"),
-        (("--only", "zzz", "--matrix"), "has no such candidate (known names: big-fp8, control, int8)"),
+        (
+            ("--only", "int9"),
+            "--only 'int9': {config} has no such candidate (did you mean 'int8'?)",
+        ),
+        (
+            ("--only", "zzz", "--matrix"),
+            "has no such candidate (known names: big-fp8, control, int8)",
+        ),
         (("--only", "int8", "--candidate", "demo"), "--only picks a [[candidates]] entry"),
         (("--matrix", "--candidate", "demo"), "--matrix lists the [[candidates]] of --config"),
     ],

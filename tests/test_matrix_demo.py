@@ -130,7 +130,9 @@ def test_merged_jobs_give_the_one_process_summary_verdicts_and_exit_code(
 
 def test_pass_warn_block_merge_exits_1_and_names_all_three(fan_out: FanOut) -> None:
     summary = _summary(fan_out.merged.stdout)
-    rows = {ln.split()[0]: ln for ln in summary.splitlines() if ln.startswith("  ") and ln[2] != " "}
+    rows = {
+        ln.split()[0]: ln for ln in summary.splitlines() if ln.startswith("  ") and ln[2] != " "
+    }
     assert "APPROVED " in rows["int8"] and "WITH WARNINGS" not in rows["int8"]
     assert "APPROVED WITH WARNINGS" in rows["wanda-30"]
     assert "BLOCKED" in rows["int2"]

@@ -21,11 +21,11 @@ from gate.errors import DataError, ExitCode
 from gate.gating.verdict import Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
 from gate.metrics.catalog.judge import JudgeDetail
+from gate.provenance import sha256_file
 from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
 from gate.session.handoff import collect, publish
 from gate.session.round_robin import judged_candidates
-from gate.provenance import sha256_file
 from gate.store.measurements_file import dump_json
 from tests import report_cases
 
@@ -217,7 +217,7 @@ def test_the_run_object_is_strict_and_absent_in_schema_1_documents() -> None:
     assert Results.from_document({**doc, "run": run}).to_document()["run"] == run
     with pytest.raises(DataError, match=r"unknown key.*run object.*: colour"):
         Results.from_document({**doc, "run": {**run, "colour": "blue"}})
-    with pytest.raises(DataError, match="malformed run object.*strict"):
+    with pytest.raises(DataError, match=r"malformed run object.*strict"):
         Results.from_document({**doc, "run": {**run, "strict": "no"}})
 
 

@@ -119,7 +119,9 @@ def read_merged(path: Path) -> Merged:
     try:
         ExitCode(results.exit_code)
     except ValueError:
-        raise DataError(f"{path}: exit_code {results.exit_code} is no gate exit code", "the file is corrupt") from None
+        raise DataError(
+            f"{path}: exit_code {results.exit_code} is no gate exit code", "the file is corrupt"
+        ) from None
     return Merged(path, results, results.run)
 
 
@@ -275,9 +277,7 @@ def _candidate_of(item: Merged) -> Candidate:
     )
 
 
-def _reported(
-    candidate: Candidate, item: Merged, targets: ReportTargets, several: bool
-) -> Outcome:
+def _reported(candidate: Candidate, item: Merged, targets: ReportTargets, several: bool) -> Outcome:
     """Write one candidate's report files (and GitHub output) as its own session would
     have; a failed write is one line and, like a session's, turns 0 or 1 into 4."""
     mine = candidate_targets(targets, candidate.name, several)
