@@ -216,3 +216,38 @@ def test_a_saved_matrix_names_the_expected_candidates(tmp_path: Path) -> None:
         saved.write_text(text, encoding="utf-8")
         with pytest.raises(DataError, match=message):
             expected_from_matrix(saved)
+
+
+def test_the_workflow_fans_out_plan_candidates_merge() -> None:
+    """.github/workflows/gate.yml has the shape docs/self-hosted-runners.md describes (actionlint,
+    run by scripts/test.sh, checks its syntax; this checks what the jobs run)."""
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "gate.yml").read_text())
+    jobs = workflow["jobs"]
+    assert list(jobs) == ["plan", "candidate", "merge"]
+    plan, candidate, merge = jobs["plan"], jobs["candidate"], jobs["merge"]
+
+    def script(job: dict[str, object]) -> str:
+        steps = job["steps"]
+        assert isinstance(steps, list)
+        return "\n".join(str(step.get("run", "")) for step in steps)
+
+    assert "--config gate.toml --matrix" in script(plan)
+    assert plan["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
+    assert "repo.full_name == github.repository" in plan["if"]  # no fork reaches a runner
+    assert candidate["needs"] == "plan"
+    assert candidate["strategy"] == {
+        "fail-fast": False,
+        "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}",
+    }
+    assert candidate["runs-on"] == "${{ matrix.runs_on }}"
+    assert '--only "$CANDIDATE"' in script(candidate)
+    uploads = [s for s in candidate["steps"] if "upload-artifact" in str(s.get("uses"))]
+    assert uploads[0]["with"]["name"] == "gate-results-${{ matrix.candidate }}"
+    assert merge["needs"] == ["plan", "candidate"] and "!cancelled()" in merge["if"]
+    downloads = [s for s in merge["steps"] if "download-artifact" in str(s.get("uses"))]
+    assert downloads[0]["with"]["pattern"] == "gate-results-*"
+    assert "merge results --expect-from gate.toml" in script(merge)
+    assert merge["permissions"]["pull-requests"] == "write"
+    assert "permissions" not in candidate  # the default: contents read
