@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from gate.errors import ExitCode
+from gate.gating.power import PowerStatement
 
 #: How a bound reads a degradation: in the metric's unit, or as a fraction of ``|reference|``.
 Mode = Literal["relative", "absolute"]
@@ -189,6 +190,9 @@ class Verdict(Assessment):
     #: Slice values (``"category:code" -> value``) for the results JSON ``breakdown``.
     breakdown: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    #: What the test behind the verdict could detect (its MDE beside the critical bound);
+    #: ``None`` for an ungated or untested metric (docs/metrics.md "Power").
+    power: PowerStatement | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,11 @@ class GateOutcome:
     not_exercised: tuple[str, ...] = ()
 
     @property
+    def underpowered(self) -> tuple[PowerStatement, ...]:
+        """The verdicts' power statements whose critical bound is below their MDE."""
+        return underpowered(self.verdicts)
+
+    @property
     def word(self) -> str:
         """``pass | warn | block | not_exercised`` as in the results JSON."""
         if self.exit_code == ExitCode.NO_MEASUREMENTS and self.not_exercised:
@@ -283,6 +292,11 @@ class GateOutcome:
         return "APPROVED WITH WARNINGS" if self.severity == Severity.WARN else "APPROVED"
 
 
+def underpowered(verdicts: list[Verdict] | tuple[Verdict, ...]) -> tuple[PowerStatement, ...]:
+    """The power statements of ``verdicts`` whose critical bound is below their MDE."""
+    return tuple(v.power for v in verdicts if v.power is not None and v.power.underpowered)
+
+
 def decide(
     verdicts: list[Verdict] | tuple[Verdict, ...],
     *,
@@ -290,6 +304,7 @@ def decide(
     unmeasured: list[Unmeasured] | tuple[Unmeasured, ...] = (),
     version_drift: list[VersionDrift] | tuple[VersionDrift, ...] = (),
     not_exercised: list[str] | tuple[str, ...] = (),
+    require_power: bool = False,
 ) -> GateOutcome:
     """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``).
 
@@ -297,7 +312,10 @@ def decide(
     warning: the build is not shown to be as good there, so ``--strict`` blocks.
     So does a package measured at another version than the baseline's
     (``version_drift``, :mod:`gate.gating.versions`): the numbers may have moved
-    for that reason alone.
+    for that reason alone. So does an underpowered verdict (its critical bound
+    is below the smallest degradation its test detects, :func:`underpowered`):
+    a PASS there does not show the build within the bound; ``require_power``
+    (``[gate]`` of ``thresholds.toml``) blocks on it without ``strict``.
 
     A tier on whose requests the candidate's compression never acted
     (``not_exercised``, one reason line each) measured the uncompressed model:
@@ -305,9 +323,14 @@ def decide(
     unless a measured regression blocks it (exit 1).
     """
     worst = max((v.severity for v in verdicts), default=Severity.PASS)
-    if unmeasured or version_drift:
+    weak = bool(underpowered(verdicts))
+    if unmeasured or version_drift or weak:
         worst = max(worst, Severity.WARN)
-    blocked = worst == Severity.CRITICAL or (strict and worst == Severity.WARN)
+    blocked = (
+        worst == Severity.CRITICAL
+        or (strict and worst == Severity.WARN)
+        or (require_power and weak)
+    )
     if blocked:
         code = ExitCode.BLOCKED
     else:
