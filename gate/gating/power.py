@@ -90,9 +90,10 @@ def _check(alpha: float, power: float) -> None:
 
 
 def _z(q: float) -> float:
-    from scipy import stats as sps
+    """The standard normal quantile (scipy's ufunc, far cheaper than ``norm.ppf``)."""
+    from scipy import special
 
-    return float(sps.norm.ppf(q))
+    return float(special.ndtri(q))
 
 
 def _solve(f: Callable[[float], float], hi: float) -> float:
@@ -136,14 +137,14 @@ def power_paired_mean(n: int, sd: float, delta: float, *, alpha: float) -> float
     ``P[t'_{n-1}(δ√n/σ) > z_{1-α} √((n-1)/n)]`` (module docstring); with ``sd = 0``
     every worse difference is detected (1 for ``delta > 0``); ``n < 2`` gives 0.
     """
-    from scipy import stats as sps
+    from scipy import special
 
     if n < 2:
         return 0.0
     if sd <= 0.0:
         return 1.0 if delta > 0.0 else 0.0
     crit = _z(1.0 - alpha) * math.sqrt((n - 1) / n)
-    return float(sps.nct.sf(crit, n - 1, delta * math.sqrt(n) / sd))
+    return float(1.0 - special.nctdtr(n - 1, delta * math.sqrt(n) / sd, crit))
 
 
 def mde_paired_mean(n: int, sd: float, *, alpha: float, power: float = DEFAULT_POWER) -> float:
@@ -179,14 +180,19 @@ def required_n_paired_mean(
 # ------------------------------------------------------------------ McNemar
 
 
-def _critical_b(d: NDArray[np.int64], alpha: float) -> NDArray[np.int64]:
-    """``k_α(D)``: the least ``b`` with ``P[Binom(D, 1/2) >= b] < α`` (``D + 1``: none)."""
+@lru_cache(maxsize=64)
+def _critical_b(n: int, alpha: float) -> NDArray[np.int64]:
+    """``k_α(D)`` for ``D = 0 .. n``: the least ``b`` with ``P[Binom(D, 1/2) >= b] < α``
+    (``D + 1``: none). Cached: the MDE search asks for the same ``n`` many times."""
     from scipy import stats as sps
 
+    d = np.arange(n + 1, dtype=np.int64)
     k = np.asarray(sps.binom.isf(alpha, d, 0.5), dtype=np.int64) + 1
     k = np.where(sps.binom.sf(k - 1, d, 0.5) < alpha, k, k + 1)
     k = np.where((k > 0) & (sps.binom.sf(k - 2, d, 0.5) < alpha), k - 1, k)
-    return np.minimum(k, d + 1)
+    out = np.minimum(k, d + 1)
+    out.flags.writeable = False
+    return out
 
 
 def _noise_rate(discordant: float) -> float:
@@ -210,7 +216,7 @@ def power_mcnemar(n: int, discordant: float, delta: float, *, alpha: float) -> f
     if n < 1 or psi <= 0.0:
         return 0.0
     d = np.arange(n + 1, dtype=np.int64)
-    k = _critical_b(d, alpha)
+    k = _critical_b(n, alpha)
     q = min((psi0 / 2.0 + delta) / psi, 1.0)
     hit = sps.binom.sf(k - 1, d, q)
     return float(np.clip(np.sum(sps.binom.pmf(d, n, psi) * hit), 0.0, 1.0))

@@ -312,10 +312,14 @@ def decide(
     warning: the build is not shown to be as good there, so ``--strict`` blocks.
     So does a package measured at another version than the baseline's
     (``version_drift``, :mod:`gate.gating.versions`): the numbers may have moved
-    for that reason alone. So does an underpowered verdict (its critical bound
-    is below the smallest degradation its test detects, :func:`underpowered`):
-    a PASS there does not show the build within the bound; ``require_power``
-    (``[gate]`` of ``thresholds.toml``) blocks on it without ``strict``.
+    for that reason alone.
+
+    An underpowered verdict (its critical bound is below the smallest
+    degradation its test detects, :func:`underpowered`) is a warning in words
+    only: every report lists it, but it changes neither the severity nor the
+    exit code, since a PASS there is not a regression, only one the test could
+    not have shown. ``strict``, or ``require_power`` (``[gate]`` of
+    ``thresholds.toml``), make it block (exit 1, severity at least WARN).
 
     A tier on whose requests the candidate's compression never acted
     (``not_exercised``, one reason line each) measured the uncompressed model:
@@ -323,14 +327,12 @@ def decide(
     unless a measured regression blocks it (exit 1).
     """
     worst = max((v.severity for v in verdicts), default=Severity.PASS)
-    weak = bool(underpowered(verdicts))
-    if unmeasured or version_drift or weak:
+    if unmeasured or version_drift:
         worst = max(worst, Severity.WARN)
-    blocked = (
-        worst == Severity.CRITICAL
-        or (strict and worst == Severity.WARN)
-        or (require_power and weak)
-    )
+    if (strict or require_power) and underpowered(verdicts):
+        worst = max(worst, Severity.WARN)
+        strict = True
+    blocked = worst == Severity.CRITICAL or (strict and worst == Severity.WARN)
     if blocked:
         code = ExitCode.BLOCKED
     else:
