@@ -29,10 +29,16 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from gate.errors import ConfigError, ExitCode
 from gate.gating import power as pw
 from gate.gating import stats
 from gate.gating.compare import compare
-from gate.gating.thresholds import Thresholds, load_thresholds, packaged_thresholds_path
+from gate.gating.thresholds import (
+    Thresholds,
+    load_thresholds,
+    packaged_thresholds_path,
+    parse_thresholds,
+)
 from gate.gating.verdict import Severity, Verdict, decide
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 
@@ -333,3 +339,18 @@ def test_no_statement_for_ungated_or_untested_metrics(th: Thresholds) -> None:
     assert power["latency.param_bytes"] is None  # point value: no test
     cga = power["fidelity.cga"]
     assert cga is not None and cga.mde == 0.0 and not cga.underpowered  # no spread at all
+
+
+def test_power_settings_are_validated_in_thresholds() -> None:
+    limits = parse_thresholds({"gate": {"power": 0.9, "require_power": True}}, source="t.toml")
+    assert (limits.power, limits.require_power) == (0.9, True)
+    assert (parse_thresholds({}, source="t.toml").power, False) == (POWER, False)
+    for bad, words in [
+        ({"power": 1.0}, "gate.power: 1.0 is outside"),
+        ({"power": 0.005}, "gate.power: 0.005 is outside"),
+        ({"power": "high"}, "gate.power: expected a number"),
+        ({"require_power": "yes"}, "gate.require_power: expected true or false"),
+    ]:
+        with pytest.raises(ConfigError, match=words) as info:
+            parse_thresholds({"gate": bad}, source="t.toml")
+        assert info.value.exit_code == ExitCode.USAGE_ERROR
