@@ -27,6 +27,12 @@ its breakdown slices):
    which the reason says. A slice (``category:x``) with fewer than
    ``min_samples`` items is never escalated without significant evidence.
 
+4. Power: beside a gated, tested verdict stands what its test could detect
+   (``Verdict.power``, :mod:`gate.gating.detectable`): the MDE at ``alpha``,
+   ``[gate] power``, the sample count and the observed spread, and whether the
+   critical bound is below it (UNDERPOWERED; docs/metrics.md "Power"). It
+   never changes the severity.
+
 Pairwise judge scores (``MetricSpec.elo_samples``: per-prompt centred scores,
 value = Elo delta) are tested with the sign test on the prompts where the two
 sides differ and their bootstrap interval is mapped to Elo points.

@@ -102,9 +102,8 @@ def _suite(
                 case, "failure", {"type": "critical", "message": verdict.reason}
             )
             failure.text = _detail(verdict)
-        weak = verdict.power is not None and verdict.power.underpowered
         texts = [f"WARN: {_detail(verdict)}"] if verdict.severity == Severity.WARN else []
-        if verdict.power is not None and weak:
+        if verdict.power is not None and verdict.power.underpowered:
             texts.append(verdict.power.message)
         if texts:
             out = ET.SubElement(case, "system-out")
