@@ -289,21 +289,20 @@ def _signed_rank_null(n: int) -> NDArray[np.float64]:
 
 @lru_cache(maxsize=256)
 def _rank_sum_null(m: int, k: int) -> NDArray[np.float64]:
-    """Exact null pmf of Mann-Whitney's ``U`` over ``0 .. m k`` (Gaussian binomial coefficients)."""
-    # f[j][u]: ways for j of the first (j + l) values to be candidate with U = u, built by
-    # adding one value at a time: a new largest value is a candidate (adds l) or a baseline.
-    table: dict[tuple[int, int], NDArray[np.float64]] = {}
+    """Exact null pmf of Mann-Whitney's ``U`` over ``0 .. m k`` (Gaussian binomial coefficients).
+
+    ``f(j, l)[u]``: the orderings of ``j`` candidate and ``l`` baseline values with
+    ``U = u``. The largest value is a baseline one (``f(j, l - 1)``) or a candidate
+    one, above all ``l`` baseline values (``f(j - 1, l)`` shifted by ``l``). Only
+    the current ``l`` is kept: memory ``(m + 1)(m k + 1)``, whatever ``k``.
+    """
     size = m * k + 1
-    for j in range(m + 1):
-        for ell in range(k + 1):
-            arr = np.zeros(size, dtype=np.float64)
-            if j == 0 or ell == 0:
-                arr[0] = 1.0
-            else:
-                arr += table[(j, ell - 1)]
-                arr[ell:] += table[(j - 1, ell)][: size - ell]
-            table[(j, ell)] = arr
-    counts = table[(m, k)]
+    rows = np.zeros((m + 1, size), dtype=np.float64)
+    rows[:, 0] = 1.0  # l = 0: U = 0 whatever j
+    for ell in range(1, k + 1):
+        for j in range(1, m + 1):  # rows[j - 1] already holds f(j - 1, l)
+            rows[j, ell:] += rows[j - 1, : size - ell]
+    counts = rows[m]
     return counts / counts.sum()
 
 
