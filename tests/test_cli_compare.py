@@ -361,7 +361,9 @@ def test_small_cga_comparison_is_underpowered_and_strict_fails(
     assert json.loads(out_json.read_text())["headline"] == "BLOCKED"
     strict_file = tmp_path / "thresholds.toml"
     strict_file.write_text(
-        packaged_thresholds_path().read_text().replace("[gate]\n", "[gate]\nrequire_power = true\n")
+        packaged_thresholds_path()
+        .read_text()
+        .replace("require_power = false", "require_power = true")
     )
     argv = _power_compare(cand_path, base_path, out_json)
     argv[argv.index("--thresholds") + 1] = str(strict_file)

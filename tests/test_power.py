@@ -227,6 +227,10 @@ def test_paired_mean_mde_tends_to_the_normal_formula() -> None:
     normal = (sps.norm.ppf(1 - ALPHA) + sps.norm.ppf(POWER)) * sd / math.sqrt(n)
     assert pw.mde_paired_mean(n, sd, alpha=ALPHA) == pytest.approx(normal, rel=1e-3)
     assert pw.mde_paired_mean(12, 0.0, alpha=ALPHA) == 0.0
+    # float noise as spread (a demo run's identical scores): scipy's nctdtr gives NaN at
+    # large noncentrality; the MDE must still scale with the spread
+    tiny = pw.mde_paired_mean(5, 8e-9, alpha=ALPHA)
+    assert tiny == pytest.approx(8e-9 * pw.mde_paired_mean(5, 1.0, alpha=ALPHA), rel=1e-4)
     assert math.isinf(pw.mde_paired_mean(1, 0.3, alpha=ALPHA))
 
 

@@ -144,7 +144,13 @@ def power_paired_mean(n: int, sd: float, delta: float, *, alpha: float) -> float
     if sd <= 0.0:
         return 1.0 if delta > 0.0 else 0.0
     crit = _z(1.0 - alpha) * math.sqrt((n - 1) / n)
-    return float(1.0 - special.nctdtr(n - 1, delta * math.sqrt(n) / sd, crit))
+    nc = delta * math.sqrt(n) / sd
+    below = float(special.nctdtr(n - 1, nc, crit))
+    if not math.isfinite(below):  # the ufunc gives NaN at some large nc; scipy.stats does not
+        from scipy import stats as sps
+
+        return float(sps.nct.sf(crit, n - 1, nc))
+    return 1.0 - below
 
 
 def mde_paired_mean(n: int, sd: float, *, alpha: float, power: float = DEFAULT_POWER) -> float:
