@@ -159,6 +159,24 @@ def test_missing_keys_read_as_older_writers_implied() -> None:
     assert back.to_document() == doc  # the missing lists are written empty
 
 
+def test_power_statements_round_trip_typed_and_older_files_have_none() -> None:
+    """Each entry's ``mde`` object, with its entry, is the verdict's whole power statement."""
+    case = report_cases.blocked()
+    back = Results.from_document(json.loads(dump_json(case.doc)))
+    statements = [v.power for v in case.results.verdicts]
+    assert [v.power for v in back.verdicts] == statements
+    assert any(p is not None and p.mode == "relative" for p in statements)
+    assert back.underpowered == case.results.underpowered != ()
+    assert [e["message"] for e in case.doc["underpowered"]] == [
+        p.message for p in case.results.underpowered
+    ]
+    older = {k: v for k, v in case.doc.items() if k != "underpowered"}
+    older["metrics"] = [{k: v for k, v in m.items() if k != "mde"} for m in case.doc["metrics"]]
+    old = Results.from_document(older)
+    assert all(v.power is None for v in old.verdicts) and old.underpowered == ()
+    assert old.to_document()["metrics"][0]["mde"] is None
+
+
 def test_non_document_and_newer_schema_are_data_errors() -> None:
     with pytest.raises(DataError, match="not a gate results file"):
         Results.from_document([])

@@ -65,8 +65,11 @@ def compare(
 ) -> int:
     """Gate MEASUREMENTS (a measurements JSON) against stored baselines.
 
-    Prints one table per tier (worst findings first) and a verdict line, and
-    exits 0 (APPROVED, warnings allowed), 1 (BLOCKED) or 4 (bad input). The
+    Prints one table per tier (worst findings first), the verdicts whose critical
+    bound is below what their test can detect (UNDERPOWERED, a warning) and a
+    verdict line, and exits 0 (APPROVED, warnings allowed), 1 (BLOCKED; also a
+    warning or an underpowered verdict under --strict, or an underpowered one
+    with require_power = true in thresholds.toml) or 4 (bad input). The
     results JSON names the candidate after the file's stem (``gate merge``).
 
     \b
@@ -101,7 +104,13 @@ def compare(
         {ref: measured_with(b.environment, b.provenance) for ref, b in baselines.items()},
         measured_with(candidate.environment, candidate.model),
     )
-    outcome = decide(verdicts, strict=strict, unmeasured=missing, version_drift=drift_of(versions))
+    outcome = decide(
+        verdicts,
+        strict=strict,
+        unmeasured=missing,
+        version_drift=drift_of(versions),
+        require_power=limits.require_power,
+    )
     unbounded = unbounded_metrics(limits, names)
     notes = coverage_notes(missing, unbounded, limits.source, strict)
     notes += version_notes(versions, strict=strict)

@@ -5,6 +5,8 @@ Layout (every key is documented in the shipped ``thresholds.toml``)::
     [gate]
     alpha = 0.01          # level of the one-sided "candidate is worse" tests
     min_samples = 20      # fewer paired/repeated samples: judged on the point value alone
+    power = 0.8           # the power at which each verdict's MDE is stated
+    require_power = false # true: an underpowered verdict blocks (as --strict does)
 
     [metrics."fidelity.cga"]
     mode = "absolute"     # or "relative" (a fraction of |reference value|)
@@ -34,6 +36,7 @@ from typing import Any
 
 from gate.config import check_keys, load_toml, suggest
 from gate.errors import ConfigError
+from gate.gating.power import DEFAULT_POWER
 from gate.gating.verdict import Bound, Mode
 from gate.metrics.registry import all_metrics, check_tier
 from gate.metrics.spec import MetricSpec
@@ -78,6 +81,10 @@ class Thresholds:
     #: sha256 of what the file says (:func:`thresholds_digest`): two runs decided with the
     #: same bounds have the same digest, whatever the file's path, comments or key order.
     digest: str = ""
+    #: The power at which each verdict's minimum detectable effect is stated.
+    power: float = DEFAULT_POWER
+    #: An underpowered verdict (critical bound below its MDE) blocks, as under ``--strict``.
+    require_power: bool = False
 
     def for_metric(self, name: str) -> MetricThreshold | None:
         """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
@@ -91,7 +98,7 @@ class Thresholds:
 # --------------------------------------------------------------------- thresholds
 
 _TOP_KEYS = ("gate", "metrics", "tiers")
-_GATE_KEYS = ("alpha", "min_samples", "exercised_only")
+_GATE_KEYS = ("alpha", "min_samples", "exercised_only", "power", "require_power")
 _BOUND_KEYS = ("warn", "critical", "mode")
 _METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
 
@@ -204,6 +211,13 @@ def parse_thresholds(
             f"gate.exercised_only: expected true or false, got {exercised_only!r}",
             "write exercised_only = true to gate a partly exercised tier on its exercised items",
         )
+    power = _power(gate_table.get("power", DEFAULT_POWER), alpha)
+    require_power = gate_table.get("require_power", False)
+    if not isinstance(require_power, bool):
+        raise ConfigError(
+            f"gate.require_power: expected true or false, got {require_power!r}",
+            "write require_power = true to block on underpowered verdicts",
+        )
     metrics_table = data.get("metrics", {})
     if not isinstance(metrics_table, Mapping):
         raise ConfigError(f"{source}: [metrics] must be a table", '[metrics."tier.name"]')
@@ -229,7 +243,20 @@ def parse_thresholds(
         tiers=tiers,
         exercised_only=exercised_only,
         digest=thresholds_digest(data),
+        power=power,
+        require_power=require_power,
     )
+
+
+def _power(value: Any, alpha: float) -> float:
+    """``gate.power``: a probability above ``alpha`` and below 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"gate.power: expected a number, got {value!r}", "e.g. 0.8")
+    if not alpha < value < 1.0:
+        raise ConfigError(
+            f"gate.power: {value} is outside (alpha {alpha:g}, 1)", "the default is 0.8"
+        )
+    return float(value)
 
 
 def packaged_thresholds_path() -> Path:

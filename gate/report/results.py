@@ -20,11 +20,17 @@ one bumps ``schema_version``). The free-form objects (``baseline``,
 ``baselines``, ``candidate``, ``environment`` and a metric's ``details``) are
 kept as they are, unknown keys included. Keys a document lacks take the
 defaults older writers implied (``version_drift`` ``[]``, ``against``
-``"baseline"`` ..., ``run`` ``null``: schema 1 had none).
+``"baseline"``, ``mde`` ``null`` ..., ``run`` ``null``: schema 1 had none).
 
 ``run`` (:class:`RunIdentity`, schema 2) names the candidate and what its verdicts
 were decided with (gate version, thresholds digest, ``--strict``, run config
 digest): what ``gate merge`` requires the results of one matrix to share.
+
+Power (docs/metrics.md "Power"): a metric entry's ``mde`` object holds its
+power statement (with the entry's ``threshold``, ``n`` and ``baseline_value``
+it is the whole :class:`~gate.gating.power.PowerStatement`); the top-level
+``underpowered`` list is derived from those statements when written, and read
+back from them (never from the list).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
+from gate.gating.power import PowerStatement
 from gate.gating.verdict import (
     GateOutcome,
     Severity,
@@ -42,6 +49,7 @@ from gate.gating.verdict import (
     Verdict,
     VerdictThreshold,
     VersionDrift,
+    underpowered,
 )
 from gate.store.schema import check_schema_version
 
@@ -65,6 +73,7 @@ DOCUMENT_KEYS = (
     "unbounded",
     "version_drift",
     "not_exercised",
+    "underpowered",
     "metrics",
 )
 
@@ -89,6 +98,7 @@ METRIC_KEYS = (
     "p_value",
     "test",
     "details",
+    "mde",
 )
 
 
@@ -135,6 +145,61 @@ def verdict_to_entry(verdict: Verdict) -> dict[str, Any]:
         "p_value": _finite(verdict.p_value),
         "test": verdict.test,
         "details": dict(verdict.details),
+        "mde": _mde_to_dict(verdict.power),
+    }
+
+
+def _mde_to_dict(power: PowerStatement | None) -> dict[str, Any] | None:
+    """A metric entry's ``mde`` object (``null`` without a power statement).
+
+    ``value`` is the MDE in the metric's unit and ``relative`` as a fraction of
+    ``|baseline_value|`` (``null``: no degradation detectable, or a reference
+    of 0); the bound's mode, ``critical`` and ``alpha`` are the entry's
+    ``threshold``.
+    """
+    if power is None:
+        return None
+    return {
+        "value": _finite(power.mde_value),
+        "relative": _finite(power.mde_relative),
+        "power": power.power,
+        "test": power.test,
+        "underpowered": power.underpowered,
+    }
+
+
+def _mde_from_dict(
+    data: Any, entry: Mapping[str, Any], threshold: VerdictThreshold | None
+) -> PowerStatement | None:
+    """Inverse of :func:`_mde_to_dict`, with the entry's own fields; absent in older files."""
+    if data is None or threshold is None:
+        return None
+    relative = threshold.bound.mode == "relative"
+    raw = data["relative"] if relative else data["value"]
+    reference = abs(float(entry.get("baseline_value") or 0.0))
+    return PowerStatement(
+        metric=str(entry["name"]),
+        slice=entry.get("slice"),
+        n=int(entry.get("n") or 0),
+        mde=math.inf if raw is None else float(raw),
+        critical=threshold.bound.critical,
+        mode=threshold.bound.mode,
+        power=float(data["power"]),
+        alpha=threshold.alpha,
+        test=str(data["test"]),
+        higher_is_better=bool(entry["higher_is_better"]),
+        against=str(entry.get("against", "baseline")),
+        reference=reference,
+    )
+
+
+def underpowered_entry(power: PowerStatement) -> dict[str, Any]:
+    """The results JSON ``underpowered[]`` entry of one statement."""
+    return {
+        "name": power.metric,
+        "slice": power.slice,
+        "against": power.against,
+        "message": power.message,
     }
 
 
@@ -143,6 +208,7 @@ def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
     _unknown(entry, METRIC_KEYS, "a metrics entry of the results JSON")
     try:
         ci = entry.get("ci")
+        threshold = VerdictThreshold.from_dict(entry.get("threshold") or {})
         return Verdict(
             metric=str(entry["name"]),
             tier=str(entry["tier"]),
@@ -160,11 +226,12 @@ def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
             ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,
             p_value=_opt_float(entry.get("p_value")),
             test=entry.get("test"),
-            threshold=VerdictThreshold.from_dict(entry.get("threshold") or {}),
+            threshold=threshold,
             breakdown={
                 str(k): float(v) for k, v in (entry.get("breakdown") or {}).items() if v is not None
             },
             details=dict(entry.get("details") or {}),
+            power=_mde_from_dict(entry.get("mde"), entry, threshold),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(
@@ -286,6 +353,11 @@ class Results:
     #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
     run: RunIdentity | None = None
 
+    @property
+    def underpowered(self) -> tuple[PowerStatement, ...]:
+        """Verdicts whose critical bound is below their MDE (from the verdicts' statements)."""
+        return underpowered(self.verdicts)
+
     @classmethod
     def of_run(
         cls,
@@ -343,6 +415,7 @@ class Results:
             "unbounded": list(self.unbounded),
             "version_drift": [item.to_dict() for item in self.version_drift],
             "not_exercised": list(self.not_exercised),
+            "underpowered": [underpowered_entry(p) for p in self.underpowered],
             "metrics": [verdict_to_entry(v) for v in self.verdicts],
         }
 

@@ -180,6 +180,7 @@ def _compare(
         unmeasured=missing,
         version_drift=drift_of(versions),
         not_exercised=idle,
+        require_power=inputs.thresholds.require_power,
     )
     code = int(outcome.exit_code) if problem is None else problem
     unbounded = unbounded_metrics(inputs.thresholds, names)

@@ -134,7 +134,7 @@ class SessionOptions:
         option="--gate-baseline",
     )
     thresholds: Path | None = option_row("path", "thresholds.toml (default: ./thresholds.toml)")
-    strict: bool = option_row("flag", "warnings block (exit 1)")
+    strict: bool = option_row("flag", "warnings (underpowered verdicts included) block (exit 1)")
     #: The report files to write (``--gate-json``, ``--gate-html``, ...).
     reports: ReportTargets = field(default_factory=ReportTargets)
     config: Path | None = option_row("path", "run config TOML with [tiers.<name>] settings")
