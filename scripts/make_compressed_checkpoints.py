@@ -70,7 +70,9 @@ def recipe(method: str) -> Any:
     if method == "awq-w4a16":
         from llmcompressor.modifiers.awq import AWQModifier
 
-        return AWQModifier(targets="Linear", scheme="W4A16_ASYM", ignore=["lm_head"])
+        # symmetric INT4: compressed-tensors 0.20 (gate's loader) cannot load an asymmetric
+        # pack-quantized checkpoint (its packed zero points mismatch the shape it allocates)
+        return AWQModifier(targets="Linear", scheme="W4A16", ignore=["lm_head"])
     if method == "sparsegpt-0.5":
         from llmcompressor.modifiers.pruning import SparseGPTModifier
 

@@ -399,7 +399,7 @@ def test_notes_group_untouched_metrics_by_tier() -> None:
 # ---------------------------------------------------------------- the paper panel
 
 
-def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
+def test_the_paper_panel_has_one_candidate_per_method(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gate.session import paper_panel
@@ -407,17 +407,17 @@ def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
     recipes = paper_panel.panel_recipes()
     assert recipes[0] == "none"
     families = {family(r) for r in recipes[1:]}
-    assert families == {"checkpoint", "attention", "cache"}
+    assert families == {"checkpoint", "weights", "attention", "cache"}
     names = {parse_recipe(r).name for r in recipes[1:]}
-    assert {"gptq", "attn-fp8", "attn-sage", "attn-topk"} <= names
-    assert {"kv-snapkv", "kv-h2o", "kv-streaming", "kv-quant"} <= names
+    # the CGA paper's nine methods
+    assert {"gptq", "awq", "sparsegpt", "prune-wanda"} <= names
+    assert {"attn-fp8", "attn-sage", "attn-topk", "kv-snapkv", "kv-h2o"} <= names
+    assert {"kv-streaming", "kv-quant"} <= names
+    assert paper_panel.family_of("prune-wanda:0.5") == "pruning"
+    assert paper_panel.family_of("awq:w4a16") == "weights INT4"
+    monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache: all are packaged
     for recipe in recipes:
         precheck.check_recipe_runs("demo", recipe)  # every panel recipe can run
-    assert "sparsegpt:0.5" in recipes  # packaged
-    monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache
-    assert paper_panel.panel_recipes() == tuple(r for r in recipes if r != "awq:w4a16")
-    notes = paper_panel.left_out()
-    assert len(notes) == 1 and "make_compressed_checkpoints.py awq-w4a16" in notes[0]
 
 
 def test_the_paper_table_has_the_papers_columns() -> None:

@@ -254,6 +254,22 @@ def score_rows(
 
     Empty continuations are skipped. Memory stays bounded by one batch of rows.
     """
+    for i, rows, _ in scored_rows(
+        backend, requests, batch_size=batch_size, top_k=top_k, progress=progress
+    ):
+        yield i, rows
+
+
+def scored_rows(
+    backend: Backend,
+    requests: Sequence[ScoreRequest],
+    *,
+    batch_size: int,
+    top_k: int,
+    progress: Progress | None = None,
+) -> Iterator[tuple[int, np.ndarray, TokenScores]]:
+    """:func:`score_rows` with each request's :class:`TokenScores` (a served answer's
+    ``returned`` ids and ``unreturned_bound``)."""
     live = [i for i, r in enumerate(requests) if len(r.continuation) > 0]
     lengths = [len(requests[i].context) + len(requests[i].continuation) for i in live]
     done = 0
@@ -263,7 +279,7 @@ def score_rows(
             [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
         )
         for i, s in zip(idx, scored, strict=True):
-            yield i, _full_rows(s)
+            yield i, _full_rows(s), s
         done += len(idx)
         if progress is not None:
             progress(done, len(live))
@@ -424,6 +440,9 @@ class PromptScores:
     index: int
     meta: PackPrompt
     positions: fm.PositionScores
+    #: The KL is the interval of a served candidate's estimate (``positions.kl_lower`` ..
+    #: ``positions.kl``), not a single value.
+    interval: bool = False
 
 
 def verify_candidate(
@@ -476,15 +495,17 @@ def score_pack(
             score_rows(baseline_backend, requests, batch_size=settings.batch_size, top_k=1)
         )
     results: list[PromptScores] = []
-    # a served candidate's rows are exact only within its returned top-k: the sampled
-    # tail tokens' log-probs would be guessed, so its KL is the top-k + tail-bucket bound
+    # a served candidate's rows are exact only within its returned top-K: its KL is the
+    # interval of the estimate over the tokens it did not return (when it says which it
+    # returned), else the top-k + tail-bucket bound
     use_samples = uses_tail_samples(backend)
-    for j, rows in score_rows(
+    for j, rows, scores in scored_rows(
         backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
     ):
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)
-        if not use_samples:
+        returned = None if use_samples else scores.returned
+        if not use_samples and returned is None:
             sample_ids, sample_lps = sample_ids[:, :0], sample_lps[:, :0]
         _check_ids_fit(pack, rows.shape[-1], ids, sample_ids)
         positions = fm.score_positions(
@@ -496,13 +517,16 @@ def score_pack(
             base_full_logprobs=base_rows.get(j),
             base_sample_ids=sample_ids,
             base_sample_logprobs=sample_lps,
+            cand_returned=returned,
+            cand_bound=scores.unreturned_bound,
             cga_k=CGA_K,
             logprob_dtype=LOGPROB_DTYPES[pack.logprob_dtype],
         )
         if settings.skip_first_token:
             positions = positions.from_position(1)
         if positions.length:
-            results.append(PromptScores(j, pack.prompts[j], positions))
+            interval = returned is not None and sample_ids.shape[-1] > 0
+            results.append(PromptScores(j, pack.prompts[j], positions, interval))
     if not results:
         raise DataError(
             "the reference pack has no output tokens to score",
@@ -549,10 +573,16 @@ def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str)
     return np.concatenate([getattr(results[i].positions, field) for i in indices])
 
 
-def kl_label(k: int, m: int, exact: bool) -> str:
+def kl_label(k: int, m: int, exact: bool, interval: bool = False) -> str:
     """How the KL was obtained, as the reports print it."""
     if exact:
         return "exact (live baseline)"
+    if interval:
+        return (
+            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position), "
+            "the served candidate's unreturned tokens bounded by its K-th returned log-prob; "
+            "value: its upper end (gated)"
+        )
     if m:
         return f"estimate: top-{k} exact + {m} sampled tail tokens per position (unbiased)"
     return (
@@ -584,6 +614,7 @@ def measurements(
     m: int = 0,
     recording: RecordingSummary | None = None,
     context_tiers: Sequence[int] | None = None,
+    interval: bool = False,
 ) -> list[Measurement]:
     """Aggregate per-prompt scores into the fidelity measurements (see the catalog).
 
@@ -591,7 +622,12 @@ def measurements(
     the pack) is reported with the KL so a reader can judge the bound; ``m``
     (sampled tail tokens of the pack) says whether the KL is an estimate;
     ``recording`` (the pack's cut and empty prompts) is reported as well;
-    ``context_tiers`` adds a ``context:<budget>`` slice per tier.
+    ``context_tiers`` adds a ``context:<budget>`` slice per tier. With
+    ``interval`` (a served candidate) the KL values are the upper ends of
+    :func:`gate.metrics.fidelity.sampled_tail_kl_interval`; the details give both
+    ends of the mean (``interval``), the positions where they meet
+    (``interval_exact_positions``) and those unbounded above
+    (``interval_unbounded_positions``, counted in ``capped_positions`` too).
     """
     ids = [r.meta.id for r in results]
     groups = _groups(results, context_tiers)
@@ -610,10 +646,10 @@ def measurements(
     if recording is not None:
         common["reference_prompts_truncated"] = recording.truncated
         common["reference_prompts_empty"] = recording.empty
-    kind = "exact" if exact else ("estimate" if m else "bound")
+    kind = "exact" if exact else ("interval" if interval else ("estimate" if m else "bound"))
     kl_details: dict[str, Any] = {
         **common,
-        MeasurementDetail.KL_METHOD: kl_label(k, m, exact),
+        MeasurementDetail.KL_METHOD: kl_label(k, m, exact, interval),
         "kl_kind": kind,
         "k": k,
         "m": m,
@@ -621,7 +657,20 @@ def measurements(
         "tail_mass_mean": tail_mass_mean,
     }
     mean_details = dict(kl_details)
-    if kind == "estimate":
+    if interval:
+        lower_all = _pooled(results, everything, "kl_lower")
+        lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
+        upper_mean = float(np.mean([r.positions.kl.mean() for r in results]))
+        mean_details["interval"] = [lower_mean, upper_mean]
+        mean_details["interval_exact_positions"] = int((lower_all == kl_all).sum())
+        mean_details["interval_unbounded_positions"] = int(
+            ((kl_all >= fm.KL_CAP) & (lower_all < fm.KL_CAP)).sum()
+        )
+        mean_details[MeasurementDetail.KL_METHOD] = (
+            f"{kl_details[MeasurementDetail.KL_METHOD]}; mean in "
+            f"[{lower_mean:.4g}, {upper_mean:.4g}] nats"
+        )
+    if kind in ("estimate", "interval"):
         se_mean = _standard_error(results, everything)
         mean_details[MeasurementDetail.KL_METHOD] = (
             f"{kl_details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
@@ -705,14 +754,16 @@ def measure(
         results = score_pack(
             backend, pack, settings, baseline_backend=baseline_backend, progress=progress
         )
+    interval = baseline_backend is None and any(r.interval for r in results)
     out = measurements(
         results,
         k=pack.k,
         exact=baseline_backend is not None,
         tail_mass_mean=pack.mean_tail_mass(results[-1].index),
-        m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
+        m=pack.m if uses_tail_samples(backend) or baseline_backend is not None or interval else 0,
         recording=pack.recording_summary(),
         context_tiers=settings.context_tiers,
+        interval=interval,
     )
     stamped = exercised.attach(out, backend, before)
     requests = {

@@ -460,7 +460,12 @@ class HTTPBackend(tokens.TokenizerMethods):
         prompt = [int(t) for t in (*request.context, *request.continuation)]
         positions = await self._positions(client, model, prompt, len(request.context), asked)
         return scores_from_positions(
-            positions, request.continuation, top_k=top_k, vocab_size=self.vocab_size, full=full
+            positions,
+            request.continuation,
+            top_k=top_k,
+            vocab_size=self.vocab_size,
+            full=full,
+            asked=asked,
         )
 
     async def _positions(
