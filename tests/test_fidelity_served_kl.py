@@ -1,9 +1,14 @@
-"""A served candidate's KL is the top-k + tail-bucket bound, not an estimate from guessed tails.
+"""A served candidate's KL: the interval of the estimate over the tokens it did not return.
 
-A served build returns log-probs for its own top tokens only, so its rows are
-rebuilt (``exact_full_rows = False``) and its log-prob at a pack's sampled
-tail token is a guess. The demo model in process, wrapped to say so, must get
-exactly the bound the in-process run reports beside its estimate.
+A served build returns log-probs for its own top-K tokens only, so its rows are
+rebuilt (``exact_full_rows = False``) and its log-prob at a pack's sampled tail
+token outside that answer is unknown. A backend that says which tokens it
+returned (the served parser's ``returned``/``unreturned_bound``) gets the
+interval of :func:`gate.metrics.fidelity.sampled_tail_kl_interval`, checked here
+against the demo model in process cut to a top-K answer (its exact rows are one
+of the rows consistent with that answer, so its estimate must lie inside), and
+against a brute-force search. One that does not say so gets the top-k +
+tail-bucket bound the in-process run reports beside its estimate.
 """
 
 from __future__ import annotations

@@ -33,7 +33,10 @@ delta-p are exact; the top-K + tail KL is exact at every position where the
 returned ids cover ``S`` (then the candidate's tail over the complement of
 ``S`` is exactly ``1 - sum_S p``); a baseline id outside the candidate's
 returned set gets the even share of the unreturned mass instead of its own,
-which biases the KL. Ask for twice the pack's k (``EndpointSettings.full_top_k``,
+which biases the KL. Each rebuilt row comes with ``returned`` (which entries
+are the server's) and ``unreturned_bound`` (the largest log-prob any other
+token can have), from which the fidelity tier bounds what it cannot see
+(docs/fidelity.md, "A served candidate"). Ask for twice the pack's k (``EndpointSettings.full_top_k``,
 default 64): on the demo model's FP8 build the server's top-32 covered the
 pack's top-32 set at 47 % of the positions (mean KL 5.6e-3 from rebuilt rows)
 and its top-64 at 100 % (mean KL 7.0e-4, exact).
