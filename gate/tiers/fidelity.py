@@ -573,15 +573,21 @@ def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str)
     return np.concatenate([getattr(results[i].positions, field) for i in indices])
 
 
-def kl_label(k: int, m: int, exact: bool, interval: bool = False) -> str:
+def kl_label(k: int, m: int, exact: bool, interval: bool = False, unbounded: bool = False) -> str:
     """How the KL was obtained, as the reports print it."""
     if exact:
         return "exact (live baseline)"
+    if interval and unbounded:
+        return (
+            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position) "
+            "over the tokens the server did not return: unbounded above (sampled tail tokens "
+            "outside its answer), so the value is its lower end; the whole vocabulary "
+            "(--served-logprobs) bounds it"
+        )
     if interval:
         return (
-            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position), "
-            "the served candidate's unreturned tokens bounded by its K-th returned log-prob; "
-            "value: its upper end (gated)"
+            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position) "
+            "over the tokens the server did not return; value: its upper end"
         )
     if m:
         return f"estimate: top-{k} exact + {m} sampled tail tokens per position (unbiased)"
@@ -627,16 +633,29 @@ def measurements(
     :func:`gate.metrics.fidelity.sampled_tail_kl_interval`; the details give both
     ends of the mean (``interval``), the positions where they meet
     (``interval_exact_positions``) and those unbounded above
-    (``interval_unbounded_positions``, counted in ``capped_positions`` too).
+    (``interval_unbounded_positions``). Where a position is unbounded above the
+    values are the lower ends instead (``gated_end``: ``lower``; the upper end of
+    the mean is then ``None``): a gate on an end that is infinite would block
+    every served build, the baseline's own included.
     """
     ids = [r.meta.id for r in results]
     groups = _groups(results, context_tiers)
     everything = list(range(len(results)))
-    kl_all = _pooled(results, everything, "kl")
+    upper_all = _pooled(results, everything, "kl")
+    lower_all = _pooled(results, everything, "kl_lower")
+    # a served candidate's KL is gated on the upper end of its interval; where that end is
+    # unbounded (a sampled tail token outside the answer), on the lower end, labelled so
+    unbounded = int(((upper_all >= fm.KL_CAP) & (lower_all < fm.KL_CAP)).sum()) if interval else 0
+    gated = "kl_lower" if unbounded else "kl"
+    kl_all = lower_all if unbounded else upper_all
     bound_all = _pooled(results, everything, "kl_bound")
     se_all = _pooled(results, everything, "kl_se")
     nonfinite = int(sum(int(r.positions.nonfinite.sum()) for r in results))
-    capped = int(sum(int(r.positions.capped.sum()) for r in results))
+    capped = (
+        int((kl_all >= fm.KL_CAP).sum())
+        if unbounded
+        else int(sum(int(r.positions.capped.sum()) for r in results))
+    )
     common: dict[str, Any] = {
         "prompts": len(results),
         "tokens": int(kl_all.size),
@@ -649,7 +668,7 @@ def measurements(
     kind = "exact" if exact else ("interval" if interval else ("estimate" if m else "bound"))
     kl_details: dict[str, Any] = {
         **common,
-        MeasurementDetail.KL_METHOD: kl_label(k, m, exact, interval),
+        MeasurementDetail.KL_METHOD: kl_label(k, m, exact, interval, bool(unbounded)),
         "kl_kind": kind,
         "k": k,
         "m": m,
@@ -657,19 +676,6 @@ def measurements(
         "tail_mass_mean": tail_mass_mean,
     }
     mean_details = dict(kl_details)
-    if interval:
-        lower_all = _pooled(results, everything, "kl_lower")
-        lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
-        upper_mean = float(np.mean([r.positions.kl.mean() for r in results]))
-        mean_details["interval"] = [lower_mean, upper_mean]
-        mean_details["interval_exact_positions"] = int((lower_all == kl_all).sum())
-        mean_details["interval_unbounded_positions"] = int(
-            ((kl_all >= fm.KL_CAP) & (lower_all < fm.KL_CAP)).sum()
-        )
-        mean_details[MeasurementDetail.KL_METHOD] = (
-            f"{kl_details[MeasurementDetail.KL_METHOD]}; mean in "
-            f"[{lower_mean:.4g}, {upper_mean:.4g}] nats"
-        )
     if kind in ("estimate", "interval"):
         se_mean = _standard_error(results, everything)
         mean_details[MeasurementDetail.KL_METHOD] = (
@@ -678,6 +684,18 @@ def measurements(
         mean_details["standard_error"] = se_mean
         mean_details["token_mean_standard_error"] = float(
             np.sqrt((se_all**2).sum()) / max(se_all.size, 1)
+        )
+    if interval:
+        lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
+        upper_mean = None if unbounded else float(np.mean([r.positions.kl.mean() for r in results]))
+        mean_details["interval"] = [lower_mean, upper_mean]
+        mean_details["interval_exact_positions"] = int((lower_all == upper_all).sum())
+        mean_details["interval_unbounded_positions"] = unbounded
+        mean_details["gated_end"] = "lower" if unbounded else "upper"
+        mean_details[MeasurementDetail.KL_METHOD] = (
+            f"{mean_details[MeasurementDetail.KL_METHOD]}; mean in "
+            f"[{lower_mean:.4g}, {'unbounded' if upper_mean is None else format(upper_mean, '.4g')}]"
+            " nats"
         )
     bound_details = {
         **common,
@@ -692,7 +710,7 @@ def measurements(
     per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
         ("fidelity.cga", lambda p: float(p.cga.mean()), common),
         ("fidelity.cga_at_5", lambda p: float(p.cga_at_k.mean()), common),
-        ("fidelity.kl_mean", lambda p: float(p.kl.mean()), mean_details),
+        ("fidelity.kl_mean", lambda p: float(getattr(p, gated).mean()), mean_details),
         ("fidelity.kl_bound_mean", lambda p: float(p.kl_bound.mean()), bound_details),
         ("fidelity.delta_p_mean", lambda p: float(p.delta_p.mean()), dp_details),
         ("fidelity.delta_p_rms", lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
@@ -704,9 +722,9 @@ def measurements(
     summary = fm.kl_summary(kl_all)
     bound_summary = fm.kl_summary(bound_all)
     slice_summaries = {
-        key: fm.kl_summary(_pooled(results, idx, "kl")) for key, idx in groups.items()
+        key: fm.kl_summary(_pooled(results, idx, gated)) for key, idx in groups.items()
     }
-    worst = int(np.argmax([float(r.positions.kl.max()) for r in results]))
+    worst = int(np.argmax([float(getattr(r.positions, gated).max()) for r in results]))
     for stat in (*fm.KL_PERCENTILES, "max"):
         name = f"fidelity.kl_{stat}"
         details = dict(kl_details)
