@@ -676,7 +676,7 @@ def measurements(
         "tail_mass_mean": tail_mass_mean,
     }
     mean_details = dict(kl_details)
-    if kind in ("estimate", "interval"):
+    if kind == "estimate" or (kind == "interval" and not unbounded):
         se_mean = _standard_error(results, everything)
         mean_details[MeasurementDetail.KL_METHOD] = (
             f"{kl_details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
