@@ -6,6 +6,8 @@ compressed-tensors versions gate does not run), made with:
     PY=$(bash scripts/setup_tool_env.sh llmcompressor | tail -n 1)
     $PY scripts/make_compressed_checkpoints.py            # all three
     $PY scripts/make_compressed_checkpoints.py gptq-w4a16 --out /some/dir
+    # the packaged AWQ one (OMP_NUM_THREADS=1, nothing else running is fastest)
+    OMP_NUM_THREADS=1 $PY scripts/make_compressed_checkpoints.py awq-w4a16 --samples 128
 
 Each checkpoint is calibrated on the packaged calibration texts
 (``gate/assets/calibration/sharegpt_calibration.jsonl``, tokenized with the
@@ -24,19 +26,24 @@ Methods (``lm_head`` and the embeddings stay dense in all three):
   compensated on the columns not yet rounded through the inverse Hessian of
   the layer's calibration inputs, ``H = 2 X X^T``.
 * ``awq-w4a16`` -- AWQ (Lin et al. 2023): per input channel, scales
-  ``s = mean|x|^alpha`` searched on the calibration activations so that
-  ``Q(W diag(s)) diag(s)^-1 x`` best matches ``W x``, folded into the preceding
-  norm or linear layer, then asymmetric INT4 round-to-nearest per group.
+  ``s = mean|x|^alpha`` searched on the calibration activations (a grid of 20
+  ``alpha`` values per smoothed layer) so that ``Q(W diag(s)) diag(s)^-1 x``
+  best matches ``W x``, folded into the preceding norm or linear layer, then
+  INT4 round-to-nearest per group. Symmetric (the ``W4A16`` scheme, as GPTQ):
+  compressed-tensors 0.20, which gate loads checkpoints with, cannot load an
+  asymmetric pack-quantized checkpoint written by 0.19 (its packed zero points
+  do not match the shape it allocates; transformers stops on the mismatch).
+  The packaged one took 3 min 14 s of CPU time (one thread, 128 texts x 256
+  tokens; 11 min 46 s wall on a shared 2-core machine); with ``--samples 16``
+  an asymmetric run took 34 s wall.
 * ``sparsegpt-0.5`` -- SparseGPT (Frantar & Alistarh 2023): 50 % of each
   linear layer's weights set to zero (unstructured), chosen and compensated
   with the same inverse-Hessian update as GPTQ. compressed-tensors 0.19 no
   longer writes sparse formats, so this checkpoint is a dense safetensors file
   (18 MB) without a quantization config.
 
-The INT4 checkpoints (6 MB) go to ``gate/assets/checkpoints/<name>``; the
-SparseGPT one to the cache, ``${GATE_TOOL_CACHE:-~/.cache/gate-tools}/checkpoints/
-sparsegpt-0.5-<demo sha256[:12]>-<calibration sha256[:12]>`` (see
-``gate.models.checkpoints``). Each directory gets the checkpoint, the demo
+All three go to ``gate/assets/checkpoints/<name>`` (the INT4 ones 6 MB,
+SparseGPT 18 MB; see ``gate.models.checkpoints``), packaged with gate. Each directory gets the checkpoint, the demo
 tokenizer files and ``gate_checkpoint.json``: the tool's version, the demo
 model's and the calibration file's sha256, and the settings.
 """
@@ -70,7 +77,9 @@ def recipe(method: str) -> Any:
     if method == "awq-w4a16":
         from llmcompressor.modifiers.awq import AWQModifier
 
-        return AWQModifier(targets="Linear", scheme="W4A16_ASYM", ignore=["lm_head"])
+        # symmetric INT4: compressed-tensors 0.20 (gate's loader) cannot load an asymmetric
+        # pack-quantized checkpoint (its packed zero points mismatch the shape it allocates)
+        return AWQModifier(targets="Linear", scheme="W4A16", ignore=["lm_head"])
     if method == "sparsegpt-0.5":
         from llmcompressor.modifiers.pruning import SparseGPTModifier
 

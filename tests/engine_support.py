@@ -33,8 +33,11 @@ MAX_MODEL_LEN = 1024
 #: Tokens the engine's scheduler takes per step: prompts longer than this are
 #: prefilled in several chunks (a prompt "longer than one batch").
 MAX_BATCHED_TOKENS = 256
-#: Log-probs per position the server allows (twice the demo pack's k of 32).
-MAX_LOGPROBS = 64
+#: The demo model's vocabulary: asking for that many log-probs makes a served KL exact.
+DEMO_VOCAB = 4096
+#: Log-probs per position the server allows: the whole vocabulary (the fidelity tier asks
+#: for 64 by default, twice the demo pack's k of 32; a test may ask for every token).
+MAX_LOGPROBS = DEMO_VOCAB
 
 _PYTHON: list[str] = []
 

@@ -29,23 +29,8 @@ from gate.models.spec import ModelSpec
 QUANTIZED = ("gptq-w4a16", "awq-w4a16")
 
 
-def _made_by_the_tool(name: str) -> Any:
-    """A checkpoint that exists only where scripts/make_compressed_checkpoints.py ran."""
-    return pytest.param(
-        name,
-        marks=[
-            pytest.mark.tools,
-            pytest.mark.skipif(
-                checkpoints.find(name) is None,
-                reason=f"no {name} checkpoint here (scripts/make_compressed_checkpoints.py)",
-            ),
-        ],
-    )
-
-
-#: GPTQ and SparseGPT are packaged (and must be there); AWQ's CPU run did not finish
-#: here, so it is tested where the tool made it.
-AVAILABLE = ("gptq-w4a16", _made_by_the_tool("awq-w4a16"), "sparsegpt-0.5")
+#: All three are packaged (and must be there).
+AVAILABLE = ("gptq-w4a16", "awq-w4a16", "sparsegpt-0.5")
 
 #: Runs in a fresh interpreter: load, describe every decoder linear layer before and after
 #: the first forward, and compare the logits with the dense demo model's.
@@ -171,14 +156,14 @@ def test_int4_weights_in_use_lie_on_the_int4_grid(probe: Any) -> None:
     name, p = probe
     if name not in QUANTIZED:
         pytest.skip("a sparse checkpoint has no INT4 layers")
-    low, high = (-8, 7) if name == "gptq-w4a16" else (0, 15)
+    low, high = (-8, 7)  # symmetric INT4 (both recipes use the W4A16 scheme)
     layers = _decoder(p["after"])
     assert len(layers) == 28  # 4 layers x (q, k, v, o, gate, up, down)
     for layer, d in layers.items():
         distance, smallest, largest = d["grid"]
         assert distance < 1e-3, layer
         assert low - 1e-3 <= smallest and largest <= high + 1e-3, layer
-    assert all(d["symmetric"] == (name == "gptq-w4a16") for d in layers.values())
+    assert all(d["symmetric"] for d in layers.values())
 
 
 def test_sparsegpt_layers_are_half_zeros(probe: Any) -> None:
@@ -216,4 +201,38 @@ def test_cache_key_names_the_method_model_and_calibration() -> None:
     assert key == "sparsegpt-0.5-abababababab-cdcdcdcdcdcd"
     assert checkpoints.default_dir("gptq-w4a16") == checkpoints.PACKAGED / "gptq-w4a16"
     assert checkpoints.default_dir("sparsegpt-0.5") == checkpoints.PACKAGED / "sparsegpt-0.5"
+    assert checkpoints.default_dir("awq-w4a16") == checkpoints.PACKAGED / "awq-w4a16"
     assert checkpoints.cached_dir("awq-w4a16").parent == checkpoints.tool_cache() / "checkpoints"
+
+
+@pytest.mark.parametrize(("name", "samples"), [("gptq-w4a16", 128), ("awq-w4a16", 128)])
+def test_packaged_checkpoints_say_how_they_were_made(name: str, samples: int) -> None:
+    made = json.loads((checkpoints.PACKAGED / name / "gate_checkpoint.json").read_text())
+    assert made["method"] == name
+    assert made["tool"].startswith("llmcompressor ")
+    assert made["base_model_sha256"] == checkpoints.file_sha256(checkpoints.DEMO_WEIGHTS)
+    assert made["calibration_sha256"] == checkpoints.file_sha256(checkpoints.CALIBRATION)
+    assert made["calibration_samples"] == samples and made["max_seq_length"] == 256
+
+
+@pytest.mark.slow
+def test_gating_the_packaged_awq_checkpoint_gives_cga_below_one_and_a_verdict(
+    tmp_path: Path,
+) -> None:
+    """A fresh ``gate run`` gates the packaged AWQ build against the demo baseline."""
+    from tests.cli_support import run_gate
+
+    (tmp_path / "gate.toml").write_text("[tiers.fidelity]\nlimit = 24\n")
+    out = tmp_path / "results.json"
+    done = run_gate(
+        "run", "--candidate", "demo", "--recipe", "awq:w4a16", "--against", "fp32",
+        "--tiers", "fidelity", "--config", "gate.toml", "--json", str(out),
+        cwd=tmp_path, env={}, unset=(),
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["candidate"]["recipe"] == "awq:w4a16"
+    assert results["verdict"] in ("pass", "warn", "block")
+    assert results["exit_code"] == done.returncode
+    cga = next(m for m in results["metrics"] if m["name"] == "fidelity.cga" and not m["slice"])
+    assert 0.5 < cga["value"] < 1.0, cga["value"]

@@ -9,7 +9,8 @@ tests/conftest.py) are the ``--endpoint`` and ``--baseline-endpoint`` of the
 others, which gate must leave alone. Figures are printed (run with ``-s``).
 
 * the float32 served demo against the committed demo baseline: CGA 1, mean KL
-  below 1e-6, exit 0; provenance names engine, version, served model and
+  below 1e-6 (the lower end of its interval: the server's top 64 leave sampled
+  tail tokens out, so the upper end is unbounded), exit 0; provenance names engine, version, served model and
   endpoint, and holds no API key; the server is gone afterwards;
 * the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``) as an
   endpoint with the latency tier: latency from the streams, the load runs at
@@ -106,6 +107,9 @@ def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: P
     assert results["verdict"] == "pass"
     assert metrics["fidelity.cga"]["value"] == 1.0
     assert metrics["fidelity.kl_mean"]["value"] < 1e-6
+    details = metrics["fidelity.kl_mean"]["details"]
+    assert details["kl_kind"] == "interval" and details["gated_end"] == "lower"
+    assert details["interval"][1] is None and details["interval_unbounded_positions"] > 0
     assert cand["backend"] == "http" and cand["engine"] == "vllm"
     assert cand["engine_version"] == "0.32.0" and cand["served_model"] == "demo"
     assert cand["endpoint"].startswith("http://127.0.0.1:")

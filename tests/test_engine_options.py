@@ -158,3 +158,12 @@ def test_bad_gate_engine_flags(
 def test_session_engines_check_the_environment(engine: EngineSettings, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         session_engines(SessionOptions(engine=engine))
+
+
+def test_served_logprobs_is_what_the_client_asks_for_full_rows() -> None:
+    """``served_logprobs`` (``--served-logprobs``) becomes the client's ``full_top_k``."""
+    assert EngineSettings(endpoint="http://h/v1").settings_for("http://h/v1").full_top_k == 64
+    wide = EngineSettings(endpoint="http://h/v1", served_logprobs=4096)
+    assert wide.settings_for("http://h/v1").full_top_k == 4096
+    with pytest.raises(ValueError, match="served_logprobs must be >= 1"):
+        EngineSettings(endpoint="http://h/v1", served_logprobs=0)

@@ -184,7 +184,7 @@ def _gate(cwd: Path, *args: str, **env: str) -> GateRun:
     [
         ("kv-snapkv:1.5", ExitCode.USAGE_ERROR, "ratio 1.5 is outside (0, 1)"),
         ("kv-tova:0.5", ExitCode.USAGE_ERROR, "unknown recipe 'kv-tova'"),
-        ("awq:w4a16", ExitCode.INTERNAL_ERROR, "make_compressed_checkpoints.py awq-w4a16"),
+        ("sparsegpt:0.3", ExitCode.USAGE_ERROR, "choose one of gptq-w4a16, awq-w4a16"),
     ],
 )
 def test_gate_run_stops_in_one_line_before_any_model_loads(
@@ -399,7 +399,7 @@ def test_notes_group_untouched_metrics_by_tier() -> None:
 # ---------------------------------------------------------------- the paper panel
 
 
-def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
+def test_the_paper_panel_has_one_candidate_per_method(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gate.session import paper_panel
@@ -407,17 +407,17 @@ def test_the_paper_panel_has_one_candidate_per_method_and_skips_an_absent_awq(
     recipes = paper_panel.panel_recipes()
     assert recipes[0] == "none"
     families = {family(r) for r in recipes[1:]}
-    assert families == {"checkpoint", "attention", "cache"}
+    assert families == {"checkpoint", "weights", "attention", "cache"}
     names = {parse_recipe(r).name for r in recipes[1:]}
-    assert {"gptq", "attn-fp8", "attn-sage", "attn-topk"} <= names
-    assert {"kv-snapkv", "kv-h2o", "kv-streaming", "kv-quant"} <= names
+    # the CGA paper's nine methods
+    assert {"gptq", "awq", "sparsegpt", "prune-wanda"} <= names
+    assert {"attn-fp8", "attn-sage", "attn-topk", "kv-snapkv", "kv-h2o"} <= names
+    assert {"kv-streaming", "kv-quant"} <= names
+    assert paper_panel.family_of("prune-wanda:0.5") == "pruning"
+    assert paper_panel.family_of("awq:w4a16") == "weights INT4"
+    monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache: all are packaged
     for recipe in recipes:
         precheck.check_recipe_runs("demo", recipe)  # every panel recipe can run
-    assert "sparsegpt:0.5" in recipes  # packaged
-    monkeypatch.setenv("GATE_TOOL_CACHE", str(tmp_path))  # an empty cache
-    assert paper_panel.panel_recipes() == tuple(r for r in recipes if r != "awq:w4a16")
-    notes = paper_panel.left_out()
-    assert len(notes) == 1 and "make_compressed_checkpoints.py awq-w4a16" in notes[0]
 
 
 def test_the_paper_table_has_the_papers_columns() -> None:
@@ -518,9 +518,11 @@ def test_the_gate_blocks_the_strongest_eviction(tmp_path: Path, recipe: str) -> 
     assert results["candidate"]["cache_method"] == recipe
 
 
-def test_a_run_config_takes_every_family_and_refuses_a_missing_checkpoint(tmp_path: Path) -> None:
+def test_a_run_config_takes_every_family(tmp_path: Path) -> None:
     entries = [
         ("gptq", "gptq:w4a16"),
+        ("awq", "awq:w4a16"),
+        ("wanda", "prune-wanda:0.5"),
         ("fp8", "attn-fp8"),
         ("topk", "attn-topk:0.1"),
         ("snap", "kv-snapkv:ratio=0.5,window=16"),
@@ -536,19 +538,6 @@ def test_a_run_config_takes_every_family_and_refuses_a_missing_checkpoint(tmp_pa
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     for name, recipe in entries:
         assert f"candidate {name}: model demo, recipe {recipe}" in done.stdout
-    body += '\n[[candidates]]\nname = "awq"\nmodel = "demo"\nrecipe = "awq:w4a16"\n'
-    (tmp_path / "gate.toml").write_text(body)
-    done = _gate(
-        tmp_path,
-        "run",
-        "--config",
-        "gate.toml",
-        "--dry-run",
-        GATE_TOOL_CACHE=str(tmp_path / "empty-cache"),
-    )
-    assert done.returncode == ExitCode.INTERNAL_ERROR
-    assert done.stderr.strip().startswith("gate: error: candidate 'awq': the demo model's")
-    assert "make_compressed_checkpoints.py awq-w4a16" in done.stderr
 
 
 # ---------------------------------------------------------------- exercised_only
@@ -617,7 +606,7 @@ def test_a_partly_exercised_fidelity_tier_lists_its_exercised_prompts(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["gptq:w4a16", "sparsegpt:0.5"])
+@pytest.mark.parametrize("recipe", ["gptq:w4a16", "awq:w4a16", "sparsegpt:0.5"])
 def test_a_checkpoint_reports_its_compressed_layers_and_a_dense_model_none(
     base: HFBackend, recipe: str
 ) -> None:

@@ -148,3 +148,29 @@ def test_sse_lines() -> None:
     assert parse_sse_line(": keep-alive") is None
     assert parse_sse_line("event: ping") is None
     assert parse_sse_line("") is None
+
+
+def test_rebuilt_rows_say_which_tokens_the_server_returned_and_bound_the_rest() -> None:
+    from gate.models.backends.openai_scores import scores_from_positions
+
+    # top 3 asked; the target (id 7) is outside them at one position, inside at the other
+    positions = [
+        [(1, -0.5), (2, -1.5), (3, -2.5), (7, -6.0)],
+        [(7, -0.2), (4, -2.0), (5, -3.0)],
+    ]
+    got = scores_from_positions(positions, [7, 7], top_k=2, vocab_size=10, full=True, asked=3)
+    assert got.returned is not None and got.unreturned_bound is not None
+    assert got.returned[0].nonzero()[0].tolist() == [1, 2, 3, 7]
+    assert got.returned[1].nonzero()[0].tolist() == [4, 5, 7]
+    # no token outside a top-3 is more likely than its 3rd: the target below it is not the bound
+    assert got.unreturned_bound.tolist() == [-2.5, -3.0]
+    # the whole vocabulary returned: nothing is unknown
+    every = [[(t, -np.log(4.0)) for t in range(4)]]
+    whole = scores_from_positions(every, [0], top_k=2, vocab_size=4, full=True, asked=4)
+    assert whole.returned is not None and whole.returned.all()
+    assert whole.unreturned_bound is not None and np.isneginf(whole.unreturned_bound).all()
+    # without full rows there is nothing to say
+    assert (
+        scores_from_positions(positions, [7, 7], top_k=2, vocab_size=10, full=False).returned
+        is None
+    )

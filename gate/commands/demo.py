@@ -29,8 +29,6 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     console = make_console()
     console.print(paper_panel.table(candidates))
     console.print(paper_panel.category_table(candidates))
-    for line in paper_panel.left_out():
-        console.print(f"[yellow]note:[/] {line}")
     if json_dir is not None:
         text = json.dumps(paper_panel.rows_json(candidates), indent=2) + "\n"
         with writing("--json-dir", json_dir / "paper_panel.json"):

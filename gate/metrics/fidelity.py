@@ -104,6 +104,9 @@ class PositionScores:
     kl_bound: np.ndarray
     #: Standard error of each ``kl`` value (0 where it is exact or the bound).
     kl_se: np.ndarray
+    #: Lower end of the KL where it is an interval (a served candidate's sampled-tail
+    #: estimate, :func:`sampled_tail_kl_interval`; ``kl`` is then its upper end), else ``kl``.
+    kl_lower: np.ndarray
 
     @property
     def length(self) -> int:
@@ -317,6 +320,80 @@ def sampled_tail_kl(
     return np.asarray(head + tail, dtype=np.float64), np.asarray(se, dtype=np.float64)
 
 
+def _g(log_r: np.ndarray) -> np.ndarray:
+    """``g(r) = r - 1 - log r`` from ``log r`` (``+inf`` at ``log r = -inf``)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isneginf(log_r), np.inf, np.expm1(log_r) - log_r)
+
+
+def sampled_tail_kl_interval(
+    base_topk_logprobs: np.ndarray,
+    base_tail_logmass: np.ndarray,
+    cand_topk_logprobs: np.ndarray,
+    cand_tail_logmass: np.ndarray,
+    base_sample_logprobs: np.ndarray,
+    cand_sample_logprobs: np.ndarray,
+    *,
+    topk_known: np.ndarray,
+    sample_known: np.ndarray,
+    cand_bound: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([T] lower, [T] upper)``: the range of :func:`sampled_tail_kl`'s estimate over every
+    candidate row consistent with a served top-K answer.
+
+    A serving engine returns the log-probs of its own top ``K`` tokens (and the
+    target) per position; any other token ``v`` has ``log p_c(v)`` somewhere in
+    ``(-inf, b]``, ``b`` the ``K``-th returned log-prob (``cand_bound``). Write the
+    estimate token by token (``Q = 1 - sum_{s in S} p_c(s)``)::
+
+        KL^ = sum_{s in S} h_s(p_c(s)) + (P - 1) + (P / m) sum_j g(p_c(v_j) / p_b(v_j))
+        h_s(c) = p_b(s) log(p_b(s) / c) + c,   g(r) = r - 1 - log r
+
+    Both ``h_s`` and ``g`` are convex with their minimum where the candidate equals
+    the baseline (``h_s' = 1 - p_b(s) / c``, ``g' = 1 - 1 / r``) and tend to ``+inf``
+    as the candidate's probability goes to 0. So for an unreturned token the
+    **lower end** takes the allowed value nearest the baseline's
+    (``c = min(e^b, p_b(s))``, ``r = min(e^b / p_b(v_j), 1)``), and the **upper
+    end** is ``+inf``: a token outside the answer may have any probability below
+    the ``K``-th, down to 0. Where every stored id and sampled token is returned
+    (``topk_known``, ``sample_known`` ``[T, k]``/``[T, m]`` all True) both ends
+    equal :func:`sampled_tail_kl`'s estimate, computed by it on the same inputs.
+    The lower end is not the top-k + tail bucket bound (:func:`topk_tail_kl`):
+    that bounds the exact KL, this interval bounds the estimate. Float64.
+    """
+    lb = np.asarray(base_topk_logprobs, dtype=np.float64)
+    lc = np.asarray(cand_topk_logprobs, dtype=np.float64)
+    sb = np.asarray(base_sample_logprobs, dtype=np.float64)
+    sc = np.asarray(cand_sample_logprobs, dtype=np.float64)
+    known_s = np.asarray(topk_known, dtype=bool)
+    known_v = np.asarray(sample_known, dtype=bool)
+    bound = np.asarray(cand_bound, dtype=np.float64)[:, None]
+    big_p = np.exp(np.asarray(base_tail_logmass, dtype=np.float64))
+    m = sb.shape[-1]
+    if m == 0:
+        raise ValueError("no sampled tail tokens: use topk_tail_kl (the lower bound)")
+    exact, _ = sampled_tail_kl(
+        lb, base_tail_logmass, np.where(known_s, lc, bound), cand_tail_logmass, sb, sc
+    )
+    all_known = known_s.all(axis=-1) & known_v.all(axis=-1)
+    # lower end, token by token: an unreturned token at the value nearest the baseline's
+    # (with every stored id returned, sum_S h_s + P - 1 is computed as the estimate does:
+    # sum_S p_b log(p_b / p_c) + P - Q, Q from the candidate's row, without cancellation)
+    c_low = np.where(known_s, lc, np.minimum(bound, lb))
+    head = _plogp_ratio(lb, c_low).sum(axis=-1)
+    big_q = np.exp(np.asarray(cand_tail_logmass, dtype=np.float64))
+    head = np.where(
+        known_s.all(axis=-1), head + big_p - big_q, head + np.exp(c_low).sum(axis=-1) + big_p - 1.0
+    )
+    log_r = np.where(known_v, sc - sb, np.minimum(bound - sb, 0.0))
+    with np.errstate(invalid="ignore"):
+        tail = np.where(big_p > 0.0, big_p * _g(log_r).mean(axis=-1), 0.0)
+    # the estimate is >= 0 (sum_S h_s >= sum_S p_b(s) = 1 - P, g >= 0): so is its lower end
+    lower = np.where(all_known, exact, np.maximum(head + tail, 0.0))
+    upper = np.where(all_known, exact, np.inf)
+    return np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+
+
 def exact_kl(base_logprobs: np.ndarray, cand_logprobs: np.ndarray) -> np.ndarray:
     """``[T]`` exact ``KL_i = sum_v p_b(v) (log p_b(v) - log p_c(v))`` over full rows (float64)."""
     lb = _as_rows(base_logprobs).astype(np.float64)
@@ -334,6 +411,8 @@ def score_positions(
     base_full_logprobs: np.ndarray | None = None,
     base_sample_ids: np.ndarray | None = None,
     base_sample_logprobs: np.ndarray | None = None,
+    cand_returned: np.ndarray | None = None,
+    cand_bound: np.ndarray | None = None,
     cga_k: int = 5,
     logprob_dtype: type[np.floating[Any]] = np.float32,
 ) -> PositionScores:
@@ -346,6 +425,11 @@ def score_positions(
     :func:`sampled_tail_kl` estimate when the pack has sampled tail tokens
     (``base_sample_ids``/``base_sample_logprobs`` ``[T, m]``, ``m >= 1``), else
     the :func:`topk_tail_kl` lower bound, which is always reported as ``kl_bound``.
+    Rows rebuilt from a served top-K answer (``cand_returned`` ``[T, V]``: which
+    entries the server returned; ``cand_bound`` ``[T]``: the K-th returned
+    log-prob) give the estimate as an interval
+    (:func:`sampled_tail_kl_interval`): ``kl`` is its upper end, ``kl_lower`` its
+    lower end, and ``kl_se`` the estimate's standard error where both ends meet.
     The candidate's tails are summed over its full row. Its log-probs at the
     stored ids are rounded to the precision the pack stores the baseline's in
     (``logprob_dtype``, float32 tails), so both sides of every difference carry
@@ -365,6 +449,7 @@ def score_positions(
     cand_tail = tail_logmass(rows, ids).astype(np.float32)
     bound = topk_tail_kl(base_topk_logprobs, base_tail_logmass, cand_at_ids, cand_tail)
     se = np.zeros_like(bound)
+    lower: np.ndarray | None = None
     if base_full_logprobs is not None:
         kl = exact_kl(base_full_logprobs, rows)
         p_base_y = np.exp(
@@ -386,9 +471,29 @@ def score_positions(
                     base_sample_logprobs,
                     cand_at_samples.astype(logprob_dtype),
                 )
+                if cand_returned is not None:
+                    known = np.asarray(cand_returned, dtype=bool)
+                    sample_known = np.take_along_axis(known, sample_ids, axis=-1)
+                    topk_known = np.take_along_axis(known, ids, axis=-1)
+                    if cand_bound is None:
+                        raise ValueError("cand_returned needs cand_bound")
+                    lower, kl = sampled_tail_kl_interval(
+                        base_topk_logprobs,
+                        base_tail_logmass,
+                        cand_at_ids,
+                        cand_tail,
+                        base_sample_logprobs,
+                        cand_at_samples.astype(logprob_dtype),
+                        topk_known=topk_known,
+                        sample_known=sample_known,
+                        cand_bound=np.asarray(cand_bound, dtype=np.float64).astype(logprob_dtype),
+                    )
+                    se = np.where(lower == kl, se, 0.0)
         p_base_y = np.exp(np.asarray(base_topk_logprobs, dtype=np.float64)[:, 0])
     capped = ~np.isfinite(kl) | (kl > KL_CAP) | bad
     kl = np.where(capped, KL_CAP, kl)
+    low = kl if lower is None else lower
+    low = np.where(bad | np.isnan(low), KL_CAP, np.minimum(low, KL_CAP))
     bound = np.where(~np.isfinite(bound) | (bound > KL_CAP) | bad, KL_CAP, bound)
     se = np.where(capped, 0.0, se)
     cand_y = np.take_along_axis(rows, y[:, None], axis=-1)[:, 0]
@@ -405,6 +510,7 @@ def score_positions(
         capped=capped,
         kl_bound=bound.astype(np.float64),
         kl_se=se.astype(np.float64),
+        kl_lower=low.astype(np.float64),
     )
 
 

@@ -2,7 +2,7 @@
 
 ``scripts/make_compressed_checkpoints.py`` (run in llm-compressor's own
 environment) writes a checkpoint per method. The demo's ship under
-``gate/assets/checkpoints/<method>`` (the INT4 ones a few MB; SparseGPT 18 MB,
+``gate/assets/checkpoints/<method>`` (GPTQ and AWQ W4A16 6 MB each; SparseGPT 18 MB,
 written dense: compressed-tensors no longer stores sparse formats), so a fresh
 clone gates them without the tool; a method made anew (another model or
 calibration set) is cached under ``${GATE_TOOL_CACHE:-~/.cache/gate-tools}/checkpoints`` in a

@@ -27,6 +27,7 @@ from typing import Literal
 from gate.models.backends.openai_client import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_SERVED_LOGPROBS,
     EndpointSettings,
 )
 
@@ -126,6 +127,16 @@ class EngineSettings:
             "engine: seconds to wait for a response",
         ),
     )
+    served_logprobs: int = field(
+        default=DEFAULT_SERVED_LOGPROBS,
+        metadata=_option(
+            "--served-logprobs",
+            "count",
+            "Log-probs asked per position for the fidelity rows (default 64; the vocabulary"
+            " size makes a served KL exact; the server's --max-logprobs must allow it).",
+            "engine: log-probs asked per position for the fidelity rows",
+        ),
+    )
     startup_timeout_s: float = field(
         default=DEFAULT_STARTUP_TIMEOUT_S,
         metadata=_option(
@@ -170,6 +181,8 @@ class EngineSettings:
             raise ValueError("give at most one of baseline_serve and baseline_endpoint")
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
+        if self.served_logprobs < 1:
+            raise ValueError("served_logprobs must be >= 1")
         for name in ("request_timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -199,6 +212,7 @@ class EngineSettings:
             api_key_env=self.api_key_env,
             max_concurrency=self.max_concurrency,
             request_timeout=self.request_timeout_s,
+            full_top_k=self.served_logprobs,
         )
 
 

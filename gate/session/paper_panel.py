@@ -8,11 +8,11 @@ same demo run config as ``gate demo`` and prints a table in the paper's shape:
 method, family, CGA overall / per category / per prompt-length slice, mean KL,
 perplexity, MCQ accuracy and flips, verdict.
 
-The GPTQ checkpoint ships with the package; the AWQ and SparseGPT ones join
-the panel when they are cached (made offline by
-``scripts/make_compressed_checkpoints.py`` in llm-compressor's environment; AWQ
-takes hours on a CPU; see :mod:`gate.models.checkpoints`). The panel names
-the ones it left out (:func:`left_out`).
+The GPTQ, AWQ and SparseGPT checkpoints ship with the package (made offline
+by ``scripts/make_compressed_checkpoints.py`` in llm-compressor's environment,
+each in minutes on a CPU; see :mod:`gate.models.checkpoints`), so a fresh
+clone gates all of them; Wanda prunes in process (``prune-wanda``, calibrated on
+the packaged calibration texts).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ PAPER_PANEL: tuple[tuple[str, str], ...] = (
     ("gptq:w4a16", "weights INT4"),
     ("awq:w4a16", "weights INT4"),
     ("sparsegpt:0.5", "pruning"),
+    ("prune-wanda:0.5", "pruning"),
     ("attn-fp8", "attn low-prec"),
     ("attn-sage", "attn low-prec"),
     ("attn-topk:0.1", "attn sparse"),
@@ -39,33 +40,11 @@ PAPER_PANEL: tuple[tuple[str, str], ...] = (
     ("kv-streaming:sinks=4,window=32", "KV eviction"),
     ("kv-quant:int4", "KV quant"),
 )
-#: Recipes whose checkpoint is not packaged (the panel leaves them out when absent).
-OPTIONAL: tuple[str, ...] = ("awq:w4a16",)
-
-
-def _absent(recipe: str) -> bool:
-    from gate.models import checkpoints
-    from gate.models.recipes import checkpoint_method, parse_recipe
-
-    return recipe in OPTIONAL and checkpoints.find(checkpoint_method(parse_recipe(recipe))) is None
 
 
 def panel_recipes() -> tuple[str, ...]:
-    """The panel's recipes, without an optional checkpoint recipe whose checkpoint is absent."""
-    return tuple(recipe for recipe, _ in PAPER_PANEL if not _absent(recipe))
-
-
-def left_out() -> list[str]:
-    """One line per panel recipe left out for want of its checkpoint, naming how to make it."""
-    from gate.models.precheck import MAKE_CHECKPOINTS
-    from gate.models.recipes import checkpoint_method, parse_recipe
-
-    return [
-        f"{recipe} left out: its checkpoint is not cached; "
-        + MAKE_CHECKPOINTS.format(method=checkpoint_method(parse_recipe(recipe)))
-        for recipe, _ in PAPER_PANEL
-        if _absent(recipe)
-    ]
+    """The panel's recipes, the control first."""
+    return tuple(recipe for recipe, _ in PAPER_PANEL)
 
 
 def family_of(recipe: str) -> str:
@@ -160,7 +139,6 @@ __all__ = [
     "PAPER_PANEL",
     "category_table",
     "family_of",
-    "left_out",
     "panel_recipes",
     "row",
     "rows_json",

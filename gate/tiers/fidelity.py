@@ -254,6 +254,22 @@ def score_rows(
 
     Empty continuations are skipped. Memory stays bounded by one batch of rows.
     """
+    for i, rows, _ in scored_rows(
+        backend, requests, batch_size=batch_size, top_k=top_k, progress=progress
+    ):
+        yield i, rows
+
+
+def scored_rows(
+    backend: Backend,
+    requests: Sequence[ScoreRequest],
+    *,
+    batch_size: int,
+    top_k: int,
+    progress: Progress | None = None,
+) -> Iterator[tuple[int, np.ndarray, TokenScores]]:
+    """:func:`score_rows` with each request's :class:`TokenScores` (a served answer's
+    ``returned`` ids and ``unreturned_bound``)."""
     live = [i for i, r in enumerate(requests) if len(r.continuation) > 0]
     lengths = [len(requests[i].context) + len(requests[i].continuation) for i in live]
     done = 0
@@ -263,7 +279,7 @@ def score_rows(
             [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
         )
         for i, s in zip(idx, scored, strict=True):
-            yield i, _full_rows(s)
+            yield i, _full_rows(s), s
         done += len(idx)
         if progress is not None:
             progress(done, len(live))
@@ -424,6 +440,9 @@ class PromptScores:
     index: int
     meta: PackPrompt
     positions: fm.PositionScores
+    #: The KL is the interval of a served candidate's estimate (``positions.kl_lower`` ..
+    #: ``positions.kl``), not a single value.
+    interval: bool = False
 
 
 def verify_candidate(
@@ -476,15 +495,17 @@ def score_pack(
             score_rows(baseline_backend, requests, batch_size=settings.batch_size, top_k=1)
         )
     results: list[PromptScores] = []
-    # a served candidate's rows are exact only within its returned top-k: the sampled
-    # tail tokens' log-probs would be guessed, so its KL is the top-k + tail-bucket bound
+    # a served candidate's rows are exact only within its returned top-K: its KL is the
+    # interval of the estimate over the tokens it did not return (when it says which it
+    # returned), else the top-k + tail-bucket bound
     use_samples = uses_tail_samples(backend)
-    for j, rows in score_rows(
+    for j, rows, scores in scored_rows(
         backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
     ):
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)
-        if not use_samples:
+        returned = None if use_samples else scores.returned
+        if not use_samples and returned is None:
             sample_ids, sample_lps = sample_ids[:, :0], sample_lps[:, :0]
         _check_ids_fit(pack, rows.shape[-1], ids, sample_ids)
         positions = fm.score_positions(
@@ -496,13 +517,16 @@ def score_pack(
             base_full_logprobs=base_rows.get(j),
             base_sample_ids=sample_ids,
             base_sample_logprobs=sample_lps,
+            cand_returned=returned,
+            cand_bound=scores.unreturned_bound,
             cga_k=CGA_K,
             logprob_dtype=LOGPROB_DTYPES[pack.logprob_dtype],
         )
         if settings.skip_first_token:
             positions = positions.from_position(1)
         if positions.length:
-            results.append(PromptScores(j, pack.prompts[j], positions))
+            interval = returned is not None and sample_ids.shape[-1] > 0
+            results.append(PromptScores(j, pack.prompts[j], positions, interval))
     if not results:
         raise DataError(
             "the reference pack has no output tokens to score",
@@ -549,10 +573,22 @@ def _pooled(results: Sequence[PromptScores], indices: Sequence[int], field: str)
     return np.concatenate([getattr(results[i].positions, field) for i in indices])
 
 
-def kl_label(k: int, m: int, exact: bool) -> str:
+def kl_label(k: int, m: int, exact: bool, interval: bool = False, unbounded: bool = False) -> str:
     """How the KL was obtained, as the reports print it."""
     if exact:
         return "exact (live baseline)"
+    if interval and unbounded:
+        return (
+            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position) "
+            "over the tokens the server did not return: unbounded above (sampled tail tokens "
+            "outside its answer), so the value is its lower end; the whole vocabulary "
+            "(--served-logprobs) bounds it"
+        )
+    if interval:
+        return (
+            f"interval of the estimate (top-{k} exact + {m} sampled tail tokens per position) "
+            "over the tokens the server did not return; value: its upper end"
+        )
     if m:
         return f"estimate: top-{k} exact + {m} sampled tail tokens per position (unbiased)"
     return (
@@ -584,6 +620,7 @@ def measurements(
     m: int = 0,
     recording: RecordingSummary | None = None,
     context_tiers: Sequence[int] | None = None,
+    interval: bool = False,
 ) -> list[Measurement]:
     """Aggregate per-prompt scores into the fidelity measurements (see the catalog).
 
@@ -591,16 +628,34 @@ def measurements(
     the pack) is reported with the KL so a reader can judge the bound; ``m``
     (sampled tail tokens of the pack) says whether the KL is an estimate;
     ``recording`` (the pack's cut and empty prompts) is reported as well;
-    ``context_tiers`` adds a ``context:<budget>`` slice per tier.
+    ``context_tiers`` adds a ``context:<budget>`` slice per tier. With
+    ``interval`` (a served candidate) the KL values are the upper ends of
+    :func:`gate.metrics.fidelity.sampled_tail_kl_interval`; the details give both
+    ends of the mean (``interval``), the positions where they meet
+    (``interval_exact_positions``) and those unbounded above
+    (``interval_unbounded_positions``). Where a position is unbounded above the
+    values are the lower ends instead (``gated_end``: ``lower``; the upper end of
+    the mean is then ``None``): a gate on an end that is infinite would block
+    every served build, the baseline's own included.
     """
     ids = [r.meta.id for r in results]
     groups = _groups(results, context_tiers)
     everything = list(range(len(results)))
-    kl_all = _pooled(results, everything, "kl")
+    upper_all = _pooled(results, everything, "kl")
+    lower_all = _pooled(results, everything, "kl_lower")
+    # a served candidate's KL is gated on the upper end of its interval; where that end is
+    # unbounded (a sampled tail token outside the answer), on the lower end, labelled so
+    unbounded = int(((upper_all >= fm.KL_CAP) & (lower_all < fm.KL_CAP)).sum()) if interval else 0
+    gated = "kl_lower" if unbounded else "kl"
+    kl_all = lower_all if unbounded else upper_all
     bound_all = _pooled(results, everything, "kl_bound")
     se_all = _pooled(results, everything, "kl_se")
     nonfinite = int(sum(int(r.positions.nonfinite.sum()) for r in results))
-    capped = int(sum(int(r.positions.capped.sum()) for r in results))
+    capped = (
+        int((kl_all >= fm.KL_CAP).sum())
+        if unbounded
+        else int(sum(int(r.positions.capped.sum()) for r in results))
+    )
     common: dict[str, Any] = {
         "prompts": len(results),
         "tokens": int(kl_all.size),
@@ -610,10 +665,10 @@ def measurements(
     if recording is not None:
         common["reference_prompts_truncated"] = recording.truncated
         common["reference_prompts_empty"] = recording.empty
-    kind = "exact" if exact else ("estimate" if m else "bound")
+    kind = "exact" if exact else ("interval" if interval else ("estimate" if m else "bound"))
     kl_details: dict[str, Any] = {
         **common,
-        MeasurementDetail.KL_METHOD: kl_label(k, m, exact),
+        MeasurementDetail.KL_METHOD: kl_label(k, m, exact, interval, bool(unbounded)),
         "kl_kind": kind,
         "k": k,
         "m": m,
@@ -621,7 +676,7 @@ def measurements(
         "tail_mass_mean": tail_mass_mean,
     }
     mean_details = dict(kl_details)
-    if kind == "estimate":
+    if kind == "estimate" or (kind == "interval" and not unbounded):
         se_mean = _standard_error(results, everything)
         mean_details[MeasurementDetail.KL_METHOD] = (
             f"{kl_details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
@@ -629,6 +684,18 @@ def measurements(
         mean_details["standard_error"] = se_mean
         mean_details["token_mean_standard_error"] = float(
             np.sqrt((se_all**2).sum()) / max(se_all.size, 1)
+        )
+    if interval:
+        lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
+        upper_mean = None if unbounded else float(np.mean([r.positions.kl.mean() for r in results]))
+        mean_details["interval"] = [lower_mean, upper_mean]
+        mean_details["interval_exact_positions"] = int((lower_all == upper_all).sum())
+        mean_details["interval_unbounded_positions"] = unbounded
+        mean_details["gated_end"] = "lower" if unbounded else "upper"
+        mean_details[MeasurementDetail.KL_METHOD] = (
+            f"{mean_details[MeasurementDetail.KL_METHOD]}; mean in "
+            f"[{lower_mean:.4g}, {'unbounded' if upper_mean is None else format(upper_mean, '.4g')}]"
+            " nats"
         )
     bound_details = {
         **common,
@@ -643,7 +710,7 @@ def measurements(
     per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
         ("fidelity.cga", lambda p: float(p.cga.mean()), common),
         ("fidelity.cga_at_5", lambda p: float(p.cga_at_k.mean()), common),
-        ("fidelity.kl_mean", lambda p: float(p.kl.mean()), mean_details),
+        ("fidelity.kl_mean", lambda p: float(getattr(p, gated).mean()), mean_details),
         ("fidelity.kl_bound_mean", lambda p: float(p.kl_bound.mean()), bound_details),
         ("fidelity.delta_p_mean", lambda p: float(p.delta_p.mean()), dp_details),
         ("fidelity.delta_p_rms", lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
@@ -655,9 +722,9 @@ def measurements(
     summary = fm.kl_summary(kl_all)
     bound_summary = fm.kl_summary(bound_all)
     slice_summaries = {
-        key: fm.kl_summary(_pooled(results, idx, "kl")) for key, idx in groups.items()
+        key: fm.kl_summary(_pooled(results, idx, gated)) for key, idx in groups.items()
     }
-    worst = int(np.argmax([float(r.positions.kl.max()) for r in results]))
+    worst = int(np.argmax([float(getattr(r.positions, gated).max()) for r in results]))
     for stat in (*fm.KL_PERCENTILES, "max"):
         name = f"fidelity.kl_{stat}"
         details = dict(kl_details)
@@ -705,14 +772,16 @@ def measure(
         results = score_pack(
             backend, pack, settings, baseline_backend=baseline_backend, progress=progress
         )
+    interval = baseline_backend is None and any(r.interval for r in results)
     out = measurements(
         results,
         k=pack.k,
         exact=baseline_backend is not None,
         tail_mass_mean=pack.mean_tail_mass(results[-1].index),
-        m=pack.m if uses_tail_samples(backend) or baseline_backend is not None else 0,
+        m=pack.m if uses_tail_samples(backend) or baseline_backend is not None or interval else 0,
         recording=pack.recording_summary(),
         context_tiers=settings.context_tiers,
+        interval=interval,
     )
     stamped = exercised.attach(out, backend, before)
     requests = {

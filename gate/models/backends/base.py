@@ -56,6 +56,12 @@ class TokenScores:
     topk_logprobs: np.ndarray
     #: ``[T, V]`` full log-softmax rows (float32, CPU), only when asked for.
     full_logprobs: Any | None = None
+    #: ``[T, V]`` True where ``full_logprobs`` holds the engine's own log-prob (rows rebuilt
+    #: from a served top-K answer); ``None`` when every entry is exact (in process).
+    returned: np.ndarray | None = None
+    #: ``[T]`` the largest log-prob an unreturned token can have (the K-th returned one;
+    #: ``-inf`` when every token was returned); set with ``returned``.
+    unreturned_bound: np.ndarray | None = None
 
     @property
     def argmax_ids(self) -> np.ndarray:

@@ -12,8 +12,9 @@ only ids cross the wire, so both sides see the same tokens:
   falls back once). Parsed by :mod:`gate.models.backends.openai_scores` into
   the same :class:`TokenScores` as the in-process backend; full rows (asked by
   the fidelity tier) are rebuilt from ``max(top_k, full_top_k)`` returned
-  log-probs per position, exactly as that module states.
-  :attr:`HTTPBackend.exact_full_rows` is False, so callers that need the exact
+  log-probs per position (``full_top_k``: the engine setting
+  ``served_logprobs``), exactly as that module states, with which entries the
+  server returned. :attr:`HTTPBackend.exact_full_rows` is False, so callers that need the exact
   log-prob of arbitrary tokens (the single-token MCQ path) score them as
   targets instead.
 * ``generate`` — greedy: ``temperature: 0`` with neutral penalties and an
@@ -460,7 +461,12 @@ class HTTPBackend(tokens.TokenizerMethods):
         prompt = [int(t) for t in (*request.context, *request.continuation)]
         positions = await self._positions(client, model, prompt, len(request.context), asked)
         return scores_from_positions(
-            positions, request.continuation, top_k=top_k, vocab_size=self.vocab_size, full=full
+            positions,
+            request.continuation,
+            top_k=top_k,
+            vocab_size=self.vocab_size,
+            full=full,
+            asked=asked,
         )
 
     async def _positions(

@@ -50,6 +50,8 @@ MAX_BACKOFF_S = 30.0
 DEFAULT_MAX_CONCURRENCY = 8
 #: Seconds to wait for a response when nothing says otherwise.
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+#: Log-probs asked per position when a caller wants full rows: twice a reference pack's k.
+DEFAULT_SERVED_LOGPROBS = 64
 #: Characters of a server message quoted in an error.
 _QUOTE = 240
 
@@ -111,7 +113,7 @@ class EndpointSettings:
     retry_backoff: float = 0.5
     #: Top-k asked per position when the caller wants full rows (``score(full=True)``);
     #: twice the reference pack's k, so the returned ids cover the pack's top-k set.
-    full_top_k: int = 64
+    full_top_k: int = DEFAULT_SERVED_LOGPROBS
     #: ``prompt_logprobs`` (vLLM, SGLang), ``echo`` (legacy) or ``auto`` (try both, in that order).
     scoring_api: ScoringApi = "auto"
 

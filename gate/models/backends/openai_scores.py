@@ -33,7 +33,10 @@ delta-p are exact; the top-K + tail KL is exact at every position where the
 returned ids cover ``S`` (then the candidate's tail over the complement of
 ``S`` is exactly ``1 - sum_S p``); a baseline id outside the candidate's
 returned set gets the even share of the unreturned mass instead of its own,
-which biases the KL. Ask for twice the pack's k (``EndpointSettings.full_top_k``,
+which biases the KL. Each rebuilt row comes with ``returned`` (which entries
+are the server's) and ``unreturned_bound`` (the largest log-prob any other
+token can have), from which the fidelity tier bounds what it cannot see
+(docs/fidelity.md, "A served candidate"). Ask for twice the pack's k (``EndpointSettings.full_top_k``,
 default 64): on the demo model's FP8 build the server's top-32 covered the
 pack's top-32 set at 47 % of the positions (mean KL 5.6e-3 from rebuilt rows)
 and its top-64 at 100 % (mean KL 7.0e-4, exact).
@@ -149,12 +152,17 @@ def scores_from_positions(
     top_k: int,
     vocab_size: int,
     full: bool,
+    asked: int | None = None,
 ) -> TokenScores:
     """:class:`TokenScores` of one continuation from its returned positions.
 
     ``topk_*`` are the ``top_k`` returned tokens with the highest log-probs
     (ties towards the lower id); ``target_logprobs`` the continuation tokens'
-    own; ``full_logprobs`` (when ``full``) the rows of :func:`rows_from_topk`.
+    own; ``full_logprobs`` (when ``full``) the rows of :func:`rows_from_topk`,
+    with ``returned`` (which entries are the server's) and ``unreturned_bound``:
+    the server returned its top ``asked`` tokens (default ``top_k``) and the
+    target, so every other token's log-prob is at most the ``asked``-th largest
+    returned one (``-inf`` when every token of the vocabulary was returned).
     """
     steps = len(continuation)
     if len(positions) != steps:
@@ -164,6 +172,9 @@ def scores_from_positions(
     ids = np.zeros((steps, k), dtype=np.int64)
     lps = np.zeros((steps, k), dtype=np.float32)
     rows = np.zeros((steps, vocab_size), dtype=np.float32) if full else None
+    returned = np.zeros((steps, vocab_size), dtype=bool) if full else None
+    bound = np.full(steps, -np.inf, dtype=np.float64)
+    n_top = min(asked if asked is not None else top_k, vocab_size)
     for i, (pairs, y) in enumerate(zip(positions, continuation, strict=True)):
         table = dict(pairs)
         if int(y) not in table:
@@ -180,9 +191,19 @@ def scores_from_positions(
         ids[i] = [t for t, _ in top]
         lps[i] = [math.nan if bad else v for _, v in top]
         target[i] = math.nan if bad else table[int(y)]
-        if rows is not None:
+        if rows is not None and returned is not None:
             rows[i] = np.nan if bad else rows_from_topk(table, vocab_size)
-    return TokenScores(target_logprobs=target, topk_ids=ids, topk_logprobs=lps, full_logprobs=rows)
+            returned[i, [t for t, _ in ordered]] = True
+            if len(ordered) < vocab_size:
+                bound[i] = ordered[min(n_top, len(ordered)) - 1][1]
+    return TokenScores(
+        target_logprobs=target,
+        topk_ids=ids,
+        topk_logprobs=lps,
+        full_logprobs=rows,
+        returned=returned,
+        unreturned_bound=bound if full else None,
+    )
 
 
 def rows_from_topk(known: Mapping[int, float], vocab_size: int) -> np.ndarray:
