@@ -73,6 +73,9 @@ class Thresholds:
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Gate a partly exercised tier's per-item metrics on the items its compression acted on.
     exercised_only: bool = False
+    #: The raw ``[calibration]`` table a calibrated file carries (``gate calibrate``; read by
+    #: :func:`gate.gating.calibration.read_calibration`); empty when the file has none.
+    calibration: Mapping[str, Any] = field(default_factory=dict)
 
     def for_metric(self, name: str) -> MetricThreshold | None:
         """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
@@ -85,7 +88,7 @@ class Thresholds:
 
 # --------------------------------------------------------------------- thresholds
 
-_TOP_KEYS = ("gate", "metrics", "tiers")
+_TOP_KEYS = ("gate", "metrics", "tiers", "calibration")
 _GATE_KEYS = ("alpha", "min_samples", "exercised_only")
 _BOUND_KEYS = ("warn", "critical", "mode")
 _METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
@@ -209,6 +212,9 @@ def parse_thresholds(
         if not isinstance(settings, Mapping):
             raise ConfigError(f"tiers.{tier}: expected a table", f"[tiers.{tier}] then keys")
         tiers[tier] = dict(settings)
+    calibration = data.get("calibration", {})
+    if not isinstance(calibration, Mapping):
+        raise ConfigError(f"{source}: [calibration] must be a table", "re-run gate calibrate")
     return Thresholds(
         alpha=alpha,
         min_samples=min_samples,
@@ -216,6 +222,7 @@ def parse_thresholds(
         source=source,
         tiers=tiers,
         exercised_only=exercised_only,
+        calibration=dict(calibration),
     )
 
 
