@@ -18,7 +18,9 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
     try:
         sizes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ConfigError(f"--batch-sizes {text!r} is not a list of integers", "e.g. 4,32") from None
+        raise ConfigError(
+            f"--batch-sizes {text!r} is not a list of integers", "e.g. 4,32"
+        ) from None
     if not sizes or min(sizes) < 1:
         raise ConfigError(f"--batch-sizes {text!r}: sizes must be >= 1", "e.g. 4,32")
     return sizes
@@ -42,9 +44,7 @@ def _g(value: float | None) -> str:
 )
 @file_option("--out", required=True, help="Write the calibrated thresholds.toml here.")
 @json_option
-@file_option(
-    "--log", help="Where the calibration sessions' own reports go (default: <out>.log)."
-)
+@file_option("--log", help="Where the calibration sessions' own reports go (default: <out>.log).")
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
@@ -257,7 +257,8 @@ def calibrate(
     blocked = [s for s, c in result.session_codes.items() if c == ExitCode.BLOCKED]
     if blocked:
         click.echo(
-            "noise crossed a declared critical bound in: " + ", ".join(blocked)
+            "noise crossed a declared critical bound in: "
+            + ", ".join(blocked)
             + " (the bounds above are raised past it)"
         )
     calibration = read_calibration(written.calibration, str(out))

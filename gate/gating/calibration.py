@@ -261,6 +261,8 @@ def calibrate_metric(
         alpha=alpha,
         power=power,
     )
+    if needed is not None and declared is not None:
+        needed = max(needed, declared.min_samples)  # below it the verdict is the point value
     return MetricCalibration(
         metric=spec.name,
         mode=mode,
@@ -566,6 +568,8 @@ def plan_sample_sizes(
                 alpha=thresholds.alpha,
                 power=calibration.power,
             )
+            if needed is not None:
+                needed = max(needed, threshold.min_samples)  # below it: the point value alone
             rows.append((name, n, needed))
             factor = max(factor, math.inf if needed is None else needed / max(n, 1))
         if not rows:
@@ -588,11 +592,23 @@ def describe_plans(plans: Sequence[TierPlan], calibration: Calibration) -> list[
         worst = max(plan.metrics, key=lambda r: math.inf if r[2] is None else r[2] / max(r[1], 1))
         name, n, needed = worst
         need = "more than 1,000,000" if needed is None else f"{needed}"
-        when = "" if plan.seconds is None else f", about {plan.seconds:.0f} s here"
+        timing = calibration.timings.get(plan.tier)
+        when = ""
+        if plan.seconds is not None and timing is not None:
+            when = (
+                f"; about {plan.seconds:.0f} s here ({timing.items} items took"
+                f" {timing.seconds:.0f} s)"
+            )
         enough = "enough" if needed is not None and needed <= n else "too few"
         lines.append(
             f"  {plan.tier}: {need} items needed (by {name}; configured {n}: {enough}){when}"
         )
+        if calibration.metrics[name].spread == 0.0:
+            lines.append(
+                f"    {name}: the calibration runs showed no per-item spread, so the count is"
+                " the metric's min_samples; a control (--dtype-control, an engine) measures a"
+                " spread a real change has"
+            )
     return lines
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
+import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -208,8 +208,9 @@ def plan_perturbations(
             )
     if request.dtype_control is not None:
         runs.append(
-            Perturbation(f"dtype {request.dtype_control}", tiers, dtype=request.dtype_control,
-                         control=True)
+            Perturbation(
+                f"dtype {request.dtype_control}", tiers, dtype=request.dtype_control, control=True
+            )
         )
     if request.engine is not None:
         where = "served" if request.engine.serve is not None else "endpoint"
@@ -267,13 +268,9 @@ def _write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> Path:
 
 @contextlib.contextmanager
 def _quiet(log: Path | None) -> Iterator[None]:
-    """The sessions' reports go to ``log`` (appended), not to the terminal."""
-    if log is None:
-        with open(Path(tempfile.gettempdir()) / "gate-calibrate-sessions.log", "a") as sink:
-            with contextlib.redirect_stdout(sink):
-                yield
-        return
-    with open(log, "a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
+    """The sessions' reports go to ``log`` (appended; ``None``: discarded), not to the terminal."""
+    target = log if log is not None else Path(os.devnull)
+    with open(target, "a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
         yield
 
 
@@ -366,8 +363,9 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
             for ref, tables in records:
                 progress.note(f"calibrate: recording baseline {ref}")
-                config = base_config if ref == BASE_REF else _write_config(root / f"{ref}.toml",
-                                                                            tables)
+                config = (
+                    base_config if ref == BASE_REF else _write_config(root / f"{ref}.toml", tables)
+                )
                 tiers = request.tiers if ref == BASE_REF else ("fidelity",)
                 options = replace(common, label=ref, ref=ref, config=config)
                 with _quiet(request.log):
@@ -388,7 +386,10 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 tables = _merge(checked.tables, pert.overrides)
                 config = _write_config(root / f"run{index}.toml", tables)
                 options = replace(
-                    common, against=(pert.against,), config=config, dtype=pert.dtype,
+                    common,
+                    against=(pert.against,),
+                    config=config,
+                    dtype=pert.dtype,
                     engine=pert.engine,
                 )
                 started = time.perf_counter()
@@ -400,8 +401,9 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                     raise CalibrationFailed(
                         f"calibration run {pert.source!r} ended with exit {int(code)}",
                         f"see {request.log}" if request.log else "re-run with --log FILE",
-                        code if code not in (ExitCode.OK, ExitCode.BLOCKED) else
-                        ExitCode.INTERNAL_ERROR,
+                        code
+                        if code not in (ExitCode.OK, ExitCode.BLOCKED)
+                        else ExitCode.INTERNAL_ERROR,
                     )
                 if pert.source.startswith("repeat") and len(pert.tiers) == 1:
                     tier_seconds.setdefault(pert.tiers[0], []).append(elapsed)
@@ -449,11 +451,6 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         timings=timings,
     )
     return CalibrationResult(record, codes)
-
-
-def is_finite(value: float | None) -> bool:
-    """Whether ``value`` is a finite number."""
-    return value is not None and math.isfinite(value)
 
 
 __all__ = [
