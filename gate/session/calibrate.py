@@ -358,7 +358,9 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         )
         with progress.task("calibrate: sessions", total=checked.sessions) as step:
             base_config = _write_config(root / "base.toml", checked.tables)
-            records = [(BASE_REF, dict(checked.tables))]
+            records: list[tuple[str, Mapping[str, Mapping[str, Any]]]] = [
+                (BASE_REF, checked.tables)
+            ]
             for ref, seed in checked.tail_refs:
                 records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
             for ref, tables in records:
@@ -383,8 +385,9 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 progress.note(
                     f"calibrate: run {index + 1}/{len(checked.perturbations)}: {pert.source}"
                 )
-                tables = _merge(checked.tables, pert.overrides)
-                config = _write_config(root / f"run{index}.toml", tables)
+                config = _write_config(
+                    root / f"run{index}.toml", _merge(checked.tables, pert.overrides)
+                )
                 options = replace(
                     common,
                     against=(pert.against,),
