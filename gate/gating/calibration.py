@@ -32,7 +32,8 @@ per-item spread any run showed (the sd of paired differences for per-item
 scores, the discordant-pair rate for per-item correctness); the MDE is that
 of the gate's own test at the configured item count, and the item count
 needed is the one at which the test detects the *critical* bound with the
-requested power. Point-valued metrics (KL percentiles) have neither: they are
+requested power, and never fewer than the metric's ``min_samples`` (below it
+the verdict is the point value alone). Point-valued metrics (KL percentiles) have neither: they are
 judged on the value alone.
 """
 
