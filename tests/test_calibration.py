@@ -230,3 +230,20 @@ def test_order_seed_regroups_every_prompt() -> None:
     assert sorted(i for g in seeded for i in g) == list(range(8))
     assert seeded != plain
     assert batches(lengths, 3, order_seed=1) == seeded  # seeded: reproducible
+
+
+def test_dry_run_plan_lines() -> None:
+    from gate.session.plan import sample_size_lines
+
+    (none,) = sample_size_lines(DEFAULTS, ("fidelity",))
+    assert none.startswith("sample sizes: no calibration in")
+    loaded = parse_thresholds(
+        tomllib.loads(render_thresholds(DEFAULTS, _record(0.0), SPECS)), source="cal.toml"
+    )
+    lines = sample_size_lines(loaded, ("fidelity",))
+    needed = max(pw.required_n_paired_mean(0.10, 0.1, alpha=0.01) or 0, 10)
+    assert f"fidelity: {needed} items needed (by fidelity.cga; configured 96" in lines[1]
+    assert "96 items took 12 s" in lines[1]
+    assert sample_size_lines(loaded, ("accuracy",)) == [
+        "sample sizes: cal.toml calibrates none of accuracy"
+    ]
