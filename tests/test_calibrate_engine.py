@@ -67,7 +67,12 @@ def test_served_engine_is_a_calibrated_noise_source(served: HTTPBackend, tmp_pat
     assert all(math.isfinite(v) for v in figures.values())
     # the served build is measured over HTTP: a figure of its own beside the in-process ones
     assert doc["metrics"]["fidelity.kl_mean"]["sources"]["repeat 1"] == 0.0
-    assert figures["fidelity.kl_mean"] >= 0.0
+    # vLLM's float32 kernels are not transformers': the KL read from the pack moves (by
+    # rounding, either way: -8.9e-09 nats in one run), its tail more (8.4e-07 nats), far below
+    # any bound; an engine run that silently scored in process would read exactly 0
+    assert figures["fidelity.kl_mean"] != 0.0
+    assert abs(figures["fidelity.kl_mean"]) < 1e-6
+    assert figures["fidelity.kl_p99"] > 0.0
     calibrated = load_thresholds(out)
     assert calibrated.metrics["fidelity.kl_mean"].bound.warn > 0
     assert "engine (endpoint)" in out.read_text()  # named in the comments and the record
