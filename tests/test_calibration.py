@@ -106,6 +106,7 @@ def test_correctness_metric_uses_mcnemar() -> None:
     assert cal.mde == pytest.approx(pw.mde_mcnemar(60, 0.05, alpha=0.01))
     # the noise (0.0167, x2 = 0.033 > warn 0.02) raised the bounds: the count is for the new one
     assert (cal.rule, cal.critical) == ("noise", pytest.approx(2 * 2 * 0.0167))
+    assert cal.critical is not None
     assert cal.needed_n == pw.required_n_mcnemar(cal.critical, 0.05, alpha=0.01)
 
 
