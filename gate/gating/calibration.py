@@ -12,7 +12,7 @@ per-item differences. This module turns them into bounds.
 The rule (docs/adopting.md "How the bounds are derived"), per metric:
 
 * ``Q`` = the ``quantile``-th empirical quantile of ``max(d, 0)`` over the runs,
-  taken with the *higher* order statistic (with fewer than ``1 / (1 - quantile)``
+  taken with the *higher* order statistic (with at most ``1 / (1 - quantile)``
   runs that is the largest one: a handful of runs cannot locate a tail, so
   the largest seen stands for it);
 * ``warn = max(declared warn, margin x Q)``;
