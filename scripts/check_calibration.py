@@ -23,7 +23,9 @@ DAMAGED = ("bnb-nf4", "quanto-int2", "prune-magnitude:0.5", "drop-layers:2")
 
 def _gate(*args: str) -> int:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return gate(["run", "--candidate", "demo", "--against", "fp32", "--tiers", "fidelity", *args])
+        return gate(
+            ["run", "--candidate", "demo", "--against", "fp32", "--tiers", "fidelity", *args]
+        )
 
 
 def main() -> int:
