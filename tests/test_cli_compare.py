@@ -10,12 +10,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gate.cli import main
+from gate.gating.thresholds import packaged_thresholds_path
+from gate.measurement import from_samples
 from gate.report.results_json import results_from_json
 from gate.store.atomic import is_temporary
 from gate.store.baseline import BaselineStore
+from gate.store.measurements_file import save_measurements
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 THRESHOLDS = str(EXAMPLES / "thresholds.toml")
@@ -306,3 +310,78 @@ def test_console_script_has_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("gate: error: baseline")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------ power
+
+
+def _cga_files(tmp_path: Path, cand: np.ndarray, base: np.ndarray) -> tuple[Path, Path]:
+    """A candidate and a baseline measurements file holding fidelity.cga per prompt."""
+    ids = [f"p{i:03d}" for i in range(cand.size)]
+    paths = (tmp_path / "cand.json", tmp_path / "base.json")
+    for path, values in zip(paths, (cand, base), strict=True):
+        save_measurements(path, [from_samples("fidelity.cga", [float(x) for x in values], ids)])
+    return paths
+
+
+def _power_compare(cand: Path, base: Path, out: Path, *extra: str) -> list[str]:
+    return ["compare", str(cand), "--baseline", str(base), "--json", str(out),
+            "--thresholds", str(packaged_thresholds_path()), *extra]  # fmt: skip
+
+
+def test_small_cga_comparison_is_underpowered_and_strict_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """12 prompts, paired sd 0.2, no change: PASS, but a 0.10 drop could not have been seen."""
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0.55, 0.65, 12)
+    z = rng.normal(size=12)
+    cand = base + 0.2 * (z - z.mean()) / z.std(ddof=1)
+    assert float(np.std(cand - base, ddof=1)) == pytest.approx(0.2)
+    cand_path, base_path = _cga_files(tmp_path, cand, base)
+    out_json = tmp_path / "r.json"
+    assert main(_power_compare(cand_path, base_path, out_json)) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "fidelity.cga: n = 12 can only detect a drop of 0.18; the critical bound is 0.10"
+        " - UNDERPOWERED" in out
+    )
+    assert "gate: APPROVED (exit 0) - 0 critical, 0 warnings, 1 passed, 1 underpowered" in out
+    doc = json.loads(out_json.read_text())
+    (entry,) = doc["metrics"]
+    assert entry["severity"] == "pass" and entry["mde"]["underpowered"] is True
+    assert 0.10 < entry["mde"]["value"] < 0.2 and entry["mde"]["test"] == "paired bootstrap"
+    assert doc["underpowered"] == [
+        {"name": "fidelity.cga", "slice": None, "against": str(base_path),
+         "message": "fidelity.cga: n = 12 can only detect a drop of 0.18; the critical bound"
+                    " is 0.10 - UNDERPOWERED"}
+    ]  # fmt: skip
+    assert main(_power_compare(cand_path, base_path, out_json, "--strict")) == 1
+    assert "gate: BLOCKED (exit 1)" in capsys.readouterr().out
+    assert json.loads(out_json.read_text())["headline"] == "BLOCKED"
+    strict_file = tmp_path / "thresholds.toml"
+    strict_file.write_text(
+        packaged_thresholds_path()
+        .read_text()
+        .replace("require_power = false", "require_power = true")
+    )
+    argv = _power_compare(cand_path, base_path, out_json)
+    argv[argv.index("--thresholds") + 1] = str(strict_file)
+    assert main(argv) == 1  # require_power blocks without --strict
+
+
+def test_large_cga_comparison_with_tiny_spread_is_not_underpowered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """400 prompts within 0.004 of the ideal: the MDE is far below the 0.10 bound."""
+    cand = 1.0 - 0.004 * np.linspace(0.0, 1.0, 400)
+    cand_path, base_path = _cga_files(tmp_path, cand, np.ones(400))
+    out_json = tmp_path / "r.json"
+    assert main(_power_compare(cand_path, base_path, out_json, "--strict")) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "UNDERPOWERED" not in out and "underpowered" not in out
+    assert "gate: APPROVED (exit 0) - 0 critical, 0 warnings, 1 passed" in out
+    doc = json.loads(out_json.read_text())
+    (entry,) = doc["metrics"]
+    assert entry["mde"]["underpowered"] is False and 0.0 < entry["mde"]["value"] < 0.01
+    assert doc["underpowered"] == []

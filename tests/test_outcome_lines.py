@@ -314,4 +314,5 @@ def test_gate_run_lists_perplexity_it_did_not_measure_and_strict_blocks(tmp_path
     assert "not measured in this run (blocks under --strict): accuracy.perplexity" in out
     gate_lines = [line for line in out.splitlines() if line.startswith("gate: ")]
     assert gate_lines[-1].startswith("gate: BLOCKED (exit 1) - 0 critical, 0 warnings")
-    assert gate_lines[-1].endswith(", 1 not measured")
+    # the demo's small MCQ slices are also listed as underpowered after it (docs/metrics.md "Power")
+    assert ", 1 not measured" in gate_lines[-1]

@@ -104,9 +104,7 @@ def _g(value: float | None) -> str:
 @click.option(
     "--power",
     type=float,
-    default=0.8,
-    show_default=True,
-    help="Power of the MDE and of the sample sizes.",
+    help="Power of the MDE and of the sample sizes (default: [gate] power of --thresholds).",
 )
 @click.option("--allow-pickle", is_flag=True, help="Load a pickle-only checkpoint (trusted only).")
 @click.option(
@@ -134,7 +132,7 @@ def calibrate(
     model_slug: str | None,
     margin: float,
     quantile: float,
-    power: float,
+    power: float | None,
     allow_pickle: bool,
     dry_run: bool,
 ) -> int:

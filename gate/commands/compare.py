@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from gate import __version__
 from gate.commands.options import (
     color_option,
     json_option,
@@ -22,6 +23,7 @@ from gate.gating.versions import check_refs, drift_of, measured_with, version_no
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
+from gate.report.results import RunIdentity
 from gate.report.results_json import build_results
 from gate.session.finish import coverage_notes
 from gate.session.plan import check_targets
@@ -63,8 +65,12 @@ def compare(
 ) -> int:
     """Gate MEASUREMENTS (a measurements JSON) against stored baselines.
 
-    Prints one table per tier (worst findings first) and a verdict line, and
-    exits 0 (APPROVED, warnings allowed), 1 (BLOCKED) or 4 (bad input).
+    Prints one table per tier (worst findings first), the verdicts whose critical
+    bound is below what their test can detect (UNDERPOWERED, a warning) and a
+    verdict line, and exits 0 (APPROVED, warnings allowed), 1 (BLOCKED; also a
+    warning or an underpowered verdict under --strict, or an underpowered one
+    with require_power = true in thresholds.toml) or 4 (bad input). The
+    results JSON names the candidate after the file's stem (``gate merge``).
 
     \b
     Examples:
@@ -98,7 +104,13 @@ def compare(
         {ref: measured_with(b.environment, b.provenance) for ref, b in baselines.items()},
         measured_with(candidate.environment, candidate.model),
     )
-    outcome = decide(verdicts, strict=strict, unmeasured=missing, version_drift=drift_of(versions))
+    outcome = decide(
+        verdicts,
+        strict=strict,
+        unmeasured=missing,
+        version_drift=drift_of(versions),
+        require_power=limits.require_power,
+    )
     unbounded = unbounded_metrics(limits, names)
     notes = coverage_notes(missing, unbounded, limits.source, strict)
     notes += version_notes(versions, strict=strict)
@@ -119,6 +131,13 @@ def compare(
             environment=candidate.environment or environment(),
             notes=notes,
             unbounded=unbounded,
+            run=RunIdentity(
+                candidate=measurements.stem,
+                gate_version=__version__,
+                thresholds=limits.source,
+                thresholds_sha256=limits.digest,
+                strict=strict,
+            ),
         ),
         targets,
     )

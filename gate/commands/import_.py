@@ -59,7 +59,7 @@ def lm_eval(
     verdicts = compare(candidate, baseline, limits, against=f"lm-eval:{base_samples.name}")
     if not verdicts:
         raise NothingMeasuredError("no metric to compare", "the samples files held no documents")
-    outcome = decide(verdicts, strict=strict)
+    outcome = decide(verdicts, strict=strict, require_power=limits.require_power)
     task = task_name(base_samples)
     render(
         outcome,

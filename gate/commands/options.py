@@ -34,7 +34,11 @@ thresholds_option = file_option(
     "--thresholds",
     help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
 )
-strict_option = click.option("--strict", is_flag=True, help="Treat warnings as failures (exit 1).")
+strict_option = click.option(
+    "--strict",
+    is_flag=True,
+    help="Treat warnings (underpowered verdicts included) as failures (exit 1).",
+)
 store_option = dir_option(
     "--store",
     default=DEFAULT_STORE,

@@ -391,6 +391,8 @@ def render_thresholds(
         f"alpha = {_fmt(declared.alpha)}",
         f"min_samples = {declared.min_samples}",
         f"exercised_only = {_fmt(declared.exercised_only)}",
+        f"power = {_fmt(declared.power)}",
+        f"require_power = {_fmt(declared.require_power)}",
     ]
     for name, threshold in declared.metrics.items():
         spec = specs[name]

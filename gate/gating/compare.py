@@ -27,6 +27,12 @@ its breakdown slices):
    which the reason says. A slice (``category:x``) with fewer than
    ``min_samples`` items is never escalated without significant evidence.
 
+4. Power: beside a gated, tested verdict stands what its test could detect
+   (``Verdict.power``, :mod:`gate.gating.detectable`): the MDE at ``alpha``,
+   ``[gate] power``, the sample count and the observed spread, and whether the
+   critical bound is below it (UNDERPOWERED; docs/metrics.md "Power"). It
+   never changes the severity.
+
 Pairwise judge scores (``MetricSpec.elo_samples``: per-prompt centred scores,
 value = Elo delta) are tested with the sign test on the prompts where the two
 sides differ and their bootstrap interval is mapped to Elo points.
@@ -64,7 +70,7 @@ import numpy as np
 
 from gate.config import suggest
 from gate.errors import DataError
-from gate.gating import stats
+from gate.gating import detectable, stats
 from gate.gating.decision import (
     Basis,
     Decision,
@@ -75,6 +81,7 @@ from gate.gating.decision import (
     describe,
     describe_test,
 )
+from gate.gating.power import PowerStatement
 from gate.gating.thresholds import MetricThreshold, Thresholds
 from gate.gating.verdict import (
     Bound,
@@ -434,6 +441,42 @@ def judge(
         severity=severity,
         basis=basis,
         evidence=evidence,
+        power=_power(cand, ref, spec, evidence, bound, thresholds, slice, against),
+    )
+
+
+def _power(
+    cand: Measurement,
+    ref: Reference,
+    spec: MetricSpec,
+    evidence: Evidence,
+    bound: Bound,
+    thresholds: Thresholds,
+    slice: str | None,
+    against: str,
+) -> PowerStatement | None:
+    """The MDE of the test that decided, beside the critical bound (:mod:`gate.gating.detectable`)."""
+    if spec.sample_kind is SampleKind.REPEATED:
+        if cand.samples is None or ref.measurement is None or not ref.measurement.samples:
+            return None
+        c = np.asarray(cand.samples, dtype=np.float64)
+        b = np.asarray(ref.measurement.samples, dtype=np.float64)
+    else:
+        paired = _pair(cand, ref)
+        if isinstance(paired, str):
+            return None
+        c, b, _ = paired
+    return detectable.statement(
+        c,
+        b,
+        spec,
+        evidence,
+        bound,
+        ref.value,
+        slice=slice,
+        against=against,
+        alpha=thresholds.alpha,
+        power=thresholds.power,
     )
 
 
@@ -464,6 +507,7 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
         p_value=evidence.p_worse if evidence else None,
         test=describe_test(evidence, higher_is_better=spec.higher_is_better) if evidence else None,
         details=details,
+        power=decision.power,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from gate.gating.power import PowerStatement
 from gate.gating.verdict import Assessment, ReferenceKind, Severity, VerdictThreshold
 from gate.measurement import Measurement
 
@@ -119,6 +120,8 @@ class Decision(Assessment):
     evidence: Evidence | None
     #: Why no test was run ("point metric", "no per-sample values" ...), when none was.
     untested: str = ""
+    #: What the test could detect (:mod:`gate.gating.detectable`); ``None`` when ungated/untested.
+    power: PowerStatement | None = None
 
     @property
     def delta(self) -> float | None:

@@ -19,14 +19,17 @@ inverse in ``δ``) and ``required_n_*`` (its inverse in the sample count).
   ``power = P[t'_{n-1}(δ√n/σ) > c]``. For large ``n`` the MDE tends to
   ``(z_{1-α} + z_{power}) σ / √n``.
 * McNemar's exact test (:func:`gate.gating.stats.mcnemar`, per-item 0/1
-  correctness). With a discordant-pair rate ``ψ`` and a degradation
-  ``δ = p_b - p_c`` (the rate of pairs where only the candidate is worse,
-  minus the rate where only it is better; Connor 1987), the discordant count
-  is ``D ~ Binom(n, ψ)`` and, given ``D``, ``b ~ Binom(D, (ψ + δ) / 2ψ)``. The
-  test rejects when ``P[Binom(D, 1/2) >= b] < α``, i.e. ``b >= k_α(D)``;
-  ``power = Σ_D P[D] P[b >= k_α(D) | D]``, summed exactly. ``ψ`` is the
-  observed rate, raised to ``δ`` when ``δ`` exceeds it (a degradation of ``δ``
-  needs at least that many discordant pairs).
+  correctness). An unchanged build disagrees with its baseline on a rate
+  ``ψ0`` of the items (the discordant-pair rate of the noise), half each way.
+  A degradation ``δ`` adds pairs where only the candidate is worse: ``p_c =
+  ψ0 / 2``, ``p_b = ψ0 / 2 + δ``, so ``δ = p_b - p_c`` is the drop of the
+  mean correctness (Connor 1987's parameters) and the discordant rate is
+  ``ψ = ψ0 + δ``. The discordant count is ``D ~ Binom(n, ψ)`` and, given
+  ``D``, ``b ~ Binom(D, p_b / ψ)``. The test rejects when ``P[Binom(D, 1/2) >=
+  b] < α``, i.e. ``b >= k_α(D)``; ``power = Σ_D P[D] P[b >= k_α(D) | D]``,
+  summed exactly. In a comparison ``ψ0`` is estimated as ``2 c / n`` (``c``
+  the pairs where only the candidate is better), which the degradation itself
+  does not inflate.
 * Wilcoxon's signed-rank test on per-pair log ratios
   (:func:`gate.gating.stats.paired_runs_test`, timings alternated with an
   in-session baseline). For log ratios ``X ~ N(θ, σ²)`` (``θ`` the log shift
@@ -87,9 +90,10 @@ def _check(alpha: float, power: float) -> None:
 
 
 def _z(q: float) -> float:
-    from scipy import stats as sps
+    """The standard normal quantile (scipy's ufunc, far cheaper than ``norm.ppf``)."""
+    from scipy import special
 
-    return float(sps.norm.ppf(q))
+    return float(special.ndtri(q))
 
 
 def _solve(f: Callable[[float], float], hi: float) -> float:
@@ -133,14 +137,20 @@ def power_paired_mean(n: int, sd: float, delta: float, *, alpha: float) -> float
     ``P[t'_{n-1}(δ√n/σ) > z_{1-α} √((n-1)/n)]`` (module docstring); with ``sd = 0``
     every worse difference is detected (1 for ``delta > 0``); ``n < 2`` gives 0.
     """
-    from scipy import stats as sps
+    from scipy import special
 
     if n < 2:
         return 0.0
     if sd <= 0.0:
         return 1.0 if delta > 0.0 else 0.0
     crit = _z(1.0 - alpha) * math.sqrt((n - 1) / n)
-    return float(sps.nct.sf(crit, n - 1, delta * math.sqrt(n) / sd))
+    nc = delta * math.sqrt(n) / sd
+    below = float(special.nctdtr(n - 1, nc, crit))
+    if not math.isfinite(below):  # the ufunc gives NaN at some large nc; scipy.stats does not
+        from scipy import stats as sps
+
+        return float(sps.nct.sf(crit, n - 1, nc))
+    return 1.0 - below
 
 
 def mde_paired_mean(n: int, sd: float, *, alpha: float, power: float = DEFAULT_POWER) -> float:
@@ -176,33 +186,44 @@ def required_n_paired_mean(
 # ------------------------------------------------------------------ McNemar
 
 
-def _critical_b(d: NDArray[np.int64], alpha: float) -> NDArray[np.int64]:
-    """``k_α(D)``: the least ``b`` with ``P[Binom(D, 1/2) >= b] < α`` (``D + 1``: none)."""
+@lru_cache(maxsize=64)
+def _critical_b(n: int, alpha: float) -> NDArray[np.int64]:
+    """``k_α(D)`` for ``D = 0 .. n``: the least ``b`` with ``P[Binom(D, 1/2) >= b] < α``
+    (``D + 1``: none). Cached: the MDE search asks for the same ``n`` many times."""
     from scipy import stats as sps
 
+    d = np.arange(n + 1, dtype=np.int64)
     k = np.asarray(sps.binom.isf(alpha, d, 0.5), dtype=np.int64) + 1
     k = np.where(sps.binom.sf(k - 1, d, 0.5) < alpha, k, k + 1)
     k = np.where((k > 0) & (sps.binom.sf(k - 2, d, 0.5) < alpha), k - 1, k)
-    return np.minimum(k, d + 1)
+    out = np.minimum(k, d + 1)
+    out.flags.writeable = False
+    return out
+
+
+def _noise_rate(discordant: float) -> float:
+    if not 0.0 <= discordant <= 1.0:
+        raise ValueError(f"discordant rate {discordant!r} must be in [0, 1]")
+    return discordant
 
 
 def power_mcnemar(n: int, discordant: float, delta: float, *, alpha: float) -> float:
     """Rejection probability of McNemar's exact test (module docstring), summed exactly.
 
-    ``discordant``: the rate ``ψ`` of pairs whose outcomes differ; ``delta``: the
-    degradation ``p_b - p_c`` of the mean correctness. ``ψ`` is raised to ``delta``
-    when smaller.
+    ``discordant``: ``ψ0``, the discordant-pair rate of an unchanged build (noise);
+    ``delta``: the degradation ``p_b - p_c`` of the mean correctness, at most ``1 - ψ0``.
     """
     from scipy import stats as sps
 
-    if not 0.0 <= delta <= 1.0:
-        raise ValueError(f"degradation {delta!r} of a rate must be in [0, 1]")
-    psi = min(max(discordant, delta), 1.0)
+    psi0 = _noise_rate(discordant)
+    if not 0.0 <= delta <= 1.0 - psi0 + 1e-12:
+        raise ValueError(f"degradation {delta!r} must be in [0, 1 - {psi0!r}]")
+    psi = min(psi0 + delta, 1.0)
     if n < 1 or psi <= 0.0:
         return 0.0
     d = np.arange(n + 1, dtype=np.int64)
-    k = _critical_b(d, alpha)
-    q = (psi + delta) / (2.0 * psi)
+    k = _critical_b(n, alpha)
+    q = min((psi0 / 2.0 + delta) / psi, 1.0)
     hit = sps.binom.sf(k - 1, d, q)
     return float(np.clip(np.sum(sps.binom.pmf(d, n, psi) * hit), 0.0, 1.0))
 
@@ -210,10 +231,14 @@ def power_mcnemar(n: int, discordant: float, delta: float, *, alpha: float) -> f
 def mde_mcnemar(n: int, discordant: float, *, alpha: float, power: float = DEFAULT_POWER) -> float:
     """MDE of McNemar's exact test, in correctness (a rate); ``inf`` when none is detectable.
 
-    ``discordant``: the observed rate of discordant pairs, ``(b + c) / n``.
+    ``discordant``: ``ψ0``, the discordant-pair rate of an unchanged build; from a
+    comparison, ``2 c / n`` (module docstring).
     """
     _check(alpha, power)
-    return _solve(lambda d: power_mcnemar(n, discordant, d, alpha=alpha) - power, 1.0)
+    hi = 1.0 - _noise_rate(discordant)
+    if hi <= 0.0:
+        return math.inf
+    return _solve(lambda d: power_mcnemar(n, discordant, d, alpha=alpha) - power, hi)
 
 
 def required_n_mcnemar(
@@ -226,9 +251,10 @@ def required_n_mcnemar(
     formula gives the starting point).
     """
     _check(alpha, power)
-    if not 0.0 < delta <= 1.0:
-        raise ValueError(f"degradation {delta!r} of a rate must be in (0, 1]")
-    psi = min(max(discordant, delta), 1.0)
+    psi0 = _noise_rate(discordant)
+    if not 0.0 < delta <= 1.0 - psi0:
+        raise ValueError(f"degradation {delta!r} must be in (0, 1 - {psi0!r}]")
+    psi = psi0 + delta
     za, zb = _z(1.0 - alpha), _z(power)
     start = math.ceil(
         (za * math.sqrt(psi) + zb * math.sqrt(max(psi - delta**2, 0.0))) ** 2 / delta**2
@@ -269,21 +295,20 @@ def _signed_rank_null(n: int) -> NDArray[np.float64]:
 
 @lru_cache(maxsize=256)
 def _rank_sum_null(m: int, k: int) -> NDArray[np.float64]:
-    """Exact null pmf of Mann-Whitney's ``U`` over ``0 .. m k`` (Gaussian binomial coefficients)."""
-    # f[j][u]: ways for j of the first (j + l) values to be candidate with U = u, built by
-    # adding one value at a time: a new largest value is a candidate (adds l) or a baseline.
-    table: dict[tuple[int, int], NDArray[np.float64]] = {}
+    """Exact null pmf of Mann-Whitney's ``U`` over ``0 .. m k`` (Gaussian binomial coefficients).
+
+    ``f(j, l)[u]``: the orderings of ``j`` candidate and ``l`` baseline values with
+    ``U = u``. The largest value is a baseline one (``f(j, l - 1)``) or a candidate
+    one, above all ``l`` baseline values (``f(j - 1, l)`` shifted by ``l``). Only
+    the current ``l`` is kept: memory ``(m + 1)(m k + 1)``, whatever ``k``.
+    """
     size = m * k + 1
-    for j in range(m + 1):
-        for ell in range(k + 1):
-            arr = np.zeros(size, dtype=np.float64)
-            if j == 0 or ell == 0:
-                arr[0] = 1.0
-            else:
-                arr += table[(j, ell - 1)]
-                arr[ell:] += table[(j - 1, ell)][: size - ell]
-            table[(j, ell)] = arr
-    counts = table[(m, k)]
+    rows = np.zeros((m + 1, size), dtype=np.float64)
+    rows[:, 0] = 1.0  # l = 0: U = 0 whatever j
+    for ell in range(1, k + 1):
+        for j in range(1, m + 1):  # rows[j - 1] already holds f(j - 1, l)
+            rows[j, ell:] += rows[j - 1, : size - ell]
+    counts = rows[m]
     return counts / counts.sum()
 
 
@@ -452,8 +477,10 @@ class PowerStatement:
     """What the test behind one verdict could detect.
 
     ``mde`` and ``critical`` are on the bound's scale: the metric's unit when
-    ``mode == "absolute"``, a fraction of ``|reference|`` when ``"relative"``.
-    ``mde`` is ``inf`` when no degradation is detectable at ``power``.
+    ``mode == "absolute"``, a fraction of ``|reference|`` (``reference``) when
+    ``"relative"``. ``mde`` is ``inf`` when no degradation is detectable at
+    ``power``. ``n`` is the sample count of the test (runs per side, the
+    smaller, for timings).
     """
 
     metric: str
@@ -467,6 +494,8 @@ class PowerStatement:
     test: str
     higher_is_better: bool
     against: str = "baseline"
+    #: ``|r|``, the reference value's magnitude (converts between the two scales).
+    reference: float = 1.0
 
     @property
     def key(self) -> str:
@@ -478,14 +507,28 @@ class PowerStatement:
         """The critical bound is below the MDE: a critical regression would probably pass."""
         return self.critical < self.mde
 
+    @property
+    def mde_value(self) -> float:
+        """The MDE in the metric's unit (``inf``: none detectable)."""
+        return self.mde * self.reference if self.mode == "relative" else self.mde
+
+    @property
+    def mde_relative(self) -> float | None:
+        """The MDE as a fraction of ``|reference|``; ``None`` at reference 0."""
+        if self.mode == "relative":
+            return self.mde
+        return self.mde / self.reference if self.reference > 0.0 else None
+
     def _amount(self, x: float) -> str:
-        if math.isinf(x):
-            return "no drop at all" if self.higher_is_better else "no rise at all"
-        return f"{x * 100:.3g}%" if self.mode == "relative" else f"{x:.2g}"
+        if self.mode == "relative":
+            return f"{x * 100:.3g}%"
+        text = f"{x:#.2g}"
+        return text[:-1] if text.endswith(".") else text
 
     @property
     def message(self) -> str:
-        """``fidelity.cga: n = 12 can only detect a drop of 0.18; the critical bound is 0.1 - UNDERPOWERED``."""
+        """One line: ``fidelity.cga: n = 12 can only detect a drop of 0.18; the critical
+        bound is 0.10 - UNDERPOWERED`` (or what it detects, when not underpowered)."""
         word = "drop" if self.higher_is_better else "rise"
         if math.isinf(self.mde):
             can = f"n = {self.n} cannot detect any {word} with {self.power:.0%} power"

@@ -5,6 +5,8 @@ Layout (every key is documented in the shipped ``thresholds.toml``)::
     [gate]
     alpha = 0.01          # level of the one-sided "candidate is worse" tests
     min_samples = 20      # fewer paired/repeated samples: judged on the point value alone
+    power = 0.8           # the power at which each verdict's MDE is stated
+    require_power = false # true: an underpowered verdict blocks (as --strict does)
 
     [metrics."fidelity.cga"]
     mode = "absolute"     # or "relative" (a fraction of |reference value|)
@@ -23,7 +25,9 @@ Every failure is a :class:`~gate.errors.ConfigError` (exit 4).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from typing import Any
 
 from gate.config import check_keys, load_toml, suggest
 from gate.errors import ConfigError
+from gate.gating.power import DEFAULT_POWER
 from gate.gating.verdict import Bound, Mode
 from gate.metrics.registry import all_metrics, check_tier
 from gate.metrics.spec import MetricSpec
@@ -73,6 +78,13 @@ class Thresholds:
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Gate a partly exercised tier's per-item metrics on the items its compression acted on.
     exercised_only: bool = False
+    #: sha256 of what the file says (:func:`thresholds_digest`): two runs decided with the
+    #: same bounds have the same digest, whatever the file's path, comments or key order.
+    digest: str = ""
+    #: The power at which each verdict's minimum detectable effect is stated.
+    power: float = DEFAULT_POWER
+    #: An underpowered verdict (critical bound below its MDE) blocks, as under ``--strict``.
+    require_power: bool = False
     #: The raw ``[calibration]`` table a calibrated file carries (``gate calibrate``; read by
     #: :func:`gate.gating.calibration.read_calibration`); empty when the file has none.
     calibration: Mapping[str, Any] = field(default_factory=dict)
@@ -89,7 +101,7 @@ class Thresholds:
 # --------------------------------------------------------------------- thresholds
 
 _TOP_KEYS = ("gate", "metrics", "tiers", "calibration")
-_GATE_KEYS = ("alpha", "min_samples", "exercised_only")
+_GATE_KEYS = ("alpha", "min_samples", "exercised_only", "power", "require_power")
 _BOUND_KEYS = ("warn", "critical", "mode")
 _METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
 
@@ -164,6 +176,13 @@ def _metric_threshold(name: str, table: Any, spec: MetricSpec, default_min: int)
     return MetricThreshold(metric=name, bound=bound, min_samples=min_samples, categories=categories)
 
 
+def thresholds_digest(data: Mapping[str, Any]) -> str:
+    """sha256 of a parsed ``thresholds.toml`` mapping, written as canonical JSON (keys sorted,
+    no whitespace; a TOML date as its ISO text): independent of comments, layout and order."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def parse_thresholds(
     data: Mapping[str, Any],
     *,
@@ -195,6 +214,13 @@ def parse_thresholds(
             f"gate.exercised_only: expected true or false, got {exercised_only!r}",
             "write exercised_only = true to gate a partly exercised tier on its exercised items",
         )
+    power = _power(gate_table.get("power", DEFAULT_POWER), alpha)
+    require_power = gate_table.get("require_power", False)
+    if not isinstance(require_power, bool):
+        raise ConfigError(
+            f"gate.require_power: expected true or false, got {require_power!r}",
+            "write require_power = true to block on underpowered verdicts",
+        )
     metrics_table = data.get("metrics", {})
     if not isinstance(metrics_table, Mapping):
         raise ConfigError(f"{source}: [metrics] must be a table", '[metrics."tier.name"]')
@@ -222,8 +248,23 @@ def parse_thresholds(
         source=source,
         tiers=tiers,
         exercised_only=exercised_only,
+        # the [calibration] record says where the bounds came from, it decides nothing
+        digest=thresholds_digest({k: v for k, v in data.items() if k != "calibration"}),
+        power=power,
+        require_power=require_power,
         calibration=dict(calibration),
     )
+
+
+def _power(value: Any, alpha: float) -> float:
+    """``gate.power``: a probability above ``alpha`` and below 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"gate.power: expected a number, got {value!r}", "e.g. 0.8")
+    if not alpha < value < 1.0:
+        raise ConfigError(
+            f"gate.power: {value} is outside (alpha {alpha:g}, 1)", "the default is 0.8"
+        )
+    return float(value)
 
 
 def packaged_thresholds_path() -> Path:

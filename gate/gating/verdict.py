@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal
 
 from gate.errors import ExitCode
+from gate.gating.power import PowerStatement
 
 #: How a bound reads a degradation: in the metric's unit, or as a fraction of ``|reference|``.
 Mode = Literal["relative", "absolute"]
@@ -189,6 +190,9 @@ class Verdict(Assessment):
     #: Slice values (``"category:code" -> value``) for the results JSON ``breakdown``.
     breakdown: dict[str, float] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    #: What the test behind the verdict could detect (its MDE beside the critical bound);
+    #: ``None`` for an ungated or untested metric (docs/metrics.md "Power").
+    power: PowerStatement | None = None
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,11 @@ class GateOutcome:
     not_exercised: tuple[str, ...] = ()
 
     @property
+    def underpowered(self) -> tuple[PowerStatement, ...]:
+        """The verdicts' power statements whose critical bound is below their MDE."""
+        return underpowered(self.verdicts)
+
+    @property
     def word(self) -> str:
         """``pass | warn | block | not_exercised`` as in the results JSON."""
         if self.exit_code == ExitCode.NO_MEASUREMENTS and self.not_exercised:
@@ -283,6 +292,11 @@ class GateOutcome:
         return "APPROVED WITH WARNINGS" if self.severity == Severity.WARN else "APPROVED"
 
 
+def underpowered(verdicts: list[Verdict] | tuple[Verdict, ...]) -> tuple[PowerStatement, ...]:
+    """The power statements of ``verdicts`` whose critical bound is below their MDE."""
+    return tuple(v.power for v in verdicts if v.power is not None and v.power.underpowered)
+
+
 def decide(
     verdicts: list[Verdict] | tuple[Verdict, ...],
     *,
@@ -290,6 +304,7 @@ def decide(
     unmeasured: list[Unmeasured] | tuple[Unmeasured, ...] = (),
     version_drift: list[VersionDrift] | tuple[VersionDrift, ...] = (),
     not_exercised: list[str] | tuple[str, ...] = (),
+    require_power: bool = False,
 ) -> GateOutcome:
     """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``).
 
@@ -299,6 +314,13 @@ def decide(
     (``version_drift``, :mod:`gate.gating.versions`): the numbers may have moved
     for that reason alone.
 
+    An underpowered verdict (its critical bound is below the smallest
+    degradation its test detects, :func:`underpowered`) is a warning in words
+    only: every report lists it, but it changes neither the severity nor the
+    exit code, since a PASS there is not a regression, only one the test could
+    not have shown. ``strict``, or ``require_power`` (``[gate]`` of
+    ``thresholds.toml``), make it block (exit 1, severity at least WARN).
+
     A tier on whose requests the candidate's compression never acted
     (``not_exercised``, one reason line each) measured the uncompressed model:
     the run is never approved on it. It ends with exit 5 (nothing measured),
@@ -307,6 +329,9 @@ def decide(
     worst = max((v.severity for v in verdicts), default=Severity.PASS)
     if unmeasured or version_drift:
         worst = max(worst, Severity.WARN)
+    if (strict or require_power) and underpowered(verdicts):
+        worst = max(worst, Severity.WARN)
+        strict = True
     blocked = worst == Severity.CRITICAL or (strict and worst == Severity.WARN)
     if blocked:
         code = ExitCode.BLOCKED

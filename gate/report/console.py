@@ -18,11 +18,19 @@ line still counts every slice.
 
 Deltas are ``candidate - baseline`` with the relative change in parentheses;
 the bound column shows ``warn / critical`` on the degradation (``%`` when the
-bound is relative), as configured in ``thresholds.toml``.
+bound is relative), as configured in ``thresholds.toml``; the ``MDE`` column the
+smallest degradation the verdict's test detects (docs/metrics.md "Power"), on
+the bound's scale. Verdicts whose critical bound is below their MDE are listed
+in words below the findings, whole metrics first (up to
+:data:`MAX_LISTED_FINDINGS` lines)::
+
+    underpowered (a regression of the critical size would probably pass):
+      fidelity.cga: n = 12 can only detect a drop of 0.18; the critical bound is 0.10 - UNDERPOWERED
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from typing import IO
@@ -33,6 +41,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gate.errors import exit_label
+from gate.gating.power import PowerStatement
 from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictDetail, VerdictThreshold
 from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.results_json import final_words
@@ -101,6 +110,31 @@ def fmt_ci(ci: tuple[float, float] | None) -> str:
     return f"[{ci[0]:+.3g}, {ci[1]:+.3g}]"
 
 
+def fmt_mde(verdict: Verdict) -> str:
+    """The MDE on the bound's scale (``%`` when relative); ``none`` when nothing is
+    detectable, ``-`` without a power statement (ungated, untested)."""
+    power = verdict.power
+    if power is None:
+        return "-"
+    if math.isinf(power.mde):
+        return "none"
+    return f"{power.mde:.1%}" if power.mode == "relative" else f"{power.mde:.3g}"
+
+
+def power_line(power: PowerStatement, *, several_refs: bool) -> str:
+    """The statement's message, with `` (vs <ref>)`` when several refs were compared."""
+    return power.message + (f" (vs {power.against})" if several_refs else "")
+
+
+def listed_underpowered(
+    statements: Sequence[PowerStatement], *, limit: int = MAX_LISTED_FINDINGS
+) -> tuple[list[PowerStatement], int]:
+    """Underpowered statements to list (whole metrics first, then slices, up to
+    ``limit`` lines), and how many are left out."""
+    ranked = sorted(statements, key=lambda p: (p.slice is not None, p.key, p.against))
+    return ranked[:limit], max(0, len(ranked) - limit)
+
+
 def with_unit(value: float | None, unit: str) -> str:
     """A formatted number with its unit, unless dimensionless (or absent)."""
     text = fmt_number(value)
@@ -108,7 +142,7 @@ def with_unit(value: float | None, unit: str) -> str:
 
 
 def number_cells(verdict: Verdict) -> list[str]:
-    """The numeric columns every report shows: candidate, baseline, delta, bound, CI, n."""
+    """The numeric columns every report shows: candidate, baseline, delta, bound, CI, n, MDE."""
     return [
         with_unit(verdict.value, verdict.unit),
         with_unit(verdict.baseline_value, verdict.unit),
@@ -116,7 +150,12 @@ def number_cells(verdict: Verdict) -> list[str]:
         fmt_bound(verdict.threshold),
         fmt_ci(verdict.ci),
         str(verdict.n),
+        fmt_mde(verdict),
     ]
+
+
+#: The headers of :func:`number_cells`.
+NUMBER_HEADERS = ("candidate", "baseline", "delta", "bound w/c", "CI of delta", "n", "MDE")
 
 
 def degradation(verdict: Verdict) -> float:
@@ -158,7 +197,7 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
     table.add_column("slice", no_wrap=True)
     if show_against:
         table.add_column("vs", no_wrap=True)
-    for name in ("candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"):
+    for name in NUMBER_HEADERS:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("severity", no_wrap=True)
     hidden: dict[tuple[str, str], int] = {}
@@ -179,7 +218,7 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
         ]
         if show_against:
             fold.append(against)
-        fold += ["", "", "", "", "", ""]
+        fold += [""] * len(NUMBER_HEADERS)
         fold.append(Text("PASS", style=SEVERITY_STYLE[Severity.PASS]))
         table.add_row(*fold, style="dim")
     return table
@@ -199,6 +238,7 @@ def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
         f"{counts[Severity.PASS]} passed"
         + (f", {len(outcome.unmeasured)} not measured" if outcome.unmeasured else "")
         + (f", {len(outcome.version_drift)} version drift" if outcome.version_drift else "")
+        + (f", {len(outcome.underpowered)} underpowered" if outcome.underpowered else "")
         + "".join(f"; {line}" for line in outcome.not_exercised)
     )
 
@@ -252,6 +292,18 @@ def render(
             console.print(
                 f"  ... {left_out} more slice {more} in the tables above"
                 " (every reason is in the results JSON and the HTML report)"
+            )
+    weak, weak_left_out = listed_underpowered(outcome.underpowered)
+    if weak:
+        console.print(
+            Text("underpowered (a regression of the critical size would probably pass):", "bold")
+        )
+        for power in weak:
+            console.print(Text("  " + power_line(power, several_refs=show_against), "yellow"))
+        if weak_left_out:
+            console.print(
+                f"  ... {weak_left_out} more underpowered slice(s) (every one is in the"
+                " results JSON and the HTML report)"
             )
     for note in notes:
         console.print(Text(f"note: {note}", style="yellow"))

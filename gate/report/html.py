@@ -7,11 +7,12 @@ own data-URI images and inline style.
 
 1. a coloured verdict banner — APPROVED (green), APPROVED WITH WARNINGS
    (amber), BLOCKED (red) — with what was compared, the exit code and counts;
-2. the findings (warn/critical verdicts, worst first) with their reasons;
+2. the findings (warn/critical verdicts, worst first) with their reasons,
+   then the underpowered verdicts in words (docs/metrics.md "Power");
 3. the plots the run has data for (:mod:`gate.report.plots`);
 4. one table per tier with every verdict: candidate, baseline,
    ``delta = candidate - baseline`` (relative change), ``warn / critical``
-   bound, confidence interval of the delta and the test that decided it
+   bound, confidence interval of the delta, the MDE of the test and the test that decided it
    (docs/metrics.md "Severity and statistics");
 5. provenance of the candidate and baselines, the environment and the
    latency tier's hardware fingerprint.
@@ -27,7 +28,13 @@ from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
 from gate.measurement import MeasurementDetail
-from gate.report.console import number_cells, order
+from gate.report.console import (
+    NUMBER_HEADERS,
+    listed_underpowered,
+    number_cells,
+    order,
+    power_line,
+)
 from gate.report.judge_summary import JudgeSummary, judge_summary, summary_lines
 from gate.report.markdown import (
     baseline_text,
@@ -125,6 +132,8 @@ def banner(results: Results) -> str:
         f"{n[Severity.PASS]} passed",
         f"exit {results.exit_code}",
     ]
+    if results.underpowered:
+        chips.insert(3, f"{len(results.underpowered)} underpowered")
     critical = list(
         dict.fromkeys(v.metric for v in order(results.verdicts) if v.severity == Severity.CRITICAL)
     )
@@ -155,7 +164,7 @@ def severity_pill(severity: Severity) -> str:
 def verdict_table(verdicts: Sequence[Verdict], *, show_against: bool) -> str:
     """A table of verdicts (already ordered)."""
     head = ["severity", "metric", "slice"] + (["vs"] if show_against else [])
-    head += ["candidate", "baseline", "delta", "bound w / c", "CI of delta", "n", "test"]
+    head += [*NUMBER_HEADERS, "test"]
     rows = ["<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
     for v in verdicts:
         cells = [
@@ -203,6 +212,22 @@ def findings(results: Results, *, top: int = TOP_FINDINGS) -> str:
         + f"<details><summary>All {len(bad)} findings with the reason of each</summary>"
         + reasons_table(bad)
         + "</details>"
+    )
+
+
+def underpowered_section(results: Results) -> str:
+    """The verdicts whose critical bound is below their MDE, in words ("" when none)."""
+    weak, _ = listed_underpowered(results.underpowered, limit=len(results.underpowered))
+    if not weak:
+        return ""
+    several = len({v.against for v in results.verdicts}) > 1
+    items = "".join(f"<li>{esc(power_line(p, several_refs=several))}</li>" for p in weak)
+    return (
+        f'<h2 id="underpowered">Underpowered: {len(weak)}</h2>'
+        '<p class="muted">The critical bound is below the smallest degradation the test'
+        " detects with the stated power: a regression of the critical size would probably"
+        " pass.</p>"
+        f"<ul>{items}</ul>"
     )
 
 
@@ -360,6 +385,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
             "<main>",
             notes_section(results),
             findings(results),
+            underpowered_section(results),
             plots_section(all_plots(results.verdicts, drift)),
             judge_section(results),
             tiers_section(results),

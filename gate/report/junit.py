@@ -15,6 +15,9 @@ Layout (the Jenkins / Ant JUnit format that CI test reporters read)::
   ``warning:<case name>`` (properties belong to the suite in that format, so
   strict validators accept the file) and in the case's ``<system-out>``;
 * a passing metric is a plain ``<testcase>``;
+* an underpowered verdict (critical bound below its MDE, docs/metrics.md
+  "Power") is a warning too: a property ``warning:underpowered:<case name>``
+  whose value says it in words, repeated in the case's ``<system-out>``;
 * a package (or the serving engine) measured at another version than a
   baseline's (version drift, :mod:`gate.gating.versions`) is a warning: a
   property ``warning:version drift: <package> vs <ref>`` of a suite ``gate``
@@ -36,7 +39,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from gate.gating.verdict import Severity, Verdict
-from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_number, order
+from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_mde, fmt_number, order
 from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.markdown import candidate_text, headline
 from gate.report.results import Results
@@ -52,7 +55,7 @@ def _detail(verdict: Verdict) -> str:
         f"candidate {fmt_number(verdict.value)} vs baseline {fmt_number(verdict.baseline_value)} "
         f"({verdict.against}); delta {fmt_delta(verdict)}; bound warn/critical "
         f"{fmt_bound(verdict.threshold)}; CI of delta {fmt_ci(verdict.ci)}; n={verdict.n}; "
-        f"test {verdict.test or '-'}"
+        f"MDE {fmt_mde(verdict)}; test {verdict.test or '-'}"
         + (f", p={verdict.p_value:.3g}" if verdict.p_value is not None else "")
         + f"\n{verdict.reason}"
     )
@@ -81,6 +84,10 @@ def _suite(
             name = f"warning:{case_name(verdict, several_refs=several_refs)}"
             ET.SubElement(props, "property", {"name": name, "value": verdict.reason})
     for verdict in verdicts:
+        if verdict.power is not None and verdict.power.underpowered:
+            name = f"warning:underpowered:{case_name(verdict, several_refs=several_refs)}"
+            ET.SubElement(props, "property", {"name": name, "value": verdict.power.message})
+    for verdict in verdicts:
         case = ET.SubElement(
             suite,
             "testcase",
@@ -95,9 +102,12 @@ def _suite(
                 case, "failure", {"type": "critical", "message": verdict.reason}
             )
             failure.text = _detail(verdict)
-        elif verdict.severity == Severity.WARN:
+        texts = [f"WARN: {_detail(verdict)}"] if verdict.severity == Severity.WARN else []
+        if verdict.power is not None and verdict.power.underpowered:
+            texts.append(verdict.power.message)
+        if texts:
             out = ET.SubElement(case, "system-out")
-            out.text = f"WARN: {_detail(verdict)}"
+            out.text = "\n".join(texts)
     panels = judge_summary(verdicts)
     if panels:  # the judge panel (after the cases, as the format orders a suite's children)
         text = ET.SubElement(suite, "system-out")
@@ -117,6 +127,9 @@ def _run_error_text(results: Results) -> str:
     warned = results.version_drift or any(v.severity == Severity.WARN for v in results.verdicts)
     if results.exit_code == 1 and warned:
         lines.append("warnings block this run (strict)")
+    if results.exit_code == 1 and results.underpowered:
+        lines.append("underpowered verdicts block this run (--strict or require_power = true):")
+        lines += [p.message for p in results.underpowered]
     return "\n".join(lines) or "the run did not complete its comparison"
 
 

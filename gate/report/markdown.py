@@ -9,8 +9,11 @@ Read at a glance on a pull request:
    change in parentheses), the ``warn / critical`` bound on the degradation and
    the confidence interval of the delta (docs/metrics.md "Severity and statistics");
 3. the reason of each finding, in the words of :mod:`gate.gating.compare`;
-4. every metric, tier by tier, folded in a ``<details>`` block;
-5. notes (version drift among them: a package measured at another version than
+4. the underpowered verdicts, in words: the critical bound below the smallest
+   degradation the test detects (docs/metrics.md "Power"; every table has an
+   ``MDE`` column);
+5. every metric, tier by tier, folded in a ``<details>`` block;
+6. notes (version drift among them: a package measured at another version than
    the baseline's) and the link to the run's artifacts (full HTML report, JSON, JUnit).
 
 Numbers use the console report's formatting (:mod:`gate.report.console`), so
@@ -23,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
-from gate.report.console import number_cells, order
+from gate.report.console import NUMBER_HEADERS, listed_underpowered, number_cells, order, power_line
 from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.results import Results
 
@@ -95,7 +98,7 @@ def compared_text(results: Results) -> str:
 
 def _table(verdicts: Sequence[Verdict], *, show_against: bool, severity_first: bool) -> list[str]:
     head = ["metric", "slice"] + (["vs"] if show_against else [])
-    head += ["candidate", "baseline", "delta", "bound w/c", "CI of delta", "n"]
+    head += list(NUMBER_HEADERS)
     head = (["severity", *head]) if severity_first else [*head, "severity"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in verdicts:
@@ -123,6 +126,22 @@ def findings_section(results: Results, *, limit: int = MAX_FINDINGS) -> list[str
     for v in shown:
         lines.append(f"- **{v.severity.name}** `{v.key}` vs {v.against}: {cell(v.reason)}")
     lines += ["", "</details>"]
+    return lines
+
+
+def underpowered_section(results: Results, *, limit: int = MAX_FINDINGS) -> list[str]:
+    """The verdicts whose critical bound is below their MDE, in words (empty when none)."""
+    weak, left_out = listed_underpowered(results.underpowered, limit=limit)
+    if not weak:
+        return []
+    several = len({v.against for v in results.verdicts}) > 1
+    lines = [
+        "### Underpowered (a regression of the critical size would probably pass)",
+        "",
+        *(f"- {cell(power_line(p, several_refs=several))}" for p in weak),
+    ]
+    if left_out:
+        lines.append(f"\n… and {left_out} more in the full report.")
     return lines
 
 
@@ -154,7 +173,8 @@ def render_markdown(
         f"## {mark(results)} {title}: {word}",
         "",
         f"{compared_text(results)} · exit {results.exit_code} · {counts(results.verdicts)}"
-        + (f" · {len(results.version_drift)} version drift" if results.version_drift else ""),
+        + (f" · {len(results.version_drift)} version drift" if results.version_drift else "")
+        + (f" · {len(results.underpowered)} underpowered" if results.underpowered else ""),
         "",
     ]
     findings = findings_section(results)
@@ -164,6 +184,9 @@ def render_markdown(
         lines += ["Every metric is within its bounds.", ""]
     else:
         lines += ["Nothing was measured.", ""]
+    weak = underpowered_section(results)
+    if weak:
+        lines += [*weak, ""]
     for panel in judge_summary(results.verdicts):
         head, *rest = summary_lines(panel)
         lines += [f"**{cell(head)}**", "", *(f"- {cell(line)}" for line in rest), ""]

@@ -14,13 +14,23 @@ numbers only: JSON has no NaN, so a non-finite number is written as ``null``
 (and a ``null`` value reads back as NaN, which writes as ``null`` again); a
 ``ci`` with a ``null`` end and a ``null`` ``breakdown`` entry read as absent.
 
-Unknown keys: a key this reader does not know, at the top level or in a
-``metrics`` entry, is a :class:`~gate.errors.DataError` (a writer that adds
+Unknown keys: a key this reader does not know, at the top level, in a
+``metrics`` entry or in the ``run`` object, is a :class:`~gate.errors.DataError` (a writer that adds
 one bumps ``schema_version``). The free-form objects (``baseline``,
 ``baselines``, ``candidate``, ``environment`` and a metric's ``details``) are
 kept as they are, unknown keys included. Keys a document lacks take the
 defaults older writers implied (``version_drift`` ``[]``, ``against``
-``"baseline"`` ...).
+``"baseline"``, ``mde`` ``null`` ..., ``run`` ``null``: schema 1 had none).
+
+``run`` (:class:`RunIdentity`, schema 2) names the candidate and what its verdicts
+were decided with (gate version, thresholds digest, ``--strict``, run config
+digest): what ``gate merge`` requires the results of one matrix to share.
+
+Power (docs/metrics.md "Power"): a metric entry's ``mde`` object holds its
+power statement (with the entry's ``threshold``, ``n`` and ``baseline_value``
+it is the whole :class:`~gate.gating.power.PowerStatement`); the top-level
+``underpowered`` list is derived from those statements when written, and read
+back from them (never from the list).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
+from gate.gating.power import PowerStatement
 from gate.gating.verdict import (
     GateOutcome,
     Severity,
@@ -38,10 +49,11 @@ from gate.gating.verdict import (
     Verdict,
     VerdictThreshold,
     VersionDrift,
+    underpowered,
 )
 from gate.store.schema import check_schema_version
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "results"
 
 #: The top-level keys, in the order they are written.
@@ -54,12 +66,14 @@ DOCUMENT_KEYS = (
     "baseline",
     "baselines",
     "candidate",
+    "run",
     "environment",
     "notes",
     "unmeasured",
     "unbounded",
     "version_drift",
     "not_exercised",
+    "underpowered",
     "metrics",
 )
 
@@ -84,6 +98,7 @@ METRIC_KEYS = (
     "p_value",
     "test",
     "details",
+    "mde",
 )
 
 
@@ -130,6 +145,61 @@ def verdict_to_entry(verdict: Verdict) -> dict[str, Any]:
         "p_value": _finite(verdict.p_value),
         "test": verdict.test,
         "details": dict(verdict.details),
+        "mde": _mde_to_dict(verdict.power),
+    }
+
+
+def _mde_to_dict(power: PowerStatement | None) -> dict[str, Any] | None:
+    """A metric entry's ``mde`` object (``null`` without a power statement).
+
+    ``value`` is the MDE in the metric's unit and ``relative`` as a fraction of
+    ``|baseline_value|`` (``null``: no degradation detectable, or a reference
+    of 0); the bound's mode, ``critical`` and ``alpha`` are the entry's
+    ``threshold``.
+    """
+    if power is None:
+        return None
+    return {
+        "value": _finite(power.mde_value),
+        "relative": _finite(power.mde_relative),
+        "power": power.power,
+        "test": power.test,
+        "underpowered": power.underpowered,
+    }
+
+
+def _mde_from_dict(
+    data: Any, entry: Mapping[str, Any], threshold: VerdictThreshold | None
+) -> PowerStatement | None:
+    """Inverse of :func:`_mde_to_dict`, with the entry's own fields; absent in older files."""
+    if data is None or threshold is None:
+        return None
+    relative = threshold.bound.mode == "relative"
+    raw = data["relative"] if relative else data["value"]
+    reference = abs(float(entry.get("baseline_value") or 0.0))
+    return PowerStatement(
+        metric=str(entry["name"]),
+        slice=entry.get("slice"),
+        n=int(entry.get("n") or 0),
+        mde=math.inf if raw is None else float(raw),
+        critical=threshold.bound.critical,
+        mode=threshold.bound.mode,
+        power=float(data["power"]),
+        alpha=threshold.alpha,
+        test=str(data["test"]),
+        higher_is_better=bool(entry["higher_is_better"]),
+        against=str(entry.get("against", "baseline")),
+        reference=reference,
+    )
+
+
+def underpowered_entry(power: PowerStatement) -> dict[str, Any]:
+    """The results JSON ``underpowered[]`` entry of one statement."""
+    return {
+        "name": power.metric,
+        "slice": power.slice,
+        "against": power.against,
+        "message": power.message,
     }
 
 
@@ -138,6 +208,7 @@ def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
     _unknown(entry, METRIC_KEYS, "a metrics entry of the results JSON")
     try:
         ci = entry.get("ci")
+        threshold = VerdictThreshold.from_dict(entry.get("threshold") or {})
         return Verdict(
             metric=str(entry["name"]),
             tier=str(entry["tier"]),
@@ -155,11 +226,12 @@ def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
             ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,
             p_value=_opt_float(entry.get("p_value")),
             test=entry.get("test"),
-            threshold=VerdictThreshold.from_dict(entry.get("threshold") or {}),
+            threshold=threshold,
             breakdown={
                 str(k): float(v) for k, v in (entry.get("breakdown") or {}).items() if v is not None
             },
             details=dict(entry.get("details") or {}),
+            power=_mde_from_dict(entry.get("mde"), entry, threshold),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(
@@ -178,6 +250,79 @@ def final_words(outcome: GateOutcome, exit_code: int) -> tuple[str, str]:
     if exit_code == outcome.exit_code:
         return outcome.word, outcome.headline
     return "block", exit_meaning(exit_code)
+
+
+#: The keys of the ``run`` object, in the order they are written.
+RUN_KEYS = (
+    "candidate",
+    "gate_version",
+    "thresholds",
+    "thresholds_sha256",
+    "strict",
+    "config",
+    "config_sha256",
+)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which candidate a results document is of, and what decided its verdicts.
+
+    Results that ``gate merge`` combines must agree on everything here but the
+    candidate's name (docs/contracts.md "Results JSON").
+    """
+
+    #: The candidate's name: its ``[[candidates]]`` name, else the model's store slug
+    #: (``gate run --candidate``), else the measurements file's stem (``gate compare``).
+    candidate: str
+    #: The version of the gate that compared and decided.
+    gate_version: str
+    #: The thresholds file as it was named, and the digest of what it says
+    #: (:func:`gate.gating.thresholds.thresholds_digest`).
+    thresholds: str
+    thresholds_sha256: str
+    #: Whether warnings blocked (``--strict`` or ``[run] strict``).
+    strict: bool
+    #: The run config the candidate came from and the sha256 of its file (``None``: none).
+    config: str | None = None
+    config_sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``run`` object (keys in :data:`RUN_KEYS` order)."""
+        return {
+            "candidate": self.candidate,
+            "gate_version": self.gate_version,
+            "thresholds": self.thresholds,
+            "thresholds_sha256": self.thresholds_sha256,
+            "strict": self.strict,
+            "config": self.config,
+            "config_sha256": self.config_sha256,
+        }
+
+    @classmethod
+    def from_dict(cls, entry: Any, source: str = "results document") -> RunIdentity:
+        """Inverse of :meth:`to_dict`; a malformed or unknown entry raises :class:`DataError`."""
+        if not isinstance(entry, Mapping):
+            raise DataError(f"the run object of {source} is not an object", "the file is corrupt")
+        _unknown(entry, RUN_KEYS, f"the run object of {source}")
+        try:
+            strict = entry["strict"]
+            if not isinstance(strict, bool):
+                raise ValueError(f"strict is {strict!r}")
+            config, digest = entry.get("config"), entry.get("config_sha256")
+            return cls(
+                candidate=str(entry["candidate"]),
+                gate_version=str(entry["gate_version"]),
+                thresholds=str(entry["thresholds"]),
+                thresholds_sha256=str(entry["thresholds_sha256"]),
+                strict=strict,
+                config=None if config is None else str(config),
+                config_sha256=None if digest is None else str(digest),
+            )
+        except (KeyError, ValueError) as exc:
+            raise DataError(
+                f"malformed run object in {source}: {exc}", "the file is corrupt"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -205,6 +350,13 @@ class Results:
     version_drift: tuple[VersionDrift, ...] = ()
     #: One line per tier the compression never acted on (``<tier> NOT EXERCISED: ...``).
     not_exercised: tuple[str, ...] = ()
+    #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
+    run: RunIdentity | None = None
+
+    @property
+    def underpowered(self) -> tuple[PowerStatement, ...]:
+        """Verdicts whose critical bound is below their MDE (from the verdicts' statements)."""
+        return underpowered(self.verdicts)
 
     @classmethod
     def of_run(
@@ -217,11 +369,13 @@ class Results:
         environment: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         unbounded: Sequence[str] = (),
+        run: RunIdentity | None = None,
     ) -> Results:
         """The results of one run from its outcome.
 
         ``exit_code`` overrides the outcome's own (a crashed tier, nothing
-        measured); ``baselines`` maps each ref compared against to its description.
+        measured); ``baselines`` maps each ref compared against to its description;
+        ``run`` names the candidate and what decided it.
         """
         refs = {str(k): dict(v) for k, v in (baselines or {}).items()}
         code = int(outcome.exit_code if exit_code is None else exit_code)
@@ -240,6 +394,7 @@ class Results:
             unbounded=tuple(unbounded),
             version_drift=tuple(outcome.version_drift),
             not_exercised=tuple(outcome.not_exercised),
+            run=run,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -253,12 +408,14 @@ class Results:
             "baseline": dict(self.baseline),
             "baselines": {k: dict(v) for k, v in self.baselines.items()},
             "candidate": dict(self.candidate),
+            "run": self.run.to_dict() if self.run is not None else None,
             "environment": dict(self.environment),
             "notes": list(self.notes),
             "unmeasured": [item.to_dict() for item in self.unmeasured],
             "unbounded": list(self.unbounded),
             "version_drift": [item.to_dict() for item in self.version_drift],
             "not_exercised": list(self.not_exercised),
+            "underpowered": [underpowered_entry(p) for p in self.underpowered],
             "metrics": [verdict_to_entry(v) for v in self.verdicts],
         }
 
@@ -291,6 +448,11 @@ class Results:
                     VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
                 ),
                 not_exercised=tuple(str(n) for n in doc.get("not_exercised") or []),
+                run=(
+                    RunIdentity.from_dict(doc["run"], source)
+                    if doc.get("run") is not None
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source} is missing {exc}", "the file is corrupt") from None

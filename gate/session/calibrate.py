@@ -44,7 +44,6 @@ import numpy as np
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, GateError
-from gate.gating import power as pw
 from gate.gating.calibration import (
     DEFAULT_MARGIN,
     DEFAULT_QUANTILE,
@@ -94,7 +93,8 @@ class CalibrationRequest:
     model_slug: str | None = None
     margin: float = DEFAULT_MARGIN
     quantile: float = DEFAULT_QUANTILE
-    power: float = pw.DEFAULT_POWER
+    #: Power of the MDE and sample sizes (``None``: the declared file's ``[gate] power``).
+    power: float | None = None
     allow_pickle: bool = False
     #: Where the sessions' reports go (``None``: discarded).
     log: Path | None = None
@@ -241,7 +241,9 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
         raise ConfigError(f"--quantile {request.quantile}: outside (0, 1)", "e.g. 0.95")
     ModelSpec.parse(request.model, dtype=request.dtype_control or "auto")
     thresholds = load_thresholds(request.thresholds)
-    if not 0.0 < thresholds.alpha < request.power < 1.0:
+    if request.power is None:
+        request = replace(request, power=thresholds.power)
+    elif not 0.0 < thresholds.alpha < request.power < 1.0:
         raise ConfigError(f"--power {request.power}: outside (alpha, 1)", "the default is 0.8")
     validate_tables(thresholds.tiers, source=thresholds.source)
     tables = _merge(
@@ -422,6 +424,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                     )
                 step()
     base_measured = bases[BASE_REF]
+    power = request.power if request.power is not None else checked.thresholds.power
     metrics: dict[str, MetricCalibration] = {}
     for name, noise in runs.items():
         spec = specs[name]
@@ -435,7 +438,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
             alpha=checked.thresholds.alpha,
             margin=request.margin,
             quantile=request.quantile,
-            power=request.power,
+            power=power,
         )
     timings = {}
     for tier, seconds in tier_seconds.items():
@@ -446,7 +449,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         created=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         hardware=_hardware(),
         alpha=checked.thresholds.alpha,
-        power=request.power,
+        power=power,
         margin=request.margin,
         quantile=request.quantile,
         sources=tuple(dict.fromkeys(p.source for p in checked.perturbations)),
