@@ -58,6 +58,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         paired_latency=True,
         allow_pickle=True,
         allow_incomplete_weights=True,
+        dtype="bfloat16",
         engine=EngineSettings(
             endpoint="http://h:8000/v1",
             served_model="m",
@@ -78,7 +79,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-candidate-name", "int8"),
         *("--gate-calibration", "c.jsonl", "--gate-history", "hist"),
         *("--gate-allow-hardware-mismatch", "--gate-paired-latency"),
-        *("--gate-allow-pickle", "--gate-allow-incomplete-weights"),
+        *("--gate-allow-pickle", "--gate-allow-incomplete-weights", "--gate-dtype", "bfloat16"),
         *("--gate-endpoint", "http://h:8000/v1", "--gate-served-model", "m"),
         *("--gate-api-key-env", "KEY", "--gate-max-concurrency", "4"),
         *("--gate-request-timeout", "30", "--gate-startup-timeout", "60"),

@@ -7,6 +7,7 @@ import click
 from gate import __version__
 from gate.commands.audit import audit
 from gate.commands.baseline import baseline
+from gate.commands.calibrate import calibrate
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
@@ -14,7 +15,16 @@ from gate.commands.merge import merge
 from gate.commands.run import run
 
 #: Every top-level command, in ``--help`` order.
-COMMANDS: tuple[click.Command, ...] = (run, merge, demo, compare, baseline, import_, audit)
+COMMANDS: tuple[click.Command, ...] = (
+    run,
+    merge,
+    demo,
+    compare,
+    baseline,
+    import_,
+    audit,
+    calibrate,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -85,6 +85,9 @@ class Thresholds:
     power: float = DEFAULT_POWER
     #: An underpowered verdict (critical bound below its MDE) blocks, as under ``--strict``.
     require_power: bool = False
+    #: The raw ``[calibration]`` table a calibrated file carries (``gate calibrate``; read by
+    #: :func:`gate.gating.calibration.read_calibration`); empty when the file has none.
+    calibration: Mapping[str, Any] = field(default_factory=dict)
 
     def for_metric(self, name: str) -> MetricThreshold | None:
         """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
@@ -97,7 +100,7 @@ class Thresholds:
 
 # --------------------------------------------------------------------- thresholds
 
-_TOP_KEYS = ("gate", "metrics", "tiers")
+_TOP_KEYS = ("gate", "metrics", "tiers", "calibration")
 _GATE_KEYS = ("alpha", "min_samples", "exercised_only", "power", "require_power")
 _BOUND_KEYS = ("warn", "critical", "mode")
 _METRIC_KEYS = (*_BOUND_KEYS, "min_samples", "higher_is_better", "categories")
@@ -235,6 +238,9 @@ def parse_thresholds(
         if not isinstance(settings, Mapping):
             raise ConfigError(f"tiers.{tier}: expected a table", f"[tiers.{tier}] then keys")
         tiers[tier] = dict(settings)
+    calibration = data.get("calibration", {})
+    if not isinstance(calibration, Mapping):
+        raise ConfigError(f"{source}: [calibration] must be a table", "re-run gate calibrate")
     return Thresholds(
         alpha=alpha,
         min_samples=min_samples,
@@ -242,9 +248,11 @@ def parse_thresholds(
         source=source,
         tiers=tiers,
         exercised_only=exercised_only,
-        digest=thresholds_digest(data),
+        # the [calibration] record says where the bounds came from, it decides nothing
+        digest=thresholds_digest({k: v for k, v in data.items() if k != "calibration"}),
         power=power,
         require_power=require_power,
+        calibration=dict(calibration),
     )
 
 

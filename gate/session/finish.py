@@ -149,7 +149,7 @@ def _compare(
     from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
     from gate.report.console import render
     from gate.report.results_json import build_results
-    from gate.session.handoff import publish
+    from gate.session.handoff import publish, publish_measurements
     from gate.store.baseline import check_compatible
     from gate.tiers.exercised import gate_on_exercised, not_exercised, reason
     from gate.tiers.exercised import notes as exercised_notes
@@ -165,6 +165,7 @@ def _compare(
     names = [m.name for m in measured]
     if problem is None:  # a failed run already has its exit code; an unbounded run must not pass
         require_a_bound(inputs.thresholds, names, what="this run")
+    publish_measurements(measured)
     stored = {ref: list(b.measurements.values()) for ref, b in run.baselines.items()}
     verdicts = compare_many(measured, stored, inputs.thresholds)
     missing = unmeasured(measured, stored, tiers)

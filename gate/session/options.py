@@ -168,6 +168,10 @@ class SessionOptions:
         "measure a model whose weights miss tensors of its config (freshly initialized), "
         "have unused ones or ones of another shape (refused by default, exit 3)",
     )
+    dtype: str | None = option_row(
+        "str",
+        "load the model in this dtype (float32, bfloat16, float16; default: the checkpoint's own)",
+    )
     #: The serving engine the build is gated on (``None``: loaded in process;
     #: docs/serving.md, :mod:`gate.session.engine`).
     engine: EngineSettings | None = None

@@ -26,6 +26,7 @@ from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.store.writable import check_writable, check_writable_dir
 
 if TYPE_CHECKING:
+    from gate.gating.thresholds import Thresholds
     from gate.models.engine_settings import EngineSettings
     from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
@@ -247,6 +248,7 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
                 lines.append(f"  baseline engine (paired latency): {baseline}")
         if reports:
             lines.append(f"  reports:    {', '.join(reports)}")
+        lines += ["  " + line for line in sample_size_lines(inputs.thresholds, item.tiers)]
     if plan.several and plan.targets.markdown is not None:
         lines.append(f"combined markdown: {plan.targets.markdown}")
     if not plan.single:  # the jobs of gate run --matrix (docs/self-hosted-runners.md)
@@ -255,6 +257,21 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
         lines.append(f"matrix (--matrix, one job per candidate): {matrix_json(plan.candidates)}")
     lines.append("gate: dry run OK (exit 0)")
     return lines
+
+
+def sample_size_lines(thresholds: Thresholds, tiers: tuple[str, ...]) -> list[str]:
+    """The sample-size plan per tier from a calibrated thresholds file's ``[calibration]``
+    record (:mod:`gate.gating.calibration`), or a line saying there is none."""
+    from gate.gating.calibration import describe_plans, plan_sample_sizes, read_calibration
+    from gate.metrics.registry import all_metrics
+
+    if not thresholds.calibration:
+        return [f"sample sizes: no calibration in {thresholds.source} (gate calibrate writes one)"]
+    calibration = read_calibration(thresholds.calibration, thresholds.source)
+    plans = plan_sample_sizes(thresholds, calibration, all_metrics(), tiers)
+    if not plans:
+        return [f"sample sizes: {thresholds.source} calibrates none of {', '.join(tiers)}"]
+    return describe_plans(plans, calibration)
 
 
 __all__ = [
@@ -270,6 +287,7 @@ __all__ = [
     "packaged_store",
     "plan_run",
     "report_files",
+    "sample_size_lines",
     "store_for",
     "suffixed",
 ]

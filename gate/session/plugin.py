@@ -200,7 +200,9 @@ class GatePlugin:
             from gate.models.spec import ModelSpec
 
             texts = calibration_for(recipe, options.calibration)
-            spec = ModelSpec.parse(model, allow_pickle=options.allow_pickle)
+            spec = ModelSpec.parse(
+                model, allow_pickle=options.allow_pickle, dtype=options.dtype or "auto"
+            )
             return load_candidate(
                 spec,
                 recipe,

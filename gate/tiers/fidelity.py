@@ -91,6 +91,11 @@ class FidelitySettings:
     #: (:mod:`gate.models.backends.chunked`); None (the default) is the exact size:
     #: 1 for a method that acts during decoding, the whole continuation otherwise.
     cache_chunk_size: int | None = None
+    #: Seed of a random grouping of the prompts into scoring batches when a candidate is
+    #: scored (None, the default: by decreasing length, as recorded). ``gate calibrate``'s
+    #: prompt-order perturbation: another batch composition changes padding and kernel
+    #: shapes, never the model.
+    order_seed: int | None = None
     #: Long-context prompts instead of the single-turn set: token budgets of the
     #: context tiers (e.g. ``[256, 512, 896]`` on the demo, ``[8192, 16384, 24576]``
     #: on a real model); None (the default) uses the single-turn prompts.
@@ -115,6 +120,8 @@ class FidelitySettings:
             )
         if self.tail_seed < 0:
             raise ValueError(f"tail_seed must be >= 0, got {self.tail_seed}")
+        if self.order_seed is not None and self.order_seed < 0:
+            raise ValueError(f"order_seed must be >= 0, got {self.order_seed}")
         if self.cache_chunk_size is not None and self.cache_chunk_size < 1:
             raise ValueError(f"cache_chunk_size must be >= 1, got {self.cache_chunk_size}")
         if self.context_prompts_per_tier < 1:
@@ -220,13 +227,21 @@ def encode(backend: Backend, prompt: PromptLike) -> list[int]:
     return backend.encode_prompt(prompt.text)
 
 
-def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+def batches(
+    lengths: Sequence[int], batch_size: int, *, order_seed: int | None = None
+) -> list[list[int]]:
     """Indices grouped for scoring: by decreasing length (ties by index), ``batch_size`` each.
 
     Sorting keeps padding small; the grouping depends only on the lengths, so
-    the recorder and a later candidate run form identical batches.
+    the recorder and a later candidate run form identical batches. With
+    ``order_seed`` the indices are grouped in a seeded random order instead
+    (``numpy.random.default_rng(order_seed).permutation``).
     """
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if order_seed is not None:
+        perm = np.random.default_rng(order_seed).permutation(len(lengths))
+        order = [int(i) for i in perm]
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
@@ -249,13 +264,19 @@ def score_rows(
     batch_size: int,
     top_k: int,
     progress: Progress | None = None,
+    order_seed: int | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(index, full log-prob rows [T, V])`` per request, one backend call per batch.
 
     Empty continuations are skipped. Memory stays bounded by one batch of rows.
     """
     for i, rows, _ in scored_rows(
-        backend, requests, batch_size=batch_size, top_k=top_k, progress=progress
+        backend,
+        requests,
+        batch_size=batch_size,
+        top_k=top_k,
+        progress=progress,
+        order_seed=order_seed,
     ):
         yield i, rows
 
@@ -267,13 +288,14 @@ def scored_rows(
     batch_size: int,
     top_k: int,
     progress: Progress | None = None,
+    order_seed: int | None = None,
 ) -> Iterator[tuple[int, np.ndarray, TokenScores]]:
     """:func:`score_rows` with each request's :class:`TokenScores` (a served answer's
     ``returned`` ids and ``unreturned_bound``)."""
     live = [i for i, r in enumerate(requests) if len(r.continuation) > 0]
     lengths = [len(requests[i].context) + len(requests[i].continuation) for i in live]
     done = 0
-    for group in batches(lengths, batch_size):
+    for group in batches(lengths, batch_size, order_seed=order_seed):
         idx = [live[g] for g in group]
         scored = backend.score(
             [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
@@ -500,7 +522,12 @@ def score_pack(
     # returned), else the top-k + tail-bucket bound
     use_samples = uses_tail_samples(backend)
     for j, rows, scores in scored_rows(
-        backend, requests, batch_size=settings.batch_size, top_k=1, progress=progress
+        backend,
+        requests,
+        batch_size=settings.batch_size,
+        top_k=1,
+        progress=progress,
+        order_seed=settings.order_seed,
     ):
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)

@@ -1,0 +1,294 @@
+"""``gate calibrate``: measure a model's noise floor here and write thresholds derived from it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+from gate.commands.options import file_option, json_option, thresholds_option
+from gate.errors import ConfigError, ExitCode
+
+
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--batch-sizes {text!r} is not a list of integers", "e.g. 4,32"
+        ) from None
+    if not sizes or min(sizes) < 1:
+        raise ConfigError(f"--batch-sizes {text!r}: sizes must be >= 1", "e.g. 4,32")
+    return sizes
+
+
+def _g(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "none"
+    return f"{value:.3g}"
+
+
+@click.command("calibrate")
+@click.option("--model", required=True, help="Model id, local path, or 'demo'.")
+@click.option(
+    "--tiers",
+    default="fidelity",
+    show_default=True,
+    help="Comma-separated tiers to calibrate (fidelity, accuracy, capability).",
+)
+@file_option("--out", required=True, help="Write the calibrated thresholds.toml here.")
+@json_option
+@file_option("--log", help="Where the calibration sessions' own reports go (default: <out>.log).")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Reruns of the unchanged build per tier.",
+)
+@click.option(
+    "--batch-sizes",
+    metavar="N,N",
+    help="Batch sizes to rerun with (default: each tier's own halved and doubled).",
+)
+@click.option(
+    "--order-seeds",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Fidelity: reruns with the prompts grouped in a seeded random order.",
+)
+@click.option(
+    "--tail-seeds",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Fidelity: reference packs re-recorded with other tail-sample seeds.",
+)
+@click.option(
+    "--dtype-control",
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    help="Also gate the model loaded in this dtype (a named control; counts as noise).",
+)
+@click.option(
+    "--serve",
+    metavar="CMD",
+    help="Engine control: start this server command and gate what it serves (counts as noise).",
+)
+@click.option("--endpoint", metavar="URL", help="Engine control: a running server's /v1 URL.")
+@click.option("--served-model", help="The model name the server serves (default: its only one).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@file_option("--config", help="Run config whose [tiers.<name>] settings the runs use.")
+@thresholds_option
+@click.option("--model-slug", help="Store slug of the temporary baselines (default: the model's).")
+@click.option(
+    "--margin",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="warn = max(declared warn, MARGIN x the noise quantile).",
+)
+@click.option(
+    "--quantile",
+    type=float,
+    default=0.95,
+    show_default=True,
+    help="Quantile of the noise degradations (the higher order statistic).",
+)
+@click.option(
+    "--power",
+    type=float,
+    help="Power of the MDE and of the sample sizes (default: [gate] power of --thresholds).",
+)
+@click.option("--allow-pickle", is_flag=True, help="Load a pickle-only checkpoint (trusted only).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check every input, print the sessions that would run and exit 0; loads nothing.",
+)
+def calibrate(
+    model: str,
+    tiers: str,
+    out: Path,
+    json_out: Path | None,
+    log: Path | None,
+    repeats: int,
+    batch_sizes: str | None,
+    order_seeds: int,
+    tail_seeds: int,
+    dtype_control: str | None,
+    serve: str | None,
+    endpoint: str | None,
+    served_model: str | None,
+    api_key_env: str | None,
+    config: Path | None,
+    thresholds: Path | None,
+    model_slug: str | None,
+    margin: float,
+    quantile: float,
+    power: float | None,
+    allow_pickle: bool,
+    dry_run: bool,
+) -> int:
+    """Measure the noise floor of MODEL on this machine and write thresholds derived from it.
+
+    Records the model into a temporary store (your baseline store is never
+    written), then gates the unchanged build against itself under changes that
+    leave the model as it is: --repeats reruns, other batch sizes, another
+    prompt order and reference packs with other tail-sample seeds; and, when
+    named, controls you accept as "no regression": --dtype-control (the model
+    in another dtype) and --serve/--endpoint (the same weights behind a
+    serving engine). Per metric: the degradation each run showed, the bound
+    derived from it, warn = max(declared warn, MARGIN x noise quantile) and
+    critical = max(declared critical, warn x the declared ratio), where the
+    declared bounds are those of --thresholds; the smallest degradation the
+    gate's test detects at the configured item count (MDE) and the items it
+    needs to detect the critical bound. Writes OUT (a thresholds.toml with a
+    comment per metric and a [calibration] record that `gate run --dry-run`
+    reads to plan sample sizes) and prints a short report.
+
+    Exit codes: 0 written; 2 interrupted; 3 a session failed (model load,
+    server); 4 bad input (tier, thresholds, config, unwritable --out).
+
+    \b
+    Examples:
+      gate calibrate --model demo --tiers fidelity --repeats 2 --out cal.toml
+      gate calibrate --model ./llama-8b --config gate.toml --dtype-control bfloat16 --out cal.toml
+      gate calibrate --model demo --endpoint http://127.0.0.1:8000/v1 --out cal.toml
+      gate run --config gate.toml --thresholds cal.toml --dry-run   # the sample-size plan
+    """
+    from gate.gating.calibration import describe_plans, plan_sample_sizes, read_calibration
+    from gate.gating.thresholds import load_thresholds
+    from gate.metrics.registry import all_metrics
+    from gate.models.engine_settings import EngineSettings
+    from gate.session.calibrate import CalibrationRequest, check_calibration, run_calibration
+    from gate.session.runner import parse_tiers
+    from gate.store.atomic import write_atomic
+    from gate.store.writable import check_writable, writing
+
+    engine = None
+    if serve is not None or endpoint is not None:
+        engine = EngineSettings(
+            serve=serve, endpoint=endpoint, served_model=served_model, api_key_env=api_key_env
+        )
+    elif served_model is not None or api_key_env is not None:
+        raise ConfigError(
+            "--served-model/--api-key-env without an engine", "add --serve CMD or --endpoint URL"
+        )
+    log_path = log if log is not None else out.with_name(out.name + ".log")
+    request = CalibrationRequest(
+        model=model,
+        tiers=parse_tiers(tiers) or ("fidelity",),
+        repeats=repeats,
+        batch_sizes=_sizes(batch_sizes),
+        order_seeds=order_seeds,
+        tail_seeds=tail_seeds,
+        dtype_control=dtype_control,
+        engine=engine,
+        config=config,
+        thresholds=thresholds,
+        model_slug=model_slug,
+        margin=margin,
+        quantile=quantile,
+        power=power,
+        allow_pickle=allow_pickle,
+        log=log_path,
+    )
+    checked = check_calibration(request)
+    check_writable(out, "--out")
+    check_writable(log_path, "--log")
+    if json_out is not None:
+        check_writable(json_out, "--json")
+    if dry_run:
+        click.echo(
+            f"gate calibrate --dry-run: {model}, tiers {', '.join(request.tiers)}; "
+            "nothing was loaded or measured"
+        )
+        click.echo(f"  declared bounds: {checked.thresholds.source}")
+        click.echo(f"  settings: {json.dumps(dict(checked.tables))}")
+        for ref, seed in checked.tail_refs:
+            click.echo(f"  record {ref}: fidelity with tail_seed {seed}")
+        for pert in checked.perturbations:
+            extra = f" {json.dumps(dict(pert.overrides))}" if pert.overrides else ""
+            kind = " (control)" if pert.control else ""
+            click.echo(f"  run {pert.source}{kind}: {', '.join(pert.tiers)}{extra}")
+        click.echo(f"  {checked.sessions} sessions; writes {out}, log {log_path}")
+        click.echo("gate: dry run OK (exit 0)")
+        return int(ExitCode.OK)
+    with writing("--log", log_path):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("", encoding="utf-8")
+    result = run_calibration(checked)
+    from gate.gating.calibration import render_thresholds
+
+    specs = all_metrics()
+    text = render_thresholds(checked.thresholds, result.record, specs)
+    with writing("--out", out):
+        write_atomic(out, text.encode("utf-8"))
+    written = load_thresholds(out)  # what gate run will read, checked
+    record = result.record
+    click.echo(
+        f"gate calibrate: {model} on {record.hardware}, {len(record.sources)} noise sources: "
+        + ", ".join(record.sources)
+    )
+    header = (
+        f"{'metric':24} {'noise max':>10} {'(source)':<20} {'Q':>9} {'warn':>9} {'critical':>9}"
+        f" {'rule':>9} {'spread':>9} {'n':>5} {'MDE':>9} {'n needed':>9}"
+    )
+    click.echo(header)
+    for name, cal in record.metrics.items():
+        if cal.warn is None:
+            continue
+        sources = cal.noise_sources
+        worst = max(sources, key=lambda s: sources[s]) if sources else "-"
+        click.echo(
+            f"{name:24} {_g(sources.get(worst)):>10} {worst[:20]:<20} {_g(cal.noise):>9}"
+            f" {_g(cal.warn):>9} {_g(cal.critical):>9} {cal.rule:>9} {_g(cal.spread):>9}"
+            f" {cal.n:>5} {_g(cal.mde):>9} {cal.needed_n if cal.needed_n else '-':>9}"
+        )
+    blocked = [s for s, c in result.session_codes.items() if c == ExitCode.BLOCKED]
+    if blocked:
+        click.echo(
+            "noise crossed a declared critical bound in: "
+            + ", ".join(blocked)
+            + " (the bounds above are raised past it)"
+        )
+    calibration = read_calibration(written.calibration, str(out))
+    plans = plan_sample_sizes(written, calibration, specs, request.tiers)
+    for line in describe_plans(plans, calibration):
+        click.echo(line)
+    if json_out is not None:
+        doc = {
+            "kind": "gate-calibration",
+            "model": model,
+            "thresholds": str(out),
+            "hardware": record.hardware,
+            "created": record.created,
+            "sources": list(record.sources),
+            "session_exit_codes": dict(result.session_codes),
+            "metrics": {
+                name: {
+                    "noise": cal.summary(),
+                    "sources": cal.noise_sources,
+                    "warn": cal.warn,
+                    "critical": cal.critical,
+                    "rule": cal.rule,
+                    "test": cal.test,
+                    "spread": cal.spread,
+                    "n": cal.n,
+                    "mde": cal.mde if cal.mde is None or math.isfinite(cal.mde) else None,
+                    "needed_n": cal.needed_n,
+                }
+                for name, cal in record.metrics.items()
+            },
+        }
+        with writing("--json", json_out):
+            write_atomic(json_out, (json.dumps(doc, indent=2) + "\n").encode())
+    click.echo(f"gate: wrote {out} (sessions' reports: {log_path})")
+    return int(ExitCode.OK)

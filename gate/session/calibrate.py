@@ -1,0 +1,475 @@
+"""``gate calibrate``: measure a model's noise floor on this machine and derive bounds from it.
+
+Everything runs as ordinary gate sessions in this process
+(:func:`gate.session.runner.run_pytest`) against a baseline recorded into a
+*temporary* store, so the user's baseline store is never written:
+
+1. **record** the model once (``record`` mode, ref ``base``) with the tier
+   settings of ``--config`` (for ``demo`` without one: the demo's own settings);
+2. **repeats**: the unchanged model gated against it ``repeats`` times, one
+   session per tier (each tier's time is measured on its own);
+3. **batch sizes**: every tier's ``batch_size`` halved and doubled (or the sizes given);
+4. **prompt order** (fidelity): the candidate's prompts grouped into scoring
+   batches in a seeded random order (``[tiers.fidelity] order_seed``);
+5. **tail seeds** (fidelity): the baseline re-recorded with another
+   ``tail_seed`` (other tail tokens in the reference pack), the model gated
+   against it with the prompt order of seed ``k`` (an identical candidate
+   reads KL 0 from any pack; a perturbed one shows the estimator's spread);
+6. **controls** the user names: the model loaded in another dtype
+   (``--dtype-control``) and the same weights behind a serving engine
+   (``--serve``/``--endpoint``).
+
+Each run-mode session hands its measurements over in process
+(:func:`gate.session.handoff.collect_measurements`); per metric, the
+degradation against the recorded baseline and the spread of the paired
+per-item differences become a :class:`~gate.gating.calibration.NoiseRun`, and
+:func:`gate.gating.calibration.calibrate_metric` derives the bounds. The
+sessions' own reports go to a log file (``<out>.log``), not to the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gate import progress
+from gate.errors import ConfigError, ExitCode, GateError
+from gate.gating.calibration import (
+    DEFAULT_MARGIN,
+    DEFAULT_QUANTILE,
+    CalibrationRecord,
+    MetricCalibration,
+    NoiseRun,
+    TierTiming,
+    calibrate_metric,
+)
+from gate.gating.thresholds import Thresholds
+from gate.gating.verdict import Bound
+from gate.measurement import Measurement
+from gate.metrics.spec import MetricSpec, SampleKind
+from gate.models.engine_settings import EngineSettings
+from gate.session.options import SessionOptions
+
+#: Tiers whose noise ``gate calibrate`` measures (timings have their own paired mode; the
+#: judge tier's noise is its stability gate).
+CALIBRATED_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
+#: Ref of the baseline recorded in the temporary store.
+BASE_REF = "base"
+
+
+class CalibrationFailed(GateError):
+    """A calibration session did not complete (its exit code is the session's)."""
+
+    def __init__(self, message: str, hint: str | None, code: ExitCode) -> None:
+        super().__init__(message, hint)
+        self.exit_code = code
+
+
+@dataclass(frozen=True)
+class CalibrationRequest:
+    """What ``gate calibrate`` was asked to measure."""
+
+    model: str
+    tiers: tuple[str, ...] = ("fidelity",)
+    repeats: int = 3
+    #: Batch sizes to try (``None``: each tier's own halved and doubled).
+    batch_sizes: tuple[int, ...] | None = None
+    order_seeds: int = 1
+    tail_seeds: int = 1
+    dtype_control: str | None = None
+    engine: EngineSettings | None = None
+    config: Path | None = None
+    thresholds: Path | None = None
+    model_slug: str | None = None
+    margin: float = DEFAULT_MARGIN
+    quantile: float = DEFAULT_QUANTILE
+    #: Power of the MDE and sample sizes (``None``: the declared file's ``[gate] power``).
+    power: float | None = None
+    allow_pickle: bool = False
+    #: Where the sessions' reports go (``None``: discarded).
+    log: Path | None = None
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One run of the unchanged build (or a control) against a recorded baseline."""
+
+    source: str
+    tiers: tuple[str, ...]
+    #: Tier settings on top of the recorded ones (``{"fidelity": {"batch_size": 8}}``).
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    against: str = BASE_REF
+    dtype: str | None = None
+    engine: EngineSettings | None = None
+    control: bool = False
+
+
+@dataclass(frozen=True)
+class CheckedCalibration:
+    """A request whose inputs all validated: what the calibration will run."""
+
+    request: CalibrationRequest
+    thresholds: Thresholds
+    #: Merged ``[tiers.<name>]`` tables of the calibrated tiers (base settings).
+    tables: Mapping[str, Mapping[str, Any]]
+    #: Extra baselines recorded with ``tail_seed`` k (ref ``tail<k>``).
+    tail_refs: tuple[tuple[str, int], ...]
+    perturbations: tuple[Perturbation, ...]
+
+    @property
+    def sessions(self) -> int:
+        """Gate sessions the calibration runs (records included)."""
+        return 1 + len(self.tail_refs) + len(self.perturbations)
+
+
+def _demo_tables(tiers: Sequence[str]) -> dict[str, dict[str, Any]]:
+    from gate.session.demo import DEMO_SETTINGS
+
+    return {t: dict(DEMO_SETTINGS[t]) for t in tiers if t in DEMO_SETTINGS}
+
+
+def base_tables(request: CalibrationRequest) -> dict[str, dict[str, Any]]:
+    """The calibrated tiers' settings: ``--config``'s ``[tiers]``, else the demo's for ``demo``."""
+    from gate.session.run_config import load_run_config
+
+    if request.config is not None:
+        config = load_run_config(request.config)
+        return {t: dict(config.tiers.get(t, {})) for t in request.tiers}
+    if request.model == "demo":
+        return _demo_tables(request.tiers)
+    return {}
+
+
+def _merge(
+    base: Mapping[str, Mapping[str, Any]], top: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    out = {t: dict(v) for t, v in base.items()}
+    for tier, table in top.items():
+        out.setdefault(tier, {}).update(table)
+    return out
+
+
+def _batch_size(tier: str, table: Mapping[str, Any]) -> int | None:
+    from gate.tiers.registry import build_settings
+
+    value = getattr(build_settings(tier, table), "batch_size", None)
+    return value if isinstance(value, int) else None
+
+
+def plan_perturbations(
+    request: CalibrationRequest, tables: Mapping[str, Mapping[str, Any]]
+) -> tuple[tuple[tuple[str, int], ...], tuple[Perturbation, ...]]:
+    """The extra records (tail seeds) and the runs of a calibration (module docstring)."""
+    tiers = request.tiers
+    runs: list[Perturbation] = []
+    for tier in tiers:
+        runs += [Perturbation(f"repeat {i}", (tier,)) for i in range(1, request.repeats + 1)]
+    own = {t: _batch_size(t, tables.get(t, {})) for t in tiers}
+    if request.batch_sizes is not None:
+        for size in request.batch_sizes:
+            over = {t: {"batch_size": size} for t in tiers if own[t] is not None}
+            runs.append(Perturbation(f"batch_size {size}", tiers, over))
+    else:
+        for label, scale in (("halved", 0.5), ("doubled", 2.0)):
+            over = {
+                t: {"batch_size": max(1, int(b * scale))}
+                for t, b in own.items()
+                if b is not None and max(1, int(b * scale)) != b
+            }
+            if over:
+                runs.append(Perturbation(f"batch_size {label}", tiers, over))
+    tails: list[tuple[str, int]] = []
+    if "fidelity" in tiers:
+        for k in range(1, request.order_seeds + 1):
+            runs.append(
+                Perturbation(f"prompt order {k}", ("fidelity",), {"fidelity": {"order_seed": k}})
+            )
+        base_seed = int(tables.get("fidelity", {}).get("tail_seed", 0))
+        for k in range(1, request.tail_seeds + 1):
+            ref = f"tail{k}"
+            tails.append((ref, base_seed + k))
+            runs.append(
+                Perturbation(
+                    f"tail_seed {base_seed + k}",
+                    ("fidelity",),
+                    {"fidelity": {"order_seed": k}},
+                    against=ref,
+                )
+            )
+    if request.dtype_control is not None:
+        runs.append(
+            Perturbation(
+                f"dtype {request.dtype_control}", tiers, dtype=request.dtype_control, control=True
+            )
+        )
+    if request.engine is not None:
+        where = "served" if request.engine.serve is not None else "endpoint"
+        runs.append(Perturbation(f"engine ({where})", tiers, engine=request.engine, control=True))
+    return tuple(tails), tuple(runs)
+
+
+def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
+    """Validate every input (loads no model, starts no server); raises a ``GateError``."""
+    from gate.gating.thresholds import load_thresholds
+    from gate.models.spec import ModelSpec
+    from gate.session.engine import session_engines
+    from gate.session.runner import select_tiers
+    from gate.tiers.registry import validate_tables
+
+    for tier in request.tiers:
+        if tier not in CALIBRATED_TIERS:
+            raise ConfigError(
+                f"tier {tier!r} cannot be calibrated",
+                f"calibrate {', '.join(CALIBRATED_TIERS)}; timings use --paired-latency",
+            )
+    select_tiers(request.tiers)
+    if request.repeats < 1:
+        raise ConfigError(f"--repeats {request.repeats}: at least 1", "e.g. --repeats 3")
+    if request.margin < 1.0:
+        raise ConfigError(f"--margin {request.margin}: below 1", "the default is 2")
+    if not 0.0 < request.quantile < 1.0:
+        raise ConfigError(f"--quantile {request.quantile}: outside (0, 1)", "e.g. 0.95")
+    ModelSpec.parse(request.model, dtype=request.dtype_control or "auto")
+    thresholds = load_thresholds(request.thresholds)
+    if request.power is None:
+        request = replace(request, power=thresholds.power)
+    elif not 0.0 < thresholds.alpha < request.power < 1.0:
+        raise ConfigError(f"--power {request.power}: outside (alpha, 1)", "the default is 0.8")
+    validate_tables(thresholds.tiers, source=thresholds.source)
+    tables = _merge(
+        {t: v for t, v in thresholds.tiers.items() if t in request.tiers}, base_tables(request)
+    )
+    validate_tables(tables, source="calibration settings")
+    session_engines(SessionOptions(engine=request.engine))
+    tails, runs = plan_perturbations(request, tables)
+    return CheckedCalibration(request, thresholds, tables, tails, runs)
+
+
+# ------------------------------------------------------------------ running
+
+
+def _write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> Path:
+    """A run config holding only ``[tiers.<name>]`` tables (values as JSON, which TOML reads)."""
+    lines = ["# gate calibrate: tier settings of one session"]
+    for tier, table in tables.items():
+        lines += ["", f"[tiers.{tier}]"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def _quiet(log: Path | None) -> Iterator[None]:
+    """The sessions' reports go to ``log`` (appended; ``None``: discarded), not to the terminal."""
+    target = log if log is not None else Path(os.devnull)
+    with open(target, "a", encoding="utf-8") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
+def paired_spread(cand: Measurement, base: Measurement, spec: MetricSpec) -> float | None:
+    """Spread of the paired per-item differences: their sd (scores), the discordant rate
+    (correctness); ``None`` for a point value or items that cannot be paired."""
+    if spec.sample_kind not in (SampleKind.PAIRED_SCORE, SampleKind.PAIRED_BINARY):
+        return None
+    if not cand.samples or not base.samples:
+        return None
+    c = np.asarray(cand.samples, dtype=np.float64)
+    b = np.asarray(base.samples, dtype=np.float64)
+    if cand.sample_ids is not None and base.sample_ids is not None:
+        where = {sid: i for i, sid in enumerate(base.sample_ids)}
+        keep = [i for i, sid in enumerate(cand.sample_ids) if sid in where]
+        c, b = c[keep], b[[where[cand.sample_ids[i]] for i in keep]]
+    elif len(c) != len(b):
+        return None
+    if c.size < 2:
+        return None
+    if spec.sample_kind is SampleKind.PAIRED_BINARY:
+        return float(np.mean(c != b))
+    return float(np.std(c - b, ddof=1))
+
+
+def noise_run(
+    source: str,
+    cand: Measurement,
+    base: Measurement,
+    spec: MetricSpec,
+    bound: Bound,
+    *,
+    control: bool,
+) -> NoiseRun:
+    """One metric of one perturbation run: its degradation against the base and its spread."""
+    d = bound.degradation(base.value, cand.value, higher_is_better=spec.higher_is_better)
+    return NoiseRun(source, d, paired_spread(cand, base, spec), cand.n, control=control)
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """What a calibration measured: per metric its calibration, and the record."""
+
+    record: CalibrationRecord
+    #: Exit codes of the run sessions by source (1: the noise crossed a declared bound).
+    session_codes: Mapping[str, int]
+
+
+def _hardware() -> str:
+    from gate.hw.fingerprint import cpu_model
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} (CUDA)"
+    except Exception:  # pragma: no cover - torch missing or broken: the CPU names it
+        pass
+    return f"{cpu_model()} (CPU)"
+
+
+def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
+    """Record the base (and tail-seed) baselines in a temporary store, run every perturbation,
+    derive each metric's calibration. A session that ends with an error raises."""
+    from gate.metrics.registry import all_metrics
+    from gate.session.handoff import collect_measurements
+    from gate.session.inputs import model_slug
+    from gate.session.runner import run_pytest
+    from gate.store.baseline import BaselineStore
+
+    request = checked.request
+    specs = all_metrics()
+    slug = model_slug(request.model, request.model_slug)
+    runs: dict[str, list[NoiseRun]] = {}
+    codes: dict[str, int] = {}
+    tier_seconds: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="gate-calibrate-") as tmp:
+        root = Path(tmp)
+        store = root / "store"
+        common = SessionOptions(
+            store=store,
+            thresholds=request.thresholds,
+            model_slug=slug,
+            allow_pickle=request.allow_pickle,
+        )
+        with progress.task("calibrate: sessions", total=checked.sessions) as step:
+            base_config = _write_config(root / "base.toml", checked.tables)
+            records: list[tuple[str, Mapping[str, Mapping[str, Any]]]] = [
+                (BASE_REF, checked.tables)
+            ]
+            for ref, seed in checked.tail_refs:
+                records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
+            for ref, tables in records:
+                progress.note(f"calibrate: recording baseline {ref}")
+                config = (
+                    base_config if ref == BASE_REF else _write_config(root / f"{ref}.toml", tables)
+                )
+                tiers = request.tiers if ref == BASE_REF else ("fidelity",)
+                options = replace(common, label=ref, ref=ref, config=config)
+                with _quiet(request.log):
+                    code = run_pytest("record", request.model, options, tiers=tiers)
+                if code != ExitCode.OK:
+                    raise CalibrationFailed(
+                        f"recording the {ref} baseline ended with exit {int(code)}",
+                        f"see {request.log}" if request.log else "re-run with --log FILE",
+                        code,
+                    )
+                step()
+            store_ = BaselineStore(store)
+            bases = {ref: store_.resolve(ref, slug).measurements for ref, _ in records}
+            for index, pert in enumerate(checked.perturbations):
+                progress.note(
+                    f"calibrate: run {index + 1}/{len(checked.perturbations)}: {pert.source}"
+                )
+                config = _write_config(
+                    root / f"run{index}.toml", _merge(checked.tables, pert.overrides)
+                )
+                options = replace(
+                    common,
+                    against=(pert.against,),
+                    config=config,
+                    dtype=pert.dtype,
+                    engine=pert.engine,
+                )
+                started = time.perf_counter()
+                with collect_measurements() as handed, _quiet(request.log):
+                    code = run_pytest("run", request.model, options, tiers=pert.tiers)
+                elapsed = time.perf_counter() - started
+                codes[pert.source] = int(code)
+                if code not in (ExitCode.OK, ExitCode.BLOCKED) or not handed:
+                    raise CalibrationFailed(
+                        f"calibration run {pert.source!r} ended with exit {int(code)}",
+                        f"see {request.log}" if request.log else "re-run with --log FILE",
+                        code
+                        if code not in (ExitCode.OK, ExitCode.BLOCKED)
+                        else ExitCode.INTERNAL_ERROR,
+                    )
+                if pert.source.startswith("repeat") and len(pert.tiers) == 1:
+                    tier_seconds.setdefault(pert.tiers[0], []).append(elapsed)
+                base = bases[pert.against]
+                for m in handed[-1]:
+                    spec = specs.get(m.name)
+                    declared = checked.thresholds.for_metric(m.name)
+                    if spec is None or m.name not in base or spec.tier not in pert.tiers:
+                        continue
+                    bound = declared.bound if declared is not None else Bound(1.0, 2.0)
+                    runs.setdefault(m.name, []).append(
+                        noise_run(pert.source, m, base[m.name], spec, bound, control=pert.control)
+                    )
+                step()
+    base_measured = bases[BASE_REF]
+    power = request.power if request.power is not None else checked.thresholds.power
+    metrics: dict[str, MetricCalibration] = {}
+    for name, noise in runs.items():
+        spec = specs[name]
+        ref_value = base_measured[name].value
+        metrics[name] = calibrate_metric(
+            spec,
+            checked.thresholds.for_metric(name),
+            noise,
+            n=base_measured[name].n,
+            reference=ref_value if ref_value else (spec.ideal or 1.0),
+            alpha=checked.thresholds.alpha,
+            margin=request.margin,
+            quantile=request.quantile,
+            power=power,
+        )
+    timings = {}
+    for tier, seconds in tier_seconds.items():
+        items = max((base_measured[n].n for n in metrics if specs[n].tier == tier), default=0)
+        timings[tier] = TierTiming(tier, float(np.median(seconds)), items)
+    record = CalibrationRecord(
+        model=request.model,
+        created=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        hardware=_hardware(),
+        alpha=checked.thresholds.alpha,
+        power=power,
+        margin=request.margin,
+        quantile=request.quantile,
+        sources=tuple(dict.fromkeys(p.source for p in checked.perturbations)),
+        metrics=metrics,
+        timings=timings,
+    )
+    return CalibrationResult(record, codes)
+
+
+__all__ = [
+    "BASE_REF",
+    "CALIBRATED_TIERS",
+    "CalibrationFailed",
+    "CalibrationRequest",
+    "CalibrationResult",
+    "CheckedCalibration",
+    "Perturbation",
+    "check_calibration",
+    "noise_run",
+    "paired_spread",
+    "plan_perturbations",
+    "run_calibration",
+]

@@ -1,0 +1,82 @@
+"""``gate calibrate`` on the demo model, cheaply (6 prompts x 8 tokens), and its input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gate.errors import ExitCode
+from gate.gating.calibration import read_calibration
+from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from tests.cli_support import run_gate
+
+SMALL = "[tiers.fidelity]\nlimit = 6\nmax_new_tokens = 8\nbatch_size = 4\n"
+
+
+def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_path: Path) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL)
+    out = tmp_path / "cal.toml"
+    done = run_gate(
+        "calibrate",
+        "--model",
+        "demo",
+        "--tiers",
+        "fidelity",
+        "--repeats",
+        "1",
+        "--batch-sizes",
+        "2",
+        "--tail-seeds",
+        "0",  # a second record; the tail-seed runs are docs/adopting.md's
+        "--dtype-control",
+        "bfloat16",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--json",
+        str(tmp_path / "cal.json"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
+    calibrated = load_thresholds(out)
+    defaults = load_thresholds(packaged_thresholds_path())
+    gated = [name for name in defaults.metrics if name.startswith("fidelity.")]
+    assert gated
+    for name in gated:
+        bound = calibrated.metrics[name].bound
+        assert bound.warn > 0 and bound.critical >= bound.warn, name
+    assert set(calibrated.metrics) == set(defaults.metrics)  # every other section kept
+    text = out.read_text()
+    assert text.count("# noise (degradation per source):") >= len(gated)
+    record = read_calibration(calibrated.calibration, str(out))
+    assert record.metrics["fidelity.cga"].n == 6
+    assert record.timings["fidelity"].items == 6
+    doc = json.loads((tmp_path / "cal.json").read_text())
+    assert doc["sources"] == [
+        "repeat 1",
+        "batch_size 2",
+        "prompt order 1",
+        "dtype bfloat16",
+    ]
+    kl = doc["metrics"]["fidelity.kl_mean"]["sources"]
+    assert kl["repeat 1"] == 0.0  # the unchanged build in process: bit for bit
+    assert kl["dtype bfloat16"] > 1e-6  # bfloat16 moves the distributions: a real figure
+    assert "fidelity.cga" in done.stdout and "items needed" in done.stdout
+    assert (tmp_path / "cal.toml.log").read_text().count("gate run: demo") == 4
+
+
+def test_calibrate_dry_run_and_bad_input(tmp_path: Path) -> None:
+    out = tmp_path / "cal.toml"
+    dry = run_gate("calibrate", "--model", "demo", "--out", str(out), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == ExitCode.OK, dry.stderr
+    assert "run batch_size halved: fidelity" in dry.stdout
+    assert not out.exists()
+    bad = run_gate("calibrate", "--model", "demo", "--tiers", "latency", "--out", str(out))
+    assert bad.returncode == ExitCode.USAGE_ERROR
+    assert "tier 'latency' cannot be calibrated" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    sizes = run_gate("calibrate", "--model", "demo", "--batch-sizes", "0", "--out", str(out))
+    assert sizes.returncode == ExitCode.USAGE_ERROR
+    assert "--batch-sizes" in sizes.stderr
