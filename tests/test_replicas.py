@@ -140,9 +140,7 @@ def test_a_live_replica_that_fails_a_request_is_not_dropped(
     assert both.dropped == {}
 
 
-def test_timed_generation_and_load_run_over_two_replicas(
-    local: HFBackend, spec: ModelSpec
-) -> None:
+def test_timed_generation_and_load_run_over_two_replicas(local: HFBackend, spec: ModelSpec) -> None:
     prompt = local.encode_prompt(TEXTS[0])
     with FakeOpenAIServer(local) as a, FakeOpenAIServer(local) as b:
         both = ReplicaBackend([_http(a.url, spec), _http(b.url, spec)], warn=lambda _: None)
