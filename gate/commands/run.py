@@ -56,9 +56,9 @@ def engine_override(given: dict[str, Any]) -> EngineSettings | None:
     from gate.config import build_dataclass
 
     table = {
-        k: str(v) if isinstance(v, Path) else v
+        k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
         for k, v in given.items()
-        if v is not None and v != ()  # a repeatable option not given is ()
+        if v is not None and v != ()  # a repeatable option not given is (); given, a list
     }
     if not table:
         return None

@@ -109,6 +109,8 @@ def _engine(given: dict[str, Any]) -> EngineSettings | None:
             table[name] = _number(value, name)
         elif isinstance(value, Path):
             table[name] = str(value)
+        elif isinstance(value, tuple):  # a repeated option: a list, as in gate.toml
+            table[name] = list(value)
     return build_dataclass(EngineSettings, table, where="engine options")
 
 
