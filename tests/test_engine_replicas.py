@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,7 @@ def _api_server_pid(backend: HTTPBackend) -> int:
 
 
 def test_two_replicas_equal_one_and_survive_a_killed_replica(
-    served: HTTPBackend, engine_cache: Path, tmp_path: Path
+    served: HTTPBackend, engine_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one = _measure(served)
     engine = EngineSettings(
@@ -88,11 +87,19 @@ def test_two_replicas_equal_one_and_survive_a_killed_replica(
         both = ReplicaBackend([served, extra], warn=warnings.append)
         both.connect()  # the same build: same model, engine version, dtype, limits
         two = _measure(both)
-        # the second replica killed a moment into the next run
-        killer = threading.Timer(2.0, os.kill, (_api_server_pid(extra), signal.SIGKILL))
-        killer.start()
+        # the next run: the second replica's API server is SIGKILLed as it is sent its
+        # third request (the others' requests in flight on both replicas)
+        pid, sent = _api_server_pid(extra), []
+        score_one = extra.score_one
+
+        async def killing(client: Any, request: Any, *, top_k: int, full: bool) -> Any:
+            sent.append(1)
+            if len(sent) == 3:
+                os.kill(pid, signal.SIGKILL)
+            return await score_one(client, request, top_k=top_k, full=full)
+
+        monkeypatch.setattr(extra, "score_one", killing)
         survived = _measure(both)
-        killer.join()
     cga = [m.samples for m in (one["fidelity.cga"], two["fidelity.cga"], survived["fidelity.cga"])]
     kl = [one["fidelity.kl_mean"], two["fidelity.kl_mean"], survived["fidelity.kl_mean"]]
     _figures(
@@ -143,6 +150,8 @@ def test_baseline_recorded_from_the_served_build(
     (pack_path,) = (store / "demo").glob("0001-fp32-served.reference*")
     pack = load_pack(pack_path)
     assert pack.m == 0 and pack.no_tail_samples == fidelity.NO_TAIL_SERVED and len(pack) == PROMPTS
+    shown = run_gate("baseline", "show", "served", "--model", "demo", "--store", str(store))
+    assert shown.returncode == 0 and "its baseline was served" in " ".join(shown.stdout.split())
     out = tmp_path / "results.json"
     gated = run_gate(
         "run", "--candidate", "demo", "--against", "served", "--tiers", "fidelity",

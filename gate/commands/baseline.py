@@ -176,9 +176,11 @@ def recorder_line(provenance: ModelProvenance) -> str | None:
     empty = _or_unknown(provenance.fidelity_prompts_empty)
     tokens = provenance.fidelity_tokens_cut
     removed = f" ({tokens} generated tokens removed)" if tokens is not None else ""
+    no_tail = provenance.extra.get("fidelity_no_tail_samples")
+    bound = f"; {no_tail} (the KL against it is a lower bound)" if isinstance(no_tail, str) else ""
     return (
         f"fidelity reference: {prompts} prompts; {cut} cut at the baseline's first "
-        f"self-disagreement{removed}; {empty} left empty (not scored)"
+        f"self-disagreement{removed}; {empty} left empty (not scored){bound}"
     )
 
 
