@@ -44,8 +44,8 @@ from tests.engine_support import (
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-#: Prompts of the demo pack scored per run (a quarter of it: the replicas are the point).
-PROMPTS = 24
+#: Prompts of the demo pack scored per run (an eighth of it: the replicas are the point).
+PROMPTS = 12
 
 
 def _figures(name: str, **values: Any) -> None:
@@ -133,7 +133,7 @@ def test_baseline_recorded_from_the_served_build(
     baseline; the in-process float32 demo build gated against it passes."""
     store = tmp_path / "store"
     config = tmp_path / "gate.toml"
-    config.write_text(f"[tiers.fidelity]\nlimit = {PROMPTS}\n")
+    config.write_text(f"[tiers.fidelity]\nlimit = {PROMPTS}\nmax_new_tokens = 64\n")
     env = engine_env(engine_cache)
     recorded = run_gate(
         "baseline", "record", "--model", "demo", "--label", "fp32-served", "--ref", "served",

@@ -39,9 +39,9 @@ from tests.engine_support import DEMO_BASELINE, engine_env, engine_python, vllm_
 from tests.fakes.openai_server import FakeOpenAIServer
 
 #: Seconds each fake request takes besides its (tiny) compute.
-LATENCY = 0.25
+LATENCY = 1.0
 #: Requests scored per fake round.
-REQUESTS = 16
+REQUESTS = 8
 #: Demo-pack prompts scored per vLLM round.
 PROMPTS = 32
 
