@@ -193,3 +193,38 @@ def test_engine_settings_lists() -> None:
         EngineSettings(endpoint=())
     assert replica_log(Path("out/r.server.log"), 0) == Path("out/r.server.log")
     assert replica_log(Path("out/r.server.log"), 1) == Path("out/r.server-2.log")
+
+
+def test_the_command_line_records_and_gates_on_two_replicas_and_reports_them(
+    local: HFBackend, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """``gate baseline record`` and ``gate run`` with ``--endpoint`` twice: the report's
+    lines and the results JSON's provenance name both replicas."""
+    import json
+
+    from tests.cli_support import run_gate
+
+    config = tmp_path / "gate.toml"
+    config.write_text("[tiers.fidelity]\nlimit = 2\nmax_new_tokens = 8\n")
+    common = ("--tiers", "fidelity", "--config", str(config), "--store", str(tmp_path / "store"))
+    model = str(tiny_model_dir)
+    with FakeOpenAIServer(local) as a, FakeOpenAIServer(local) as b:
+        endpoints = ("--endpoint", a.url, "--endpoint", b.url)
+        recorded = run_gate(
+            "baseline", "record", "--model", model, "--label", "served", *common, *endpoints,
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout[-2000:] + recorded.stderr[-2000:]
+        out = tmp_path / "results.json"
+        gated = run_gate(
+            "run", "--candidate", model, *common, "--json", str(out), *endpoints, cwd=tmp_path
+        )
+        served_by = (len(a.bodies), len(b.bodies))
+    assert gated.returncode == 0, gated.stdout[-2000:] + gated.stderr[-2000:]
+    named = f"replicas: 2: replica 1 ({a.url}), replica 2 ({b.url})"
+    assert named in " ".join(gated.stdout.split())  # a note of the report
+    results = json.loads(out.read_text())
+    assert named in results["notes"]
+    candidate = results["candidate"]
+    assert [r["endpoint"] for r in candidate["replicas"]] == [a.url, b.url]
+    assert candidate["backend"] == "http" and min(served_by) > 0
