@@ -21,7 +21,8 @@ from gate.errors import DataError, ExitCode
 from gate.gating.verdict import Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, Results
+from gate.provenance import sha256_file
+from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
 from gate.session.handoff import collect, publish
 from gate.session.round_robin import judged_candidates
@@ -163,12 +164,74 @@ def test_non_document_and_newer_schema_are_data_errors() -> None:
         Results.from_document([])
     with pytest.raises(DataError, match="not a gate results file"):
         Results.from_document({"kind": "baseline"})
-    with pytest.raises(DataError, match="schema_version 2"):
-        Results.from_document({**report_cases.approved().doc, "schema_version": 2})
+    newer = SCHEMA_VERSION + 1
+    with pytest.raises(DataError, match=f"schema_version {newer}"):
+        Results.from_document({**report_cases.approved().doc, "schema_version": newer})
     with pytest.raises(DataError, match="missing 'exit_code'"):
         Results.from_document(
             {k: v for k, v in report_cases.approved().doc.items() if k != "exit_code"}
         )
+
+
+def test_compare_writes_the_run_identity_and_it_round_trips(tmp_path: Path) -> None:
+    """``gate compare`` names the candidate after its file and records what decided it."""
+    from gate import __version__
+    from gate.gating.thresholds import load_thresholds
+
+    doc = json.loads(_compare_json(tmp_path, "candidate-warn.json").read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
+    limits = load_thresholds(EXAMPLES / "thresholds.toml")
+    assert doc["run"] == {
+        "candidate": "candidate-warn",
+        "gate_version": __version__,
+        "thresholds": str(EXAMPLES / "thresholds.toml"),
+        "thresholds_sha256": limits.digest,
+        "strict": False,
+        "config": None,
+        "config_sha256": None,
+    }
+    assert len(limits.digest) == 64
+    back = Results.from_document(doc)
+    assert back.run is not None and back.run.candidate == "candidate-warn"
+    assert back.to_document() == doc
+    # the baseline's description carries the digest of its file
+    assert doc["baselines"][str(EXAMPLES / "baseline.json")]["sha256"] == sha256_file(
+        EXAMPLES / "baseline.json"
+    )
+
+
+def test_the_run_object_is_strict_and_absent_in_schema_1_documents() -> None:
+    doc = report_cases.approved().doc
+    assert doc["run"] is None  # built without one
+    older = {k: v for k, v in doc.items() if k != "run"} | {"schema_version": 1}
+    assert Results.from_document(older).run is None
+    run = {
+        "candidate": "a",
+        "gate_version": "0.1",
+        "thresholds": "t.toml",
+        "thresholds_sha256": "0" * 64,
+        "strict": False,
+        "config": None,
+        "config_sha256": None,
+    }
+    assert Results.from_document({**doc, "run": run}).to_document()["run"] == run
+    with pytest.raises(DataError, match=r"unknown key.*run object.*: colour"):
+        Results.from_document({**doc, "run": {**run, "colour": "blue"}})
+    with pytest.raises(DataError, match=r"malformed run object.*strict"):
+        Results.from_document({**doc, "run": {**run, "strict": "no"}})
+
+
+def test_thresholds_digest_ignores_layout_and_follows_the_bounds(tmp_path: Path) -> None:
+    from gate.gating.thresholds import load_thresholds
+
+    one = tmp_path / "one.toml"
+    one.write_text('[metrics."fidelity.cga"]\nwarn = 0.02\ncritical = 0.05\n')
+    two = tmp_path / "two.toml"  # same bounds, other order and a comment
+    two.write_text('# bounds\n[metrics."fidelity.cga"]\ncritical = 0.05\nwarn = 0.02\n')
+    three = tmp_path / "three.toml"
+    three.write_text('[metrics."fidelity.cga"]\nwarn = 0.02\ncritical = 0.06\n')
+    digests = [load_thresholds(p).digest for p in (one, two, three)]
+    assert digests[0] == digests[1] != digests[2]
 
 
 def test_non_finite_numbers_are_written_as_null_and_read_back_as_nan() -> None:

@@ -50,6 +50,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
             json=Path("r.json"), html=Path("r.html"), junit=Path("r.xml"), markdown=Path("r.md")
         ),
         config=Path("gate.toml"),
+        candidate_name="int8",
         model_slug="m",
         calibration=Path("c.jsonl"),
         history=Path("hist"),
@@ -74,6 +75,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-thresholds", "t.toml", "--gate-strict", "--gate-json", "r.json"),
         *("--gate-html", "r.html", "--gate-junit", "r.xml", "--gate-markdown", "r.md"),
         *("--gate-config", "gate.toml", "--gate-model-slug", "m"),
+        *("--gate-candidate-name", "int8"),
         *("--gate-calibration", "c.jsonl", "--gate-history", "hist"),
         *("--gate-allow-hardware-mismatch", "--gate-paired-latency"),
         *("--gate-allow-pickle", "--gate-allow-incomplete-weights"),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from gate import __version__
 from gate.commands.options import (
     color_option,
     json_option,
@@ -22,6 +23,7 @@ from gate.gating.versions import check_refs, drift_of, measured_with, version_no
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
+from gate.report.results import RunIdentity
 from gate.report.results_json import build_results
 from gate.session.finish import coverage_notes
 from gate.session.plan import check_targets
@@ -64,7 +66,8 @@ def compare(
     """Gate MEASUREMENTS (a measurements JSON) against stored baselines.
 
     Prints one table per tier (worst findings first) and a verdict line, and
-    exits 0 (APPROVED, warnings allowed), 1 (BLOCKED) or 4 (bad input).
+    exits 0 (APPROVED, warnings allowed), 1 (BLOCKED) or 4 (bad input). The
+    results JSON names the candidate after the file's stem (``gate merge``).
 
     \b
     Examples:
@@ -119,6 +122,13 @@ def compare(
             environment=candidate.environment or environment(),
             notes=notes,
             unbounded=unbounded,
+            run=RunIdentity(
+                candidate=measurements.stem,
+                gate_version=__version__,
+                thresholds=limits.source,
+                thresholds_sha256=limits.digest,
+                strict=strict,
+            ),
         ),
         targets,
     )

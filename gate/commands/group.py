@@ -10,10 +10,11 @@ from gate.commands.baseline import baseline
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
+from gate.commands.merge import merge
 from gate.commands.run import run
 
 #: Every top-level command, in ``--help`` order.
-COMMANDS: tuple[click.Command, ...] = (run, demo, compare, baseline, import_, audit)
+COMMANDS: tuple[click.Command, ...] = (run, merge, demo, compare, baseline, import_, audit)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

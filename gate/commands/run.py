@@ -19,7 +19,7 @@ from gate.commands.options import (
     strict_option,
     thresholds_option,
 )
-from gate.errors import ExitCode
+from gate.errors import ExitCode, UsageError
 from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.options import SessionOptions
@@ -126,7 +126,19 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     "--dry-run",
     is_flag=True,
     help="Check everything (config, thresholds, tier settings, recipes, baseline refs, "
-    "report paths), print what would run and exit 0; loads no model.",
+    "report paths), print what would run (and the --matrix) and exit 0; loads no model.",
+)
+@click.option(
+    "--matrix",
+    "matrix",
+    is_flag=True,
+    help="Print the candidates of --config as a CI matrix (JSON, one entry per "
+    "[[candidates]] with its runs_on labels) and exit 0; reads the config only.",
+)
+@click.option(
+    "--only",
+    metavar="NAME",
+    help="Gate only the [[candidates]] entry NAME of --config (one job of the matrix).",
 )
 def run(
     candidate: str | None,
@@ -150,6 +162,8 @@ def run(
     junit_out: Path | None,
     markdown_out: Path | None,
     dry_run: bool,
+    matrix: bool,
+    only: str | None,
     **engine: Any,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
@@ -165,10 +179,10 @@ def run(
     \b
     Run config (gate.toml; docs/run-config.md):
       [run]                       defaults: baseline, against, tiers, calibration,
-                                  store, thresholds, strict, model_slug
+                                  store, thresholds, strict, model_slug, runs_on
       [[candidates]]              name, model, recipe (+ against, tiers,
                                   calibration, model_slug, allow_pickle,
-                                  allow_incomplete_weights)
+                                  allow_incomplete_weights, runs_on)
       [tiers.<tier>]              tier settings (e.g. max_new_tokens)
     Without --candidate every [[candidates]] entry runs in its own session, then
     a summary table follows; the exit code is the worst one (an error, 3 4 5,
@@ -178,6 +192,9 @@ def run(
     writes one combined comment (summary + every report) at the given path.
     With --candidate the config only lends its [run] defaults and [tiers].
     Command-line flags override the config (--tiers, --against, --store, ...).
+    --matrix prints the candidates as a GitHub Actions matrix and --only NAME
+    gates one of them, so that CI runs one job per candidate and `gate merge`
+    combines their results JSONs (docs/self-hosted-runners.md).
     Every input of every candidate (config, thresholds.toml, tier settings,
     recipes, baseline refs, calibration, report paths) is checked before the
     first model loads; --dry-run stops there and prints what would run.
@@ -187,6 +204,8 @@ def run(
       gate run --config gate.toml --json out/results.json --markdown out/comment.md
       gate run --config gate.toml --tiers latency
       gate run --config gate.toml --dry-run
+      gate run --config gate.toml --matrix
+      gate run --config gate.toml --only int8 --json out/results-int8.json
       gate run --candidate demo --recipe bnb-nf4
       gate run --candidate ./llama-8b --recipe quanto-int4 --against fp16 --against prod
       gate run --candidate demo --recipe prune-magnitude:0.3 --tiers fidelity --json out.json
@@ -216,6 +235,7 @@ def run(
         calibration=calibration,
         model_slug=model_slug,
         engine=engine_override(engine),
+        only=only,
     )
     shared = SessionOptions(
         store=explicit_store(store),
@@ -229,7 +249,16 @@ def run(
         allow_incomplete_weights=allow_incomplete_weights,
     )
     targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+    if matrix and (config is None or candidate is not None):
+        raise UsageError(
+            "--matrix lists the [[candidates]] of --config", "gate run --config gate.toml --matrix"
+        )
     plan = plan_run(config, overrides, shared, targets)
+    if matrix:  # the run config only: no store, no thresholds, no model library
+        from gate.session.matrix import matrix_json
+
+        click.echo(matrix_json(plan.candidates))
+        return int(ExitCode.OK)
     checked = check_plan(plan)  # every input of every candidate, before any model loads
     if dry_run:
         for line in describe_plan(plan, checked):

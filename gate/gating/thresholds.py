@@ -23,7 +23,9 @@ Every failure is a :class:`~gate.errors.ConfigError` (exit 4).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +75,9 @@ class Thresholds:
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Gate a partly exercised tier's per-item metrics on the items its compression acted on.
     exercised_only: bool = False
+    #: sha256 of what the file says (:func:`thresholds_digest`): two runs decided with the
+    #: same bounds have the same digest, whatever the file's path, comments or key order.
+    digest: str = ""
 
     def for_metric(self, name: str) -> MetricThreshold | None:
         """The threshold of ``name``; ``None`` when the metric is reported but not gated."""
@@ -161,6 +166,13 @@ def _metric_threshold(name: str, table: Any, spec: MetricSpec, default_min: int)
     return MetricThreshold(metric=name, bound=bound, min_samples=min_samples, categories=categories)
 
 
+def thresholds_digest(data: Mapping[str, Any]) -> str:
+    """sha256 of a parsed ``thresholds.toml`` mapping, written as canonical JSON (keys sorted,
+    no whitespace; a TOML date as its ISO text): independent of comments, layout and order."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def parse_thresholds(
     data: Mapping[str, Any],
     *,
@@ -216,6 +228,7 @@ def parse_thresholds(
         source=source,
         tiers=tiers,
         exercised_only=exercised_only,
+        digest=thresholds_digest(data),
     )
 
 

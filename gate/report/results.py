@@ -14,13 +14,17 @@ numbers only: JSON has no NaN, so a non-finite number is written as ``null``
 (and a ``null`` value reads back as NaN, which writes as ``null`` again); a
 ``ci`` with a ``null`` end and a ``null`` ``breakdown`` entry read as absent.
 
-Unknown keys: a key this reader does not know, at the top level or in a
-``metrics`` entry, is a :class:`~gate.errors.DataError` (a writer that adds
+Unknown keys: a key this reader does not know, at the top level, in a
+``metrics`` entry or in the ``run`` object, is a :class:`~gate.errors.DataError` (a writer that adds
 one bumps ``schema_version``). The free-form objects (``baseline``,
 ``baselines``, ``candidate``, ``environment`` and a metric's ``details``) are
 kept as they are, unknown keys included. Keys a document lacks take the
 defaults older writers implied (``version_drift`` ``[]``, ``against``
-``"baseline"`` ...).
+``"baseline"`` ..., ``run`` ``null``: schema 1 had none).
+
+``run`` (:class:`RunIdentity`, schema 2) names the candidate and what its verdicts
+were decided with (gate version, thresholds digest, ``--strict``, run config
+digest): what ``gate merge`` requires the results of one matrix to share.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from gate.gating.verdict import (
 )
 from gate.store.schema import check_schema_version
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIND = "results"
 
 #: The top-level keys, in the order they are written.
@@ -54,6 +58,7 @@ DOCUMENT_KEYS = (
     "baseline",
     "baselines",
     "candidate",
+    "run",
     "environment",
     "notes",
     "unmeasured",
@@ -180,6 +185,79 @@ def final_words(outcome: GateOutcome, exit_code: int) -> tuple[str, str]:
     return "block", exit_meaning(exit_code)
 
 
+#: The keys of the ``run`` object, in the order they are written.
+RUN_KEYS = (
+    "candidate",
+    "gate_version",
+    "thresholds",
+    "thresholds_sha256",
+    "strict",
+    "config",
+    "config_sha256",
+)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Which candidate a results document is of, and what decided its verdicts.
+
+    Results that ``gate merge`` combines must agree on everything here but the
+    candidate's name (docs/contracts.md "Results JSON").
+    """
+
+    #: The candidate's name: its ``[[candidates]]`` name, else the model's store slug
+    #: (``gate run --candidate``), else the measurements file's stem (``gate compare``).
+    candidate: str
+    #: The version of the gate that compared and decided.
+    gate_version: str
+    #: The thresholds file as it was named, and the digest of what it says
+    #: (:func:`gate.gating.thresholds.thresholds_digest`).
+    thresholds: str
+    thresholds_sha256: str
+    #: Whether warnings blocked (``--strict`` or ``[run] strict``).
+    strict: bool
+    #: The run config the candidate came from and the sha256 of its file (``None``: none).
+    config: str | None = None
+    config_sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``run`` object (keys in :data:`RUN_KEYS` order)."""
+        return {
+            "candidate": self.candidate,
+            "gate_version": self.gate_version,
+            "thresholds": self.thresholds,
+            "thresholds_sha256": self.thresholds_sha256,
+            "strict": self.strict,
+            "config": self.config,
+            "config_sha256": self.config_sha256,
+        }
+
+    @classmethod
+    def from_dict(cls, entry: Any, source: str = "results document") -> RunIdentity:
+        """Inverse of :meth:`to_dict`; a malformed or unknown entry raises :class:`DataError`."""
+        if not isinstance(entry, Mapping):
+            raise DataError(f"the run object of {source} is not an object", "the file is corrupt")
+        _unknown(entry, RUN_KEYS, f"the run object of {source}")
+        try:
+            strict = entry["strict"]
+            if not isinstance(strict, bool):
+                raise ValueError(f"strict is {strict!r}")
+            config, digest = entry.get("config"), entry.get("config_sha256")
+            return cls(
+                candidate=str(entry["candidate"]),
+                gate_version=str(entry["gate_version"]),
+                thresholds=str(entry["thresholds"]),
+                thresholds_sha256=str(entry["thresholds_sha256"]),
+                strict=strict,
+                config=None if config is None else str(config),
+                config_sha256=None if digest is None else str(digest),
+            )
+        except (KeyError, ValueError) as exc:
+            raise DataError(
+                f"malformed run object in {source}: {exc}", "the file is corrupt"
+            ) from None
+
+
 @dataclass(frozen=True)
 class Results:
     """A finished run's results: what the results JSON holds, typed.
@@ -205,6 +283,8 @@ class Results:
     version_drift: tuple[VersionDrift, ...] = ()
     #: One line per tier the compression never acted on (``<tier> NOT EXERCISED: ...``).
     not_exercised: tuple[str, ...] = ()
+    #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
+    run: RunIdentity | None = None
 
     @classmethod
     def of_run(
@@ -217,11 +297,13 @@ class Results:
         environment: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         unbounded: Sequence[str] = (),
+        run: RunIdentity | None = None,
     ) -> Results:
         """The results of one run from its outcome.
 
         ``exit_code`` overrides the outcome's own (a crashed tier, nothing
-        measured); ``baselines`` maps each ref compared against to its description.
+        measured); ``baselines`` maps each ref compared against to its description;
+        ``run`` names the candidate and what decided it.
         """
         refs = {str(k): dict(v) for k, v in (baselines or {}).items()}
         code = int(outcome.exit_code if exit_code is None else exit_code)
@@ -240,6 +322,7 @@ class Results:
             unbounded=tuple(unbounded),
             version_drift=tuple(outcome.version_drift),
             not_exercised=tuple(outcome.not_exercised),
+            run=run,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -253,6 +336,7 @@ class Results:
             "baseline": dict(self.baseline),
             "baselines": {k: dict(v) for k, v in self.baselines.items()},
             "candidate": dict(self.candidate),
+            "run": self.run.to_dict() if self.run is not None else None,
             "environment": dict(self.environment),
             "notes": list(self.notes),
             "unmeasured": [item.to_dict() for item in self.unmeasured],
@@ -291,6 +375,11 @@ class Results:
                     VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
                 ),
                 not_exercised=tuple(str(n) for n in doc.get("not_exercised") or []),
+                run=(
+                    RunIdentity.from_dict(doc["run"], source)
+                    if doc.get("run") is not None
+                    else None
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source} is missing {exc}", "the file is corrupt") from None

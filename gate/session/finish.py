@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from gate.measurement import Measurement
     from gate.provenance import ModelProvenance
     from gate.report.outputs import ReportTargets
-    from gate.report.results import Results
+    from gate.report.results import Results, RunIdentity
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
 
@@ -199,6 +199,7 @@ def _compare(
         environment=env,
         notes=notes,
         unbounded=unbounded,
+        run=run_identity(inputs, run.model_slug),
     )
     publish(results)
     buffer = io.StringIO()
@@ -214,6 +215,26 @@ def _compare(
         render(outcome, console, exit_code=shown, title=title, notes=notes)
 
     return SessionEnd(code, end, show, buffer.getvalue())
+
+
+def run_identity(inputs: SessionInputs, model_slug: str) -> RunIdentity:
+    """What a session's verdicts were decided with, and the candidate's name (its
+    ``[[candidates]]`` name, else ``model_slug``): the results document's ``run`` object."""
+    from gate import __version__
+    from gate.provenance import sha256_file
+    from gate.report.results import RunIdentity
+
+    options = inputs.options
+    config = options.config
+    return RunIdentity(
+        candidate=options.candidate_name or model_slug,
+        gate_version=__version__,
+        thresholds=inputs.thresholds.source,
+        thresholds_sha256=inputs.thresholds.digest,
+        strict=options.strict,
+        config=str(config) if config is not None else None,
+        config_sha256=sha256_file(config) if config is not None and config.is_file() else None,
+    )
 
 
 def _write_reports(
@@ -253,4 +274,4 @@ def coverage_notes(
     return notes
 
 
-__all__ = ["SessionEnd", "coverage_notes", "store_or_compare"]
+__all__ = ["SessionEnd", "coverage_notes", "run_identity", "store_or_compare"]

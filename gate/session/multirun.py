@@ -280,23 +280,25 @@ def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
     if skipped:
         console.print(f"gate: {skipped} candidate(s) not run (interrupted)")
     console.print(f"gate: worst exit code {int(worst)} over {len(outcomes)} candidate(s)")
-    _judge_round_robin(plan, outcomes, console)
+    judge_round_robin(outcomes, plan.shared.config, plan.targets.json, console)
     if plan.several and plan.targets.markdown is not None:
         with writing("the combined markdown report", plan.targets.markdown):
             write_atomic(plan.targets.markdown, summary_markdown(outcomes, worst).encode())
     return worst
 
 
-def _judge_round_robin(plan: RunPlan, outcomes: Sequence[Outcome], console: Console) -> None:
-    """Two or more candidates judged by the judge tier: their round robin (printed; JSON
-    ``<stem>-round-robin.json`` beside ``--json``). A failure there is one line."""
+def judge_round_robin(
+    outcomes: Sequence[Outcome], config: Path | None, json_path: Path | None, console: Console
+) -> None:
+    """Two or more candidates judged by the judge tier: their round robin, judged per the
+    run ``config`` (printed; JSON ``<stem>-round-robin.json`` beside ``json_path``). A
+    failure there is one line."""
     from gate.session.round_robin import report_round_robin, write_round_robin
 
     try:
         runs = {o.candidate.name: o.results for o in outcomes}
-        rr = report_round_robin(runs, plan.shared.config, console)
-        if rr is not None and plan.targets.json is not None:
-            json_path = plan.targets.json
+        rr = report_round_robin(runs, config, console)
+        if rr is not None and json_path is not None:
             write_round_robin(json_path.with_name(f"{json_path.stem}-round-robin.json"), rr)
     except GateError as exc:
         console.print(f"gate: judge round robin failed: {exc.format_line()}", markup=False)
@@ -308,6 +310,7 @@ __all__ = [
     "SessionRunner",
     "announce",
     "execute_plan",
+    "judge_round_robin",
     "outcome_of",
     "run_candidates",
     "session_runner",

@@ -138,6 +138,9 @@ class SessionOptions:
     #: The report files to write (``--gate-json``, ``--gate-html``, ...).
     reports: ReportTargets = field(default_factory=ReportTargets)
     config: Path | None = option_row("path", "run config TOML with [tiers.<name>] settings")
+    candidate_name: str | None = option_row(
+        "str", "the candidate's [[candidates]] name, recorded in the results JSON for gate merge"
+    )
     model_slug: str | None = option_row("str", "baseline store slug (default: from the model)")
     calibration: Path | None = option_row(
         "path", "calibration texts (JSONL with 'text') for prune-wanda (default: the packaged set)"

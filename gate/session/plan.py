@@ -11,7 +11,8 @@ report file, the latency history and a server log can be written — and
 returns what each session will use.
 ``gate run`` runs it before the first session starts (so a typo fails in a
 second with exit 4, not after an hour of measuring); ``gate run --dry-run``
-stops after it and prints :func:`describe_plan`.
+stops after it and prints :func:`describe_plan` (with the CI matrix the
+candidates make, :mod:`gate.session.matrix`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class RunPlan:
         engine = candidate.engine
         return replace(
             self.shared,
+            candidate_name=candidate.name,
             recipe=candidate.recipe,
             against=tuple(candidate.against),
             store=store_for(candidate.model, store),
@@ -251,6 +253,10 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
             lines.append(f"  reports:    {', '.join(reports)}")
     if plan.several and plan.targets.markdown is not None:
         lines.append(f"combined markdown: {plan.targets.markdown}")
+    if not plan.single:  # the jobs of gate run --matrix (docs/self-hosted-runners.md)
+        from gate.session.matrix import matrix_json
+
+        lines.append(f"matrix (--matrix, one job per candidate): {matrix_json(plan.candidates)}")
     lines.append("gate: dry run OK (exit 0)")
     return lines
 

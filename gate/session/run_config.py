@@ -10,12 +10,14 @@ Layout (documented with an example in docs/run-config.md)::
     store = "baselines"          # baseline store (default: --store / $GATE_STORE / ./baselines)
     thresholds = "thresholds.toml"
     strict = false
+    runs_on = ["self-hosted", "linux", "x64", "gpu"]   # CI runner labels (``--matrix``)
 
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
     model = "demo"               # id, local directory or "demo"
     recipe = "bnb-nf4"           # optional; also: against, tiers, calibration, model_slug,
-                                 # allow_pickle, allow_incomplete_weights (default false)
+                                 # allow_pickle, allow_incomplete_weights (default false),
+                                 # runs_on (the runner labels of its matrix job)
 
     [candidates.engine]          # optional: gate the build as a serving engine serves it
     serve = "python -m vllm.entrypoints.openai.api_server --model ./build"  # or endpoint = URL
@@ -58,6 +60,26 @@ from gate.models.engine_settings import EngineSettings
 
 TOP_KEYS = ("run", "candidates", "tiers", "judges")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: A runner label: what ``runs-on`` of a GitHub Actions job may name.
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: The runner labels of a candidate's matrix job when neither it nor ``[run]`` names any:
+#: the self-hosted GPU runner of docs/self-hosted-runners.md.
+DEFAULT_RUNS_ON: tuple[str, ...] = ("self-hosted", "linux", "x64", "gpu")
+
+
+def _check_runs_on(labels: tuple[str, ...] | None) -> None:
+    """``runs_on``: a non-empty list of distinct runner labels (``None``: not given)."""
+    if labels is None:
+        return
+    if not labels:
+        raise ValueError('runs_on is empty (name the runner labels, e.g. ["self-hosted", "gpu"])')
+    for label in labels:
+        if not LABEL_RE.match(label):
+            raise ValueError(
+                f"runs_on label {label!r} must be 1-100 letters, digits, '.', '_' or '-'"
+            )
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"runs_on names a label twice: {list(labels)}")
 
 
 def _check_tiers(tiers: tuple[str, ...] | None, where: str) -> None:
@@ -95,9 +117,12 @@ class RunDefaults:
     thresholds: Path | None = None
     strict: bool = False
     engine: EngineSettings | None = None
+    #: Runner labels of every candidate's matrix job (``gate run --matrix``).
+    runs_on: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_tiers(self.tiers, "run.tiers")
+        _check_runs_on(self.runs_on)
 
 
 @dataclass(frozen=True)
@@ -116,8 +141,11 @@ class CandidateConfig:
     #: Measure weights that do not match the config (``--allow-incomplete-weights``).
     allow_incomplete_weights: bool = False
     engine: EngineSettings | None = None
+    #: Runner labels of its matrix job (``None``: ``[run].runs_on``).
+    runs_on: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        _check_runs_on(self.runs_on)
         if not NAME_RE.match(self.name):
             raise ValueError(
                 f"name {self.name!r} must be 1-64 letters, digits, '.', '_' or '-'"
@@ -143,6 +171,8 @@ class Candidate:
     allow_incomplete_weights: bool = False
     #: The serving engine the build is gated on (``None``: loaded in process).
     engine: EngineSettings | None = None
+    #: The runner labels of its matrix job (``gate run --matrix``).
+    runs_on: tuple[str, ...] = DEFAULT_RUNS_ON
 
     @property
     def recipe_label(self) -> str:
@@ -185,6 +215,7 @@ class RunConfig:
             allow_pickle=candidate.allow_pickle,
             allow_incomplete_weights=candidate.allow_incomplete_weights,
             engine=candidate.engine or self.run.engine,
+            runs_on=candidate.runs_on or self.run.runs_on or DEFAULT_RUNS_ON,
         )
 
     def resolved(self) -> list[Candidate]:
@@ -263,15 +294,23 @@ class CandidateOverrides:
     model_slug: str | None = None
     #: ``--serve``/``--endpoint`` and their options (replaces a config's engine table).
     engine: EngineSettings | None = None
+    #: ``--only NAME``: just that ``[[candidates]]`` entry (one job of the CI matrix).
+    only: str | None = None
 
 
 def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) -> list[Candidate]:
     """The candidates to gate: ``--candidate`` alone, else every ``[[candidates]]`` entry.
 
-    Command-line values win over the config's. A ``--recipe`` or
-    ``--model-slug`` without ``--candidate``, or nothing to gate at all, is a
-    :class:`~gate.errors.UsageError` (exit 4).
+    Command-line values win over the config's; ``--only NAME`` keeps that entry
+    alone. A ``--recipe`` or ``--model-slug`` without ``--candidate``, ``--only``
+    with ``--candidate`` or naming no entry (with a did-you-mean), or nothing to
+    gate at all, is a :class:`~gate.errors.UsageError` (exit 4).
     """
+    if overrides.only is not None and overrides.candidate is not None:
+        raise UsageError(
+            "--only picks a [[candidates]] entry of --config; --candidate gates a model of its own",
+            "drop one of them",
+        )
     if overrides.candidate is not None:
         return [_single(config.run if config is not None else RunDefaults(), overrides)]
     if config is None:
@@ -287,6 +326,9 @@ def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) ->
         raise UsageError(
             f"{config.source} names no candidates", "add [[candidates]] tables or --candidate"
         )
+    chosen = config.resolved()
+    if overrides.only is not None:
+        chosen = [only_candidate(chosen, overrides.only, config.source)]
     return [
         replace(
             c,
@@ -295,8 +337,20 @@ def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) ->
             calibration=overrides.calibration or c.calibration,
             engine=overrides.engine or c.engine,
         )
-        for c in config.resolved()
+        for c in chosen
     ]
+
+
+def only_candidate(candidates: list[Candidate], name: str, source: str) -> Candidate:
+    """The candidate called ``name`` (``--only``); none is a one-line UsageError with a
+    did-you-mean over the names there are."""
+    for candidate in candidates:
+        if candidate.name == name:
+            return candidate
+    from gate.config import suggest
+
+    names = [c.name for c in candidates]
+    raise UsageError(f"--only {name!r}: {source} has no such candidate", suggest(name, names))
 
 
 def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
@@ -313,6 +367,7 @@ def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
         calibration=overrides.calibration or defaults.calibration,
         model_slug=overrides.model_slug or defaults.model_slug or baseline_slug,
         engine=overrides.engine or defaults.engine,
+        runs_on=defaults.runs_on or DEFAULT_RUNS_ON,
     )
 
 
@@ -325,6 +380,7 @@ def load_run_config(path: Path) -> RunConfig:
 
 
 __all__ = [
+    "DEFAULT_RUNS_ON",
     "Candidate",
     "CandidateConfig",
     "CandidateOverrides",
@@ -333,5 +389,6 @@ __all__ = [
     "build_candidates",
     "canonical_recipe",
     "load_run_config",
+    "only_candidate",
     "parse_run_config",
 ]

@@ -115,13 +115,16 @@ class Baseline:
         return f"{self.slug}#{self.number:04d} ({self.label})"
 
     def describe(self, ref: str | None = None) -> dict[str, Any]:
-        """JSON-ready identity for reports (the ``baseline`` of the results JSON)."""
+        """JSON-ready identity for reports (the ``baseline`` of the results JSON); ``sha256``
+        is the digest of the baseline's file (the store never rewrites one), by which
+        ``gate merge`` tells two stored baselines apart whatever their paths."""
         return {
             "ref": ref,
             "model_slug": self.slug,
             "number": self.number,
             "label": self.label,
             "path": str(self.path),
+            "sha256": sha256_file(self.path) if self.path.is_file() else None,
             "created": self.created,
             "provenance": self.provenance.to_document(),
             "environment": dict(self.environment),
