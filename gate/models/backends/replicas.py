@@ -7,9 +7,9 @@ separate OpenAI-compatible servers. :class:`ReplicaBackend` wraps one connected
 ``Backend``:
 
 * **Same build, checked first.** :func:`check_same_build` compares what each
-  server says about itself (served model, engine and its version, tokenizer
-  check, dtype, quantization, KV-cache dtype, context length, log-prob limit,
-  weight digests where both sides know them) before anything is measured; a
+  server says about itself and what its command line states (served model,
+  engine and its version, tokenizer check, context length, KV-cache dtype,
+  quantization, dtype, log-prob limit) before anything is measured; a
   difference is one :class:`~gate.errors.ConfigError` naming both replicas
   and the fact (exit 4). Each replica's tokenizer was already checked against
   the local one when it connected.
@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -75,27 +75,29 @@ Work = Callable[[HTTPBackend, EndpointClient], Awaitable[T]]
 #: Where a warning line goes (the session's report lines; stderr by default).
 Warn = Callable[[str], None]
 
-#: The served settings (from the command line or the server) that must agree.
-_SETTINGS = ("quantization", "dtype", "kv_cache_dtype", "max_model_len", "max_logprobs")
-
 
 def replica_label(index: int, backend: HTTPBackend) -> str:
     """``replica 2 (http://host:port/v1)``: how messages name replica ``index`` (from 0)."""
     return f"replica {index + 1} ({public_url(backend.settings.base_url)})"
 
 
-def build_identity(provenance: ModelProvenance) -> dict[str, Any]:
-    """The facts two replicas of one build share (``None``: the replica does not say)."""
-    served = dict(provenance.served_settings or {})
-    facts: dict[str, Any] = {
-        "served model": provenance.served_model,
-        "engine": provenance.engine,
-        "engine version": provenance.engine_version,
-        "tokenizer check": provenance.tokenizer_check,
-        "weights sha256": provenance.weights_sha256,
+def build_identity(backend: HTTPBackend) -> dict[str, Any]:
+    """The facts two replicas of one build share, from what each server says about itself
+    and its command line (``None``: the replica does not say). The weights are not hashed
+    here: that would read a whole checkpoint once per replica before anything is measured."""
+    facts = backend.connect()
+    served = backend.served_settings
+    return {
+        "served model": facts.model,
+        "engine": facts.owned_by,
+        "engine version": facts.version,
+        "tokenizer check": facts.tokenizer_check,
+        "max model len": facts.max_model_len or served.get("max_model_len"),
+        "kv cache dtype": facts.cache_config.get("cache_dtype") or served.get("kv_cache_dtype"),
+        "quantization": served.get("quantization"),
+        "dtype": served.get("dtype"),
+        "max logprobs": served.get("max_logprobs"),
     }
-    facts.update({name.replace("_", " "): served.get(name) for name in _SETTINGS})
-    return facts
 
 
 def check_same_build(backends: Sequence[HTTPBackend]) -> None:
@@ -104,9 +106,9 @@ def check_same_build(backends: Sequence[HTTPBackend]) -> None:
     Each fact of :func:`build_identity` is compared between the first replica
     and every other; a fact one side does not know is not compared.
     """
-    first = build_identity(backends[0].provenance())
+    first = build_identity(backends[0])
     for index, other in enumerate(backends[1:], start=1):
-        theirs = build_identity(other.provenance())
+        theirs = build_identity(other)
         for name, value in first.items():
             if value is None or theirs[name] is None or value == theirs[name]:
                 continue
@@ -500,18 +502,11 @@ def replica_lines(backend: object) -> list[str]:
     return [f"replicas: {len(backend.replicas)}: " + ", ".join(backend.labels())]
 
 
-def replica_facts(provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``replicas`` entries of a provenance document (empty for one server)."""
-    entries = provenance.get("replicas")
-    return [dict(e) for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
-
-
 __all__ = [
     "ReplicaBackend",
     "Warn",
     "build_identity",
     "check_same_build",
-    "replica_facts",
     "replica_label",
     "replica_lines",
 ]
