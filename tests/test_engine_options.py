@@ -167,3 +167,35 @@ def test_served_logprobs_is_what_the_client_asks_for_full_rows() -> None:
     assert wide.settings_for("http://h/v1").full_top_k == 4096
     with pytest.raises(ValueError, match="served_logprobs must be >= 1"):
         EngineSettings(endpoint="http://h/v1", served_logprobs=0)
+
+
+def test_replicas_in_gate_toml_on_the_command_line_and_in_pytest_flags(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """``serve``/``endpoint`` lists (one per replica); a single string stays valid."""
+    from tests.cli_support import run_gate
+
+    urls = ("http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1")
+    config = parse_run_config(
+        {"candidates": [{"name": "a", "model": "demo", "engine": {"endpoint": list(urls)}}]},
+        source="gate.toml",
+    )
+    (a,) = config.resolved()
+    assert a.engine is not None and a.engine.endpoints == urls and a.engine.replicas == 2
+    flags = pytester.parseconfig(
+        "--gate-model", "demo", "--gate-endpoint", urls[0], "--gate-endpoint", urls[1]
+    )
+    request = request_from_pytest(flags.option)
+    assert request is not None and request.options.engine == EngineSettings(endpoint=urls)
+    with pytest.raises(ConfigError, match="same replica twice"):
+        parse_run_config(
+            {"candidates": [{"name": "a", "model": "demo", "engine": {"endpoint": [urls[0]] * 2}}]},
+            source="gate.toml",
+        )
+    args = ("run", "--candidate", "demo", "--tiers", "fidelity", "--dry-run")
+    done = run_gate(*args, "--endpoint", urls[0], "--endpoint", urls[1], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "engine:     2 replicas" in done.stdout
+    assert f"replica 1: {urls[0]}" in done.stdout and f"replica 2: {urls[1]}" in done.stdout
+    bad = run_gate(*args, "--endpoint", urls[0], "--endpoint", "not a url", cwd=tmp_path)
+    assert bad.returncode == 4 and "not an http(s) URL" in bad.stdout + bad.stderr

@@ -188,3 +188,20 @@ def test_log_tail_quotes_error_lines_not_warnings(tmp_path: Path) -> None:
     quiet.write_text("a\nb\n\nc\nd\n")
     assert tail_lines(quiet) == ["b", "c", "d"]
     assert tail_lines(tmp_path / "missing.log") == []
+
+
+def test_not_enough_free_memory_names_the_memory_setting(tmp_path: Path) -> None:
+    """vLLM 0.32's CPU worker refuses to start when less RAM is free than it reserves
+    (vllm/v1/worker/cpu_worker.py); gate's line names the setting that fixes it."""
+    refusal = (
+        "ValueError: Available memory on node 0 (14.1/22.9 GiB) on startup is less than "
+        "desired CPU memory utilization (0.92, 21.1 GiB). On the CPU backend, the "
+        "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved"
+    )
+    command = [sys.executable, "-c", f"print({refusal!r}); raise SystemExit(1)"]
+    with pytest.raises(ModelLoadError) as info:
+        ManagedServer(command, log_path=tmp_path / "s.log").start()
+    line = info.value.format_line()
+    assert info.value.exit_code == ExitCode.INTERNAL_ERROR and "\n" not in line
+    assert "--gpu-memory-utilization" in line and "VLLM_CPU_KVCACHE_SPACE" in line
+    assert "less than desired CPU memory utilization" in line  # the engine's own words

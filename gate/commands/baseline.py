@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich import box
 from rich.table import Table
 
 from gate.commands.options import color_option, model_trust_options, store_option
+from gate.commands.run import engine_options
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import ModelProvenance, environment
@@ -174,9 +176,11 @@ def recorder_line(provenance: ModelProvenance) -> str | None:
     empty = _or_unknown(provenance.fidelity_prompts_empty)
     tokens = provenance.fidelity_tokens_cut
     removed = f" ({tokens} generated tokens removed)" if tokens is not None else ""
+    no_tail = provenance.extra.get("fidelity_no_tail_samples")
+    bound = f"; {no_tail} (the KL against it is a lower bound)" if isinstance(no_tail, str) else ""
     return (
         f"fidelity reference: {prompts} prompts; {cut} cut at the baseline's first "
-        f"self-disagreement{removed}; {empty} left empty (not scored)"
+        f"self-disagreement{removed}; {empty} left empty (not scored){bound}"
     )
 
 
@@ -219,6 +223,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 )
 @model_trust_options
 @store_option
+@engine_options
 def record(
     model: str | None,
     label: str,
@@ -230,6 +235,7 @@ def record(
     allow_pickle: bool,
     allow_incomplete_weights: bool,
     store: Path,
+    **engine: Any,
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
 
@@ -244,8 +250,19 @@ def record(
       gate baseline record --model demo --label fp16 --ref fp16
       gate baseline record --config gate.toml --label fp16 --ref fp16
       gate baseline record --model ./llama-8b --tiers fidelity,accuracy
+      gate baseline record --model demo --label fp32-served --tiers fidelity \
+        --serve "$PY -m vllm.entrypoints.openai.api_server --model gate/assets/demo_model
+                 --served-model-name demo --dtype float32 --max-logprobs 64
+                 --gpu-memory-utilization 0.2"
+
+    \b
+    Served baseline (docs/serving.md): with --serve/--endpoint (repeatable:
+    replicas) the model is measured as that engine serves it; MODEL names the
+    tokenizer. The reference pack then holds no sampled tail (an engine returns
+    its top-k log-probs only), says so, and the KL against it is the top-k +
+    tail-bucket lower bound.
     """
-    from gate.commands.run import effective_store
+    from gate.commands.run import effective_store, engine_override
     from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
     from gate.session.run_config import RunDefaults, load_run_config
@@ -272,7 +289,13 @@ def record(
         calibration=defaults.calibration,
         allow_pickle=allow_pickle,
         allow_incomplete_weights=allow_incomplete_weights,
+        engine=engine_override(engine),
     )
+    if options.engine is not None and options.engine.paired:
+        raise UsageError(
+            "--baseline-serve/--baseline-endpoint given to baseline record",
+            "they time a baseline beside a candidate in `gate run`; drop them here",
+        )
     prepare_session("record", model, options)  # bad input fails here, before any model loads
     code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)
     return int(code)

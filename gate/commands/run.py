@@ -30,6 +30,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: The click type of each kind of engine setting.
 _CLICK_TYPES: dict[OptionKind, Any] = {
     "text": str,
+    "texts": str,
     "count": click.IntRange(min=1),
     "seconds": click.FloatRange(min=0, min_open=True),
     "file": click.Path(dir_okay=False, path_type=Path),
@@ -40,9 +41,13 @@ def engine_options(command: _F) -> _F:
     """The serving-engine options of ``gate run`` (docs/serving.md), one per field of
     :class:`~gate.models.engine_settings.EngineSettings`, keyword-named as the field."""
     for name, option in reversed(engine_setting_options()):
-        command = click.option(option.flag, name, type=_CLICK_TYPES[option.kind], help=option.help)(
-            command
-        )
+        command = click.option(
+            option.flag,
+            name,
+            type=_CLICK_TYPES[option.kind],
+            multiple=option.kind == "texts",  # one per replica
+            help=option.help,
+        )(command)
     return command
 
 
@@ -50,7 +55,11 @@ def engine_override(given: dict[str, Any]) -> EngineSettings | None:
     """The engine the command line names (``None``: none); validated like a gate.toml table."""
     from gate.config import build_dataclass
 
-    table = {k: str(v) if isinstance(v, Path) else v for k, v in given.items() if v is not None}
+    table = {
+        k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
+        for k, v in given.items()
+        if v is not None and v != ()  # a repeatable option not given is (); given, a list
+    }
     if not table:
         return None
     return build_dataclass(EngineSettings, table, where="engine options")

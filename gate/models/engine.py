@@ -32,6 +32,7 @@ from gate.models.spec import ModelSpec
 
 if TYPE_CHECKING:  # the backend (numpy, the tokenizer) is imported when an engine opens
     from gate.models.backends.http import HTTPBackend
+    from gate.models.backends.replicas import ReplicaBackend, Warn
 
 #: Server log file name inside ``log_dir`` (a report artifact).
 SERVER_LOG = "server.log"
@@ -78,6 +79,11 @@ def served_settings(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def replica_log(path: Path, index: int) -> Path:
+    """The log of replica ``index`` (from 0): ``path`` itself, then ``server-2.log``, ..."""
+    return path if index == 0 else path.with_name(f"{path.stem}-{index + 1}{path.suffix}")
+
+
 @contextlib.contextmanager
 def open_engine(
     tokenizer_spec: ModelSpec,
@@ -86,7 +92,8 @@ def open_engine(
     log_dir: Path | None = None,
     log_path: Path | None = None,
     env: Mapping[str, str] | None = None,
-) -> Iterator[HTTPBackend]:
+    warn: Warn | None = None,
+) -> Iterator[HTTPBackend | ReplicaBackend]:
     """A connected backend for ``engine``; a server started here is stopped on exit.
 
     ``tokenizer_spec`` names the model whose tokenizer gate uses locally (the
@@ -94,19 +101,61 @@ def open_engine(
     A started server logs to ``log_path``, else ``<log_dir>/server.log``, and
     runs with ``env`` added to its environment (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
     Only ``engine``'s own build is opened (its baseline engine is another call).
+
+    Several replicas (``serve``/``endpoint`` lists) are opened one after another
+    (replica ``i`` > 0 logs to :func:`replica_log`), checked to be one build and
+    returned as one :class:`~gate.models.backends.replicas.ReplicaBackend`;
+    ``warn`` receives its warning lines (a dropped replica).
     """
+    from gate.models.backends.replicas import ReplicaBackend
+
+    if log_path is None and log_dir is not None:
+        log_path = Path(log_dir) / SERVER_LOG
+    if engine.replicas == 1:
+        with _open_one(tokenizer_spec, engine, log_path, env) as backend:
+            yield backend
+        return
+    with contextlib.ExitStack() as stack:
+        opened = [
+            stack.enter_context(
+                _open_one(
+                    tokenizer_spec,
+                    engine.replica(i),
+                    replica_log(log_path, i) if log_path is not None else None,
+                    env,
+                    connect=False,
+                )
+            )
+            for i in range(engine.replicas)
+        ]
+        replicas = ReplicaBackend(opened, warn=warn)
+        replicas.connect()  # the same build on every replica, before anything is measured
+        yield replicas
+
+
+@contextlib.contextmanager
+def _open_one(
+    tokenizer_spec: ModelSpec,
+    engine: EngineSettings,
+    log_path: Path | None,
+    env: Mapping[str, str] | None,
+    *,
+    connect: bool = True,
+) -> Iterator[HTTPBackend]:
+    """One server (``engine`` names one ``serve`` or one ``endpoint``), connected unless
+    ``connect`` is false (the replicas connect together, each named in its errors)."""
     from gate.models.backends.http import HTTPBackend
 
     if engine.serve is None:
-        assert engine.endpoint is not None
+        assert isinstance(engine.endpoint, str)
         backend = HTTPBackend(engine.settings_for(engine.endpoint), tokenizer_spec)
-        backend.connect()
+        if connect:
+            backend.connect()
         yield backend
         return
     if log_path is None:
-        if log_dir is None:
-            raise ConfigError("a started server needs a log file", "give log_dir or log_path")
-        log_path = Path(log_dir) / SERVER_LOG
+        raise ConfigError("a started server needs a log file", "give log_dir or log_path")
+    assert isinstance(engine.serve, str)
     with ManagedServer(
         engine.serve,
         log_path=log_path,
@@ -121,5 +170,6 @@ def open_engine(
             served_settings=served_settings(server.argv),
             server_log=server.log_path,
         )
-        backend.connect()
+        if connect:
+            backend.connect()
         yield backend

@@ -31,8 +31,9 @@ from gate.models.backends.openai_client import (
     EndpointSettings,
 )
 
-#: How a setting's value is read: text, a count (int >= 1), seconds (float > 0), a file.
-OptionKind = Literal["text", "count", "seconds", "file"]
+#: How a setting's value is read: text, repeatable text (one value per replica), a count
+#: (int >= 1), seconds (float > 0), a file.
+OptionKind = Literal["text", "texts", "count", "seconds", "file"]
 #: Key of a field's :class:`EngineOption` in its ``dataclasses.field`` metadata.
 _OPTION = "gate.models.engine_settings.option"
 #: Seconds a started server has to answer ``/health`` when nothing says otherwise.
@@ -67,28 +68,33 @@ class EngineSettings:
     """The serving engine a build is gated on (docs/serving.md).
 
     Exactly one of ``serve`` (a server command gate starts and stops) and
-    ``endpoint`` (the OpenAI base URL of a running server). ``baseline_serve``
+    ``endpoint`` (the OpenAI base URL of a running server); either may be a
+    list, one entry per replica of the same build (the requests of a tier are
+    spread over them: :mod:`gate.models.backends.replicas`). A list of one is
+    kept as its single string. ``baseline_serve``
     or ``baseline_endpoint`` names the engine of the baseline build, timed
     beside the candidate in the paired A/B latency mode (giving one turns that
     mode on).
     """
 
-    serve: str | None = field(
+    serve: str | tuple[str, ...] | None = field(
         default=None,
         metadata=_option(
             "--serve",
-            "text",
-            "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves.",
-            "engine: start this server command, gate what it serves",
+            "texts",
+            "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves; "
+            "repeat it for replicas of the same build.",
+            "engine: start this server command, gate what it serves (repeatable: replicas)",
         ),
     )
-    endpoint: str | None = field(
+    endpoint: str | tuple[str, ...] | None = field(
         default=None,
         metadata=_option(
             "--endpoint",
-            "text",
-            "Gate the model behind this running OpenAI-compatible server (URL .../v1).",
-            "engine: OpenAI base URL of a running server",
+            "texts",
+            "Gate the model behind this running OpenAI-compatible server (URL .../v1); "
+            "repeat it for replicas of the same build.",
+            "engine: OpenAI base URL of a running server (repeatable: replicas)",
         ),
     )
     served_model: str | None = field(
@@ -175,6 +181,15 @@ class EngineSettings:
     )
 
     def __post_init__(self) -> None:
+        for name in ("serve", "endpoint"):
+            value = getattr(self, name)
+            if isinstance(value, (tuple, list)):
+                items = tuple(str(v) for v in value)
+                if not items:
+                    raise ValueError(f"{name} is an empty list: give at least one")
+                if len(set(items)) != len(items):
+                    raise ValueError(f"{name} names the same replica twice")
+                object.__setattr__(self, name, items[0] if len(items) == 1 else items)
         if (self.serve is None) == (self.endpoint is None):
             raise ValueError("an engine needs exactly one of serve and endpoint")
         if self.baseline_serve is not None and self.baseline_endpoint is not None:
@@ -186,6 +201,31 @@ class EngineSettings:
         for name in ("request_timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+
+    @property
+    def serve_commands(self) -> tuple[str, ...]:
+        """The server commands gate starts, one per replica (empty for endpoints)."""
+        return _items(self.serve)
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The running servers' URLs, one per replica (empty for started servers)."""
+        return _items(self.endpoint)
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas of the build serve the requests (1: one server)."""
+        return len(self.serve_commands) + len(self.endpoints)
+
+    def describe(self) -> list[str]:
+        """One line per replica: ``serve COMMAND`` or the endpoint URL."""
+        return [f"serve {c}" for c in self.serve_commands] + list(self.endpoints)
+
+    def replica(self, index: int) -> EngineSettings:
+        """The settings of replica ``index`` alone (one ``serve`` or ``endpoint``)."""
+        if self.serve is not None:
+            return dataclasses.replace(self, serve=self.serve_commands[index])
+        return dataclasses.replace(self, endpoint=self.endpoints[index])
 
     @property
     def paired(self) -> bool:
@@ -214,6 +254,13 @@ class EngineSettings:
             request_timeout=self.request_timeout_s,
             full_top_k=self.served_logprobs,
         )
+
+
+def _items(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A one-or-many setting as a tuple (``None``: empty)."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def engine_setting_options() -> tuple[tuple[str, EngineOption], ...]:

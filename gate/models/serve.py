@@ -130,6 +130,31 @@ def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
     return list(reversed(errors)) if errors else lines[-count:]
 
 
+#: vLLM's refusal to start when less memory is free than it reserves (0.32: the CPU
+#: worker's "Available memory on node ... is less than desired CPU memory utilization",
+#: the GPU worker's "Free memory on device ... is less than desired GPU memory utilization").
+_NOT_ENOUGH_MEMORY = re.compile(r"is less than desired (CPU|GPU) memory utilization")
+#: The fix gate names for it.
+MEMORY_HINT = (
+    "the engine reserves a share of the memory at start (vLLM: 92 % by default, of the RAM "
+    "on its CPU build) and less was free: start it with a smaller --gpu-memory-utilization "
+    "(e.g. 0.2), or on the CPU build set VLLM_CPU_KVCACHE_SPACE=<GiB> in its environment; "
+    "see the server log"
+)
+
+
+def log_says(path: Path, pattern: re.Pattern[str]) -> bool:
+    """Whether the last 256 kB of the log at ``path`` match ``pattern`` (False if unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 256_000))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return pattern.search(text) is not None
+
+
 def group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes of process group ``pgid``."""
     import psutil
@@ -339,6 +364,8 @@ class ManagedServer:
     def _error(self, message: str, hint: str) -> ModelLoadError:
         tail = " | ".join(tail_lines(self.log_path))
         detail = f"; last log lines: {tail}" if tail else ""
+        if log_says(self.log_path, _NOT_ENOUGH_MEMORY):
+            hint = MEMORY_HINT
         return ModelLoadError(f"{message}{detail}", f"{hint}: {self.log_path}")
 
     def stop(self) -> None:

@@ -42,15 +42,16 @@ class SessionEngines:
 
 def _check(engine: EngineSettings, what: str) -> EngineSettings:
     """``engine`` once what needs the environment holds (nothing is started or contacted)."""
-    if engine.serve is not None:
-        program = parse_command(engine.serve)[0]
+    for command in engine.serve_commands:
+        program = parse_command(command)[0]
         if shutil.which(program) is None:
             raise ConfigError(
                 f"{what}: the server program {program!r} was not found",
                 "give the full path of the engine's python (e.g. the venv of "
                 "scripts/setup_engine.sh)",
             )
-    engine.settings_for(engine.endpoint or "http://127.0.0.1:1/v1").api_key()  # a named key
+    for url in engine.endpoints or ("http://127.0.0.1:1/v1",):
+        engine.settings_for(url).api_key()  # the URL, and a named key is set
     return engine
 
 

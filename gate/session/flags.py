@@ -22,7 +22,13 @@ from typing import Any
 from gate.errors import ConfigError
 from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
 from gate.report.outputs import ReportTargets
-from gate.session.options import SESSION_FIELDS, OptionField, SessionOptions, SessionRequest
+from gate.session.options import (
+    SESSION_FIELDS,
+    Kind,
+    OptionField,
+    SessionOptions,
+    SessionRequest,
+)
 
 #: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets` (by name).
 REPORT_ROWS: tuple[OptionField, ...] = (
@@ -33,11 +39,13 @@ REPORT_ROWS: tuple[OptionField, ...] = (
         "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
     ),
 )
+#: The pytest kind of an engine setting's kind (text otherwise; a repeatable one appends).
+_ROW_KINDS: dict[OptionKind, Kind] = {"file": "path", "texts": "append"}
 #: The engine rows (text as given; numbers are read by :func:`_engine`).
 ENGINE_ROWS: tuple[OptionField, ...] = tuple(
     OptionField(
         name,
-        "path" if option.kind == "file" else "str",
+        _ROW_KINDS.get(option.kind, "str"),
         option.pytest_help,
         option=option.pytest_flag,
     )
@@ -88,7 +96,7 @@ def _engine(given: dict[str, Any]) -> EngineSettings | None:
     """The engine the ``--gate-*`` engine options name (``None``: none given)."""
     from gate.config import build_dataclass
 
-    table = {k: v for k, v in given.items() if v is not None}
+    table = {k: v for k, v in given.items() if v is not None and v != ()}
     if not table:
         return None
     if "serve" not in table and "endpoint" not in table:
@@ -101,6 +109,8 @@ def _engine(given: dict[str, Any]) -> EngineSettings | None:
             table[name] = _number(value, name)
         elif isinstance(value, Path):
             table[name] = str(value)
+        elif isinstance(value, tuple):  # a repeated option: a list, as in gate.toml
+            table[name] = list(value)
     return build_dataclass(EngineSettings, table, where="engine options")
 
 

@@ -239,10 +239,14 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
             f"  thresholds: {inputs.thresholds.source}",
         ]
         engine = c.engine
-        if engine is not None:
+        if engine is not None and engine.replicas == 1:
+            lines.append(f"  engine:     {engine.describe()[0]}")
+        elif engine is not None:
             lines.append(
-                f"  engine:     {'serve ' + engine.serve if engine.serve else engine.endpoint}"
+                f"  engine:     {engine.replicas} replicas (requests spread, least-loaded)"
             )
+            lines += [f"    replica {i}: {text}" for i, text in enumerate(engine.describe(), 1)]
+        if engine is not None:
             baseline = engine.baseline_serve or engine.baseline_endpoint
             if baseline is not None:
                 lines.append(f"  baseline engine (paired latency): {baseline}")

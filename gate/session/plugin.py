@@ -220,15 +220,23 @@ class GatePlugin:
 
         def open_() -> Backend:
             if not outcome:
-                from gate.models.engine import open_engine
+                from gate.models.backends.replicas import replica_lines
+                from gate.models.engine import open_engine, replica_log
                 from gate.models.spec import ModelSpec
 
                 state = self.state
                 if engine.serve is not None and state is not None:
-                    state.lines.append(f"gate: server log: {log}")
+                    state.lines += [
+                        f"gate: server log: {replica_log(log, i)}" for i in range(engine.replicas)
+                    ]
                 try:
-                    opened = open_engine(ModelSpec.parse(model), engine, log_path=log)
-                    outcome.append(self.engines.enter_context(opened))
+                    opened = open_engine(
+                        ModelSpec.parse(model), engine, log_path=log, warn=self._warn
+                    )
+                    backend = self.engines.enter_context(opened)
+                    if state is not None:
+                        state.lines += [f"gate: {line}" for line in replica_lines(backend)]
+                    outcome.append(backend)
                 except GateError as exc:
                     outcome.append(exc)
             first = outcome[0]
@@ -237,6 +245,16 @@ class GatePlugin:
             return first
 
         return open_
+
+    def _warn(self, line: str) -> None:
+        """A warning of the serving engine (a dropped replica): now on stderr, and after
+        the report."""
+        from gate import progress
+
+        progress.note(line)
+        state = self.state
+        if state is not None:
+            state.lines.append(f"gate: {line}")
 
     def _build_state(self) -> GateState:
         from gate.session.engine import server_log_path, session_engines

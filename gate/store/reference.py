@@ -37,7 +37,10 @@ Bytes per output token (:func:`payload_bytes_per_token`):
 ids and float32 log-probs, 582 B (full-vocabulary float16 logits: ``2 V``).
 
 Versions 1 and 2 have no sampled tail (``m = 0``); version 1 stored ids as
-``int32``. All three are read. Without samples the pack's KL is the top-k +
+``int32``. A version-3 pack recorded from a served baseline has none either: an
+engine returns the log-probs of its own top tokens only, so no token can be
+drawn from the rest of its distribution with a known log-prob; the header's
+``no_tail_samples`` says why (:attr:`ReferencePack.no_tail_samples`). All three are read. Without samples the pack's KL is the top-k +
 tail-bucket lower bound; with them it is an unbiased estimate with its standard
 error (:func:`gate.metrics.fidelity.sampled_tail_kl`).
 
@@ -53,6 +56,7 @@ The safetensors metadata holds one key, ``gate_reference_pack``, a JSON header::
      "sample_seed": 0, "vocab_size": 4096, "max_new_tokens": 128,
      "logprob_dtype": "float32", "id_dtype": "uint16",
      "tokenizer_sha256": "...", "prompt_set_sha256": "...",
+     "no_tail_samples": null,   (or why the pack has no sampled tail)
      "model": {provenance of the baseline}, "payload_sha256": "...",
      "prompts": [{"id": "...", "category": "code", "length": "short",
                   "n_prompt": 41, "n_output": 128, "truncated": false,
@@ -177,6 +181,8 @@ class RecordingSummary:
     empty: int
     #: Generated tokens removed by the cuts (None when the pack predates version 3).
     tokens_cut: int | None
+    #: Why a version-3 pack has no sampled tail (a served baseline), else None.
+    no_tail_samples: str | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,9 @@ class ReferencePack:
     sample_seed: int | None = None
     #: Vocabulary size of the baseline's rows (None in packs older than version 3).
     vocab_size: int | None = None
+    #: Why the recorder stored no sampled tail although asked to (a served baseline
+    #: returns only its top-k log-probs); None otherwise. The KL is then the bound.
+    no_tail_samples: str | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -270,6 +279,7 @@ class ReferencePack:
             truncated=sum(1 for p in self.prompts if p.truncated),
             empty=sum(1 for p in self.prompts if p.n_output == 0),
             tokens_cut=cut,
+            no_tail_samples=self.no_tail_samples,
         )
 
 
@@ -388,12 +398,14 @@ def write_pack(
     m: int = 0,
     sample_seed: int | None = None,
     vocab_size: int | None = None,
+    no_tail_samples: str | None = None,
 ) -> Path:
     """Write a version-3 pack atomically; returns ``path``. Refuses an empty pack (:class:`DataError`).
 
     ``m`` sampled tail tokens per position (0: none, the KL read from the pack
     is then the lower bound), drawn with ``sample_seed``; ``vocab_size`` lets
-    loading refuse out-of-vocabulary ids.
+    loading refuse out-of-vocabulary ids; ``no_tail_samples`` (with ``m = 0``)
+    says why there is no sampled tail.
     """
     from safetensors.numpy import save
 
@@ -402,6 +414,8 @@ def write_pack(
             "nothing to store in the reference pack: no prompt produced any output token",
             "check the prompt set and that the baseline generates text",
         )
+    if no_tail_samples is not None and m:
+        raise DataError("a pack with a sampled tail cannot say it has none", "give m = 0")
     tensors = build_tensors(entries, k=k, m=m, logprob_dtype=logprob_dtype)
     header = {
         "format": PACK_FORMAT,
@@ -417,6 +431,7 @@ def write_pack(
         "prompt_set_sha256": prompt_set_sha256,
         "model": dict(model or {}),
         "payload_sha256": payload_sha256(tensors),
+        "no_tail_samples": no_tail_samples,
         "prompts": [vars(e.meta) for e in entries],
     }
     data = save(tensors, metadata={METADATA_KEY: json.dumps(header, default=str)})
@@ -502,11 +517,19 @@ def load_pack(path: Path) -> ReferencePack:
             m=int(header["m"]) if sampled else 0,
             sample_seed=None if seed is None else int(seed),
             vocab_size=None if vocab is None else int(vocab),
+            no_tail_samples=_text_or_none(header.get("no_tail_samples")) if sampled else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _refuse(path, f"malformed pack header ({exc})") from None
     _check_structure(pack)
     return pack
+
+
+def _text_or_none(value: Any) -> str | None:
+    """A header's optional text (anything else is malformed)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"expected text or null, got {value!r}")
 
 
 def _check_structure(pack: ReferencePack) -> None:
@@ -529,6 +552,8 @@ def _check_structure(pack: ReferencePack) -> None:
         raise _refuse(path, "tail_logmass does not match the output length")
     if pack.logprob_dtype not in LOGPROB_DTYPES or pack.k < 1 or pack.m < 0:
         raise _refuse(path, "malformed pack header (logprob_dtype, k or m)")
+    if pack.no_tail_samples is not None and pack.m:
+        raise _refuse(path, "the header says there is no sampled tail, but m > 0")
     if pack.version >= SAMPLED_TAIL_VERSION and (
         t["sample_ids"].shape != (length, pack.m) or t["sample_logprobs"].shape != (length, pack.m)
     ):

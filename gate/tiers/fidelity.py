@@ -332,7 +332,12 @@ def record(
     ``settings.tail_samples`` tokens drawn from the tail (prompt ``j`` with the
     generator seeded ``[tail_seed, j]``, :func:`gate.metrics.fidelity.draw_tail_samples`),
     sorted by id, with their log-probs. When the top-k covers the whole
-    vocabulary there is no tail and no samples are stored.
+    vocabulary there is no tail and no samples are stored. Nor are they for a
+    served baseline (``exact_full_rows`` False): its rows beyond the returned
+    top-k are a flat guess, so a draw from them and its log-prob would be
+    invented; the pack says so (:data:`NO_TAIL_SERVED`) and the KL against it
+    is the top-k + tail-bucket lower bound. Its top-k and tail masses stay
+    exact: the engine returns ``max(k, full_top_k)`` normalized log-probs.
     """
     if not prompts:
         raise DataError("the fidelity prompt set is empty", "give at least one prompt")
@@ -375,6 +380,9 @@ def record(
         )
     vocab = next((int(r.shape[-1]) for r in rows_by_prompt.values()), None)
     m = settings.tail_samples if vocab is None or settings.top_k < vocab else 0
+    # a served baseline's rows are exact only in its returned top-k: no sampled tail
+    no_tail = NO_TAIL_SERVED if m and not exact_full_rows(backend) else None
+    m = 0 if no_tail else m
     entries = []
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
         out = np.asarray(outputs[i], dtype=np.int64)
@@ -428,7 +436,15 @@ def record(
         m=m,
         sample_seed=settings.tail_seed if m else None,
         vocab_size=vocab,
+        no_tail_samples=no_tail,
     )
+
+
+#: Why a pack recorded from a served baseline holds no sampled tail (its header says so).
+NO_TAIL_SERVED = (
+    "no sampled tail in the pack: its baseline was served by an engine, which returns the "
+    "log-probs of its top tokens only, so no tail token can be drawn with a known log-prob"
+)
 
 
 def recording_provenance(pack: ReferencePack) -> dict[str, Any]:
@@ -449,6 +465,8 @@ def recording_provenance(pack: ReferencePack) -> dict[str, Any]:
     }
     if summary.tokens_cut is not None:
         out["fidelity_tokens_cut"] = summary.tokens_cut
+    if summary.no_tail_samples is not None:
+        out["fidelity_no_tail_samples"] = summary.no_tail_samples
     return out
 
 
@@ -693,9 +711,14 @@ def measurements(
         common["reference_prompts_truncated"] = recording.truncated
         common["reference_prompts_empty"] = recording.empty
     kind = "exact" if exact else ("interval" if interval else ("estimate" if m else "bound"))
+    no_tail = recording.no_tail_samples if recording is not None and kind == "bound" else None
     kl_details: dict[str, Any] = {
         **common,
-        MeasurementDetail.KL_METHOD: kl_label(k, m, exact, interval, bool(unbounded)),
+        MeasurementDetail.KL_METHOD: (
+            f"top-{k} + tail bucket (lower bound of the exact KL: {no_tail})"
+            if no_tail
+            else kl_label(k, m, exact, interval, bool(unbounded))
+        ),
         "kl_kind": kind,
         "k": k,
         "m": m,

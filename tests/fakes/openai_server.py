@@ -16,6 +16,12 @@ be compared with the in-process numbers; only the transport is a stand-in.
 * ``"nan"``: log-prob position 2 of every scoring answer is ``null`` (vLLM's JSON for NaN);
 * ``"merge"``: a stream carries two tokens in some chunks (token counting).
 
+``latency`` (seconds) delays every completion's answer, as an engine's fixed
+per-request cost would (the replica benchmark); ``version`` is what ``/version``
+says; ``die_after=N`` makes the server die at its ``N + 1``-th completion: that
+request's connection is closed unanswered and the server stops listening (a
+replica killed mid-run).
+
 ``prompt_logprobs=False`` ignores that field (a server with only the legacy
 ``echo`` fields); ``echo=False`` as well leaves no way to score prompts.
 ``tokenize`` is ``"ok"``, ``"absent"`` (404) or ``"wrong"`` (ids shifted by one).
@@ -49,8 +55,15 @@ class FakeOpenAIServer:
         max_logprobs: int = 64,
         fault: str | None = None,
         api_key: str | None = None,
+        latency: float = 0.0,
+        version: str = "0.0-fake",
+        die_after: int | None = None,
     ) -> None:
         self.backend = backend
+        self.latency = latency
+        self.version = version
+        self.die_after = die_after
+        self.dead = threading.Event()
         self.model_name = model_name
         self.prompt_logprobs = prompt_logprobs
         self.echo = echo
@@ -63,6 +76,7 @@ class FakeOpenAIServer:
         self._lock = threading.Lock()
         self._model_lock = threading.Lock()
         self._stopping = threading.Event()
+        self._closed = False
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -78,9 +92,21 @@ class FakeOpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stopping.set()
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+    def die(self) -> None:
+        """Stop answering: no new connection is accepted (a killed server)."""
+        self.dead.set()
+        threading.Thread(target=self._stop_listening, daemon=True).start()
 
     # -- model answers ------------------------------------------------------------
 
@@ -147,12 +173,15 @@ class FakeOpenAIServer:
                 return False
 
             def do_GET(self) -> None:
+                if server.dead.is_set():  # a killed server answers nothing
+                    self.close_connection = True
+                    return
                 if self.path == "/health":
                     self._send(200, b"")
                 elif not self._authorized():
                     return
                 elif self.path == "/version":
-                    self._send(200, {"version": "0.0-fake"})
+                    self._send(200, {"version": server.version})
                 elif self.path == "/v1/models":
                     card = {"id": server.model_name, "owned_by": "fake", "max_model_len": 512}
                     self._send(200, {"object": "list", "data": [card]})
@@ -164,6 +193,9 @@ class FakeOpenAIServer:
                     return
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if server.dead.is_set():  # a killed server answers nothing
+                    self.close_connection = True
+                    return
                 if self.path == "/tokenize":
                     self._tokenize(body)
                 elif self.path == "/v1/completions":
@@ -171,6 +203,15 @@ class FakeOpenAIServer:
                         server.completions += 1
                         server.bodies.append(body)
                         count = server.completions
+                    if server.die_after is not None and count > server.die_after:
+                        server.die()
+                        self.close_connection = True
+                        return
+                    if server.latency:
+                        time.sleep(server.latency)
+                    if server.dead.is_set():
+                        self.close_connection = True
+                        return
                     self._complete(body, count)
                 else:
                     self._error(404, "Not Found")

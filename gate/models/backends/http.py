@@ -234,6 +234,10 @@ class HTTPBackend(tokens.TokenizerMethods):
     def _client(self) -> EndpointClient:
         return EndpointClient(self.settings, liveness=self.liveness)
 
+    def open_client(self) -> EndpointClient:
+        """A client of this server (create it inside the event loop that uses it)."""
+        return self._client()
+
     @property
     def model(self) -> str:
         """The served model name requests carry (connects first if needed)."""
@@ -429,7 +433,7 @@ class HTTPBackend(tokens.TokenizerMethods):
         require_contexts(requests)
         if not requests:
             return []
-        asked = min(max(top_k, self.settings.full_top_k) if full else top_k, self.vocab_size)
+        asked = self.asked_top_k(top_k, full)
         model = self.model
 
         def scorer(client: EndpointClient, request: ScoreRequest) -> Callable[[], Any]:
@@ -447,6 +451,17 @@ class HTTPBackend(tokens.TokenizerMethods):
 
         result: list[TokenScores] = self._run(main)
         return result
+
+    def asked_top_k(self, top_k: int, full: bool) -> int:
+        """Log-probs asked per position: ``top_k``, or ``max(top_k, full_top_k)`` for full rows."""
+        return min(max(top_k, self.settings.full_top_k) if full else top_k, self.vocab_size)
+
+    async def score_one(
+        self, client: EndpointClient, request: ScoreRequest, *, top_k: int, full: bool
+    ) -> TokenScores:
+        """One sequence's scores through ``client`` (this server's; :meth:`open_client`)."""
+        asked = self.asked_top_k(top_k, full)
+        return await self._score_one(client, self.model, request, asked, top_k, full)
 
     async def _score_one(
         self,
@@ -519,36 +534,54 @@ class HTTPBackend(tokens.TokenizerMethods):
             raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
         if max_new_tokens < 1 or not prompts:
             return [[] for _ in prompts]
-        model = self.model
-
-        async def one(client: EndpointClient, prompt: Sequence[int]) -> list[int]:
-            answer = await client.post(
-                "/completions",
-                {
-                    "model": model,
-                    "prompt": [int(t) for t in prompt],
-                    "max_tokens": max_new_tokens,
-                    "return_token_ids": True,
-                    **GREEDY,
-                },
-            )
-            choice = _first_choice(answer)
-            if choice is None:
-                raise ModelLoadError("the server's completion has no choices", "see the server log")
-            ids = choice.get("token_ids")
-            if not isinstance(ids, list):  # servers without return_token_ids: re-encode the text
-                ids = self.encode_text(str(choice.get("text", "")))
-            return self._cut_at_eos([int(t) for t in ids][:max_new_tokens])
+        self.connect()
 
         async def main(client: EndpointClient) -> list[list[int]]:
             return await gather_bounded(
-                [partial(one, client, p) for p in prompts], self.settings.max_concurrency
+                [partial(self.generate_one, client, p, max_new_tokens) for p in prompts],
+                self.settings.max_concurrency,
             )
 
         result: list[list[int]] = self._run(main)
         return result
 
+    async def generate_one(
+        self, client: EndpointClient, prompt: Sequence[int], max_new_tokens: int
+    ) -> list[int]:
+        """One greedy continuation through ``client`` (new ids, up to and including EOS)."""
+        answer = await client.post(
+            "/completions",
+            {
+                "model": self.model,
+                "prompt": [int(t) for t in prompt],
+                "max_tokens": max_new_tokens,
+                "return_token_ids": True,
+                **GREEDY,
+            },
+        )
+        choice = _first_choice(answer)
+        if choice is None:
+            raise ModelLoadError("the server's completion has no choices", "see the server log")
+        ids = choice.get("token_ids")
+        if not isinstance(ids, list):  # servers without return_token_ids: re-encode the text
+            ids = self.encode_text(str(choice.get("text", "")))
+        return self._cut_at_eos([int(t) for t in ids][:max_new_tokens])
+
     # -- timed streaming generation ---------------------------------------------------
+
+    async def stream_one(
+        self,
+        client: EndpointClient,
+        prompt: Sequence[int],
+        new_tokens: int,
+        *,
+        start: float,
+        sent: float | None = None,
+    ) -> StreamTiming:
+        """One streamed request through ``client`` (see :meth:`_stream_one`)."""
+        return await self._stream_one(
+            client, self.model, prompt, new_tokens, start=start, sent=sent
+        )
 
     async def _stream_one(
         self,
