@@ -119,6 +119,8 @@ class Decision(Assessment):
     evidence: Evidence | None
     #: Why no test was run ("point metric", "no per-sample values" ...), when none was.
     untested: str = ""
+    #: The whole reason, when the decision words itself (a ratio, :mod:`gate.gating.speedup`).
+    text: str = ""
 
     @property
     def delta(self) -> float | None:
@@ -214,6 +216,8 @@ def _evidence_text(decision: Decision, threshold: VerdictThreshold) -> str:
 
 def describe(decision: Decision) -> str:
     """The verdict's ``reason``: value, reference, change against the bound, and the test."""
+    if decision.text:
+        return decision.text
     head = f"{decision.key} {fmt(decision.value)}"
     ref = decision.reference
     if ref is None:
