@@ -9,20 +9,25 @@ SLO and goodput
     A rate *meets the SLO* when GuideLLM's p95 TTFT ``<= ttft_p95_ms`` and its p95
     ITL ``<= itl_p95_ms``. The **goodput** of a sweep is the highest completed
     request throughput ``x`` (requests/s) at which the SLO still holds: with
-    ``k`` the last rate of the leading run of rates that meet it and ``k + 1``
-    the first that does not, each violated latency ``L`` with bound ``B``
-    crosses it at ``t_L = (B - L_k) / (L_{k+1} - L_k)`` (linear between the two
-    rates), and ``goodput = x_k + min_L t_L (x_{k+1} - x_k)``. Every rate meets
-    it: ``goodput = x_n`` (a lower bound, :attr:`Capacity.censored`). The first
-    rate fails: ``goodput = 0``.
+    ``k`` the highest rate that meets it, each latency ``L`` with bound ``B``
+    that rate ``k + 1`` violates crosses it at ``t_L = (B - L_k) / (L_{k+1} -
+    L_k)`` (linear between the two rates), and ``goodput = x_k + min_L t_L
+    (x_{k+1} - x_k)``. The highest rate meets it: ``goodput = x_n`` (a lower
+    bound, :attr:`Capacity.censored`). No rate meets it: ``goodput = 0``. (The
+    highest such rate, not the end of the first run of them: on a shared
+    machine one noisy low rate must not zero a whole sweep.)
 
 Knee (maximum sustainable rate)
     Rate ``i`` is *sustained* when the server keeps up with it: completed
     throughput ``x_i >= sustain * r_i``. The **maximum sustainable rate** is
-    ``x_k`` of the last rate of the leading run of sustained rates; the
-    **knee** is the next offered rate ``r_{k+1}`` (``None`` when every rate is
-    sustained, censored like goodput). A first rate that is not sustained
-    means the server saturates before the sweep starts.
+    ``x_k`` of the highest sustained rate ``k``; the **knee** is the next
+    offered rate ``r_{k+1}`` (``None`` when the highest rate is sustained,
+    censored like goodput). A window of ``T`` seconds cuts off the requests
+    still running at its end, so a server that keeps up completes about
+    ``r (1 - L/T)`` requests/s for requests of latency ``L``: ``sustain`` must
+    leave room for that (``0.8`` for 60 s windows of requests of a few
+    seconds). A first rate that is not sustained means the server saturates
+    before the sweep starts.
 
 Ratios with a confidence interval
     Each of ``m`` repeated sweeps alternates the two builds, so sweep ``j``
@@ -124,11 +129,7 @@ def _ordered(sweep: Sequence[RatePoint]) -> list[RatePoint]:
 def goodput(sweep: Sequence[RatePoint], slo: Slo) -> Capacity:
     """The highest completed throughput at which the SLO holds (module docstring)."""
     points = _ordered(sweep)
-    k = -1
-    for i, point in enumerate(points):
-        if not slo.met(point):
-            break
-        k = i
+    k = max((i for i, point in enumerate(points) if slo.met(point)), default=-1)
     if k < 0:
         return Capacity(0.0, None, False)
     if k == len(points) - 1:
@@ -148,20 +149,16 @@ def sustained(point: RatePoint, sustain: float) -> bool:
 
 
 def max_sustainable(sweep: Sequence[RatePoint], sustain: float) -> Capacity:
-    """The completed throughput at the last sustained rate before the knee (module docstring)."""
+    """The completed throughput at the highest sustained rate, before the knee (module docstring)."""
     points = _ordered(sweep)
-    k = -1
-    for i, point in enumerate(points):
-        if not sustained(point, sustain):
-            break
-        k = i
+    k = max((i for i, point in enumerate(points) if sustained(point, sustain)), default=-1)
     if k < 0:
         return Capacity(0.0, None, False)
     return Capacity(points[k].achieved_rate, k, k == len(points) - 1)
 
 
 def knee_rate(sweep: Sequence[RatePoint], sustain: float) -> float | None:
-    """The first offered rate not sustained after the leading sustained ones (``None``: none)."""
+    """The offered rate after the highest sustained one (``None``: the highest is sustained)."""
     points = _ordered(sweep)
     found = max_sustainable(points, sustain)
     if found.last_ok is None:
@@ -226,7 +223,7 @@ def matched_rate(
     candidate: Sequence[RatePoint], baseline: Sequence[RatePoint], sustain: float
 ) -> float:
     """The offered rate at which one sweep pair's latencies are compared: the highest
-    rate both builds sustained (their first rate when either sustained none)."""
+    rate both builds sustained (their first common rate when there is none)."""
     cand, base = _ordered(candidate), _ordered(baseline)
     common = sorted({p.offered_rate for p in cand} & {p.offered_rate for p in base})
     if not common:
@@ -234,7 +231,7 @@ def matched_rate(
     kept = [
         r
         for r in common
-        if all(sustained(p, sustain) for p in (*cand, *base) if p.offered_rate <= r)
+        if sustained(point_at(cand, r), sustain) and sustained(point_at(base, r), sustain)
     ]
     return kept[-1] if kept else common[0]
 

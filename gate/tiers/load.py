@@ -121,7 +121,8 @@ def _fmt_rate(r: float) -> str:
 
 
 def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
-    """A baseline sweep the tier can compare with, else one-line :class:`DataError` (exit 4)."""
+    """A baseline sweep the tier can compare with, else one-line :class:`DataError` (exit 4):
+    it sustains its first rate, and meets the SLO at some rate."""
     first = sorted(points, key=lambda p: p.offered_rate)[0]
     if not maths.sustained(first, settings.sustain):
         raise DataError(
