@@ -3,7 +3,8 @@
 # gate's: the tools pin versions of transformers that gate does not run
 # (kvpress 0.5.5 needs transformers<5.3, llm-compressor 0.14 needs
 # transformers<=5.17 and compressed-tensors==0.19.0), so each gets a venv of its
-# own, cached by tool and version:
+# own, cached by tool and version (GuideLLM 0.8.1, the load tier's load
+# generator, pins transformers 5.24 and its own HTTP stack):
 #
 #   ${GATE_TOOL_CACHE:-$HOME/.cache/gate-tools}/NAME-VERSION
 #
