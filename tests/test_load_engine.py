@@ -57,16 +57,19 @@ def guidellm_command() -> str:
     return str(command)
 
 
-#: A short sweep: two rates, 4 s each, two interleaved repeats; requests of 32 + 16 tokens.
-#: The SLO sits where the float32 server meets it at the low rate on this machine.
+#: A short sweep: two rates, 3 s each, two interleaved repeats; requests of 32 + 16 tokens.
+#: The SLO's ITL bound (80 ms) sits between the float32 server's p95 ITL (35-70 ms on the
+#: shared 2-core machine) and the FP8 server's (above 100 ms: its FP8 weights are emulated
+#: on this CPU, about 5x slower per token); its TTFT bound only catches a stalled server.
+#: ``sustain`` is low because a 3 s window cuts off most requests of a loaded machine.
 SHORT_SWEEP = """
 [tiers.load]
 rates = [1.0, 4.0]
-duration_s = 4.0
+duration_s = 3.0
 repeats = 2
 prompt_tokens = 32
 output_tokens = 16
-sustain = 0.5
+sustain = 0.2
 ttft_p95_ms = {ttft}
 itl_p95_ms = {itl}
 min_speedup = 1.0
@@ -136,9 +139,7 @@ def _figures(name: str, code: int, results: dict[str, Any], wall: float) -> None
 def test_float32_against_itself_passes(
     engine_cache: Path, served: HTTPBackend, tmp_path: Path
 ) -> None:
-    code, results, wall = _load_run(
-        tmp_path, engine_cache, served, served, ttft=2000.0, itl=300.0
-    )
+    code, results, wall = _load_run(tmp_path, engine_cache, served, served, ttft=5000.0, itl=80.0)
     _figures("float32 vs float32", code, results, wall)
     good = _goodput(results)
     low, high = good["details"]["ratio_ci"]
@@ -146,7 +147,9 @@ def test_float32_against_itself_passes(
     assert code == ExitCode.OK and results["verdict"] in ("pass", "warn")
     assert good["severity"] != "critical"
     # GuideLLM's own files, and the report's plot beside the HTML
-    assert sorted(p.name for p in (tmp_path / "guidellm").glob("*.json") if "scenario" not in p.name) == [
+    assert sorted(
+        p.name for p in (tmp_path / "guidellm").glob("*.json") if "scenario" not in p.name
+    ) == [
         "baseline-1.json",
         "baseline-2.json",
         "candidate-1.json",
@@ -161,7 +164,7 @@ def test_fp8_build_is_blocked_by_min_speedup(
     engine_cache: Path, served: HTTPBackend, served_fp8: HTTPBackend, tmp_path: Path
 ) -> None:
     code, results, wall = _load_run(
-        tmp_path, engine_cache, served_fp8, served, ttft=2000.0, itl=300.0
+        tmp_path, engine_cache, served_fp8, served, ttft=5000.0, itl=80.0
     )
     _figures("fp8 vs float32", code, results, wall)
     good = _goodput(results)

@@ -98,8 +98,10 @@ class Slo:
 
     def violations(self, point: RatePoint) -> list[tuple[str, float, float]]:
         """``(name, value, bound)`` of each bound ``point`` is past (empty: it meets the SLO)."""
-        checks = (("ttft_p95", point.ttft_ms.p95, self.ttft_p95_ms),)
-        checks += (("itl_p95", point.itl_ms.p95, self.itl_p95_ms),)
+        checks = (
+            ("ttft_p95", point.ttft_ms.p95, self.ttft_p95_ms),
+            ("itl_p95", point.itl_ms.p95, self.itl_p95_ms),
+        )
         return [(name, value, bound) for name, value, bound in checks if value > bound]
 
     def met(self, point: RatePoint) -> bool:

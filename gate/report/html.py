@@ -360,7 +360,7 @@ def load_section(results: Results) -> str:
     by_metric = {v.metric: v for v in results.verdicts if v.tier == "load" and v.slice is None}
     good = by_metric.get("load.goodput_ratio")
     per: Any = good.details.get("per_sweep") if good is not None else None
-    if not isinstance(per, Mapping):
+    if good is None or not isinstance(per, Mapping):
         return ""
     head = "<tr><th>at the SLO</th><th>baseline</th><th>candidate</th><th>ratio [CI]</th><th>verdict</th></tr>"
     rows = [head]
@@ -378,7 +378,7 @@ def load_section(results: Results) -> str:
             f'<td class="num">{esc(sides[1])}</td><td class="num">{esc(ratio)}</td>'
             f"<td>{pill}</td></tr>"
         )
-    slo: Any = good.details.get("slo", {}) if good is not None else {}
+    slo: Any = good.details.get("slo", {})
     knees = {
         side: [r.get("knee_rate") for r in per.get(side, [])] for side in ("baseline", "candidate")
     }
