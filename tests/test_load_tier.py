@@ -239,3 +239,23 @@ def test_a_load_run_is_bounded_by_its_tier() -> None:
     require_a_bound(
         load_thresholds(packaged_thresholds_path()), ["load.goodput_ratio"], what="this run"
     )
+
+
+def test_report_plot_table_and_png(tmp_path: Path) -> None:
+    """The load plot and table in the HTML report, the PNG beside it, the JSON round trip."""
+    from gate.report.outputs import ReportTargets, write_reports
+    from tests.report_cases import make_case
+
+    settings, sweep = _scripted({"baseline": 1.0, "candidate": 1.6}, [])
+    case = make_case(to_measurements(run_tier(sweep, settings)))  # type: ignore[arg-type]
+    assert case.results.exit_code == 1  # the slower build blocks the run
+    html, out = tmp_path / "report.html", tmp_path / "results.json"
+    written = write_reports(case.results, ReportTargets(json=out, html=html), environ={})
+    png = tmp_path / "report.load.png"
+    assert png in written and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = html.read_text()
+    assert 'id="plot-load"' in page and 'id="load"' in page
+    assert "goodput at the SLO" in page and "CRITICAL" in page
+    doc = json.loads(out.read_text())
+    good = next(m for m in doc["metrics"] if m["name"] == "load.goodput_ratio")
+    assert good["severity"] == "critical" and good["ci"][1] < 0

@@ -377,6 +377,11 @@ def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
         ax.axhline(float(slo[slo_key]), color=SEVERITY_COLOUR[Severity.CRITICAL], linestyle="--")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        rates = sorted(
+            {float(r["rate"]) for sweeps in curves.values() for sw in sweeps for r in sw}
+        )
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.minorticks_off()
         ax.set_xlabel("offered rate (requests/s)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
