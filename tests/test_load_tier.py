@@ -259,3 +259,51 @@ def test_report_plot_table_and_png(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     good = next(m for m in doc["metrics"] if m["name"] == "load.goodput_ratio")
     assert good["severity"] == "critical" and good["ci"][1] < 0
+
+
+def _fake_guidellm(tmp_path: Path, body: str) -> Path:
+    exe = tmp_path / "guidellm"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    return exe
+
+
+def _sweep_with(exe: Path, tmp_path: Path) -> list[RatePoint]:
+    return guidellm.run_sweep(
+        exe,
+        base_url="http://127.0.0.1:9/v1",
+        model="demo",
+        tokenizer="demo",
+        workload=guidellm.Workload((1.0, 4.0), 3.0, 32, 16),
+        slo=SLO,
+        workdir=tmp_path / "work",
+        name="baseline-1",
+        timeout_s=60,
+    )
+
+
+def test_guidellm_failing_is_one_line_exit_3(tmp_path: Path) -> None:
+    from gate.errors import ExitCode, ModelLoadError
+
+    exe = _fake_guidellm(
+        tmp_path, 'echo "Traceback ..."; echo "RuntimeError: Backend validation failed"; exit 1\n'
+    )
+    with pytest.raises(ModelLoadError, match="GuideLLM failed on baseline-1 \\(exit 1\\)") as err:
+        _sweep_with(exe, tmp_path)
+    assert "RuntimeError: Backend validation failed" in err.value.message
+    assert err.value.exit_code == ExitCode.INTERNAL_ERROR
+
+
+def test_run_sweep_passes_the_scenario_and_reads_the_results(tmp_path: Path) -> None:
+    # a stand-in that checks its arguments and writes the results file the scenario names
+    exe = _fake_guidellm(
+        tmp_path,
+        '[ "$1" = run ] && [ "$2" = --scenario ] || exit 9\n'
+        'out=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))'
+        "['spec']['outputs'][0]['path'])\" \"$3\")\n"
+        f'cp "{RESULTS}" "$out"\n',
+    )
+    points = _sweep_with(exe, tmp_path)
+    assert [p.offered_rate for p in points] == [1.0, 4.0]
+    written = json.loads((tmp_path / "work" / "baseline-1.scenario.json").read_text())
+    assert written["spec"]["backend"]["target"] == "http://127.0.0.1:9"
