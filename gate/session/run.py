@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from gate.tiers.fidelity import FidelitySettings
     from gate.tiers.judge import JudgeSettings
     from gate.tiers.latency import LatencySettings
-    from gate.tiers.load import LoadSettings
     from gate.tiers.registry import TierSettings
 
 Mode = Literal["record", "run"]
@@ -116,8 +115,6 @@ class GateRun:
     def settings(self, tier: Literal["judge"]) -> JudgeSettings: ...
     @overload
     def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
-    @overload
-    def settings(self, tier: Literal["load"]) -> LoadSettings: ...
     @overload
     def settings(self, tier: str) -> TierSettings: ...
 
