@@ -59,6 +59,7 @@ import pytest
 from gate.errors import ExitCode, GateError, exit_label
 from gate.metrics.registry import TIERS
 from gate.session.flags import add_options, request_from_pytest
+from gate.session.interrupt_repr import drop_lineless_frames
 from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 
 if TYPE_CHECKING:
@@ -120,6 +121,13 @@ PLUGIN_KEY = pytest.StashKey["GatePlugin"]()
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(GateHookSpecs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """Before pytest formats an interrupt: drop the traceback entries a signal can leave
+    without a line number (:mod:`gate.session.interrupt_repr`), so Ctrl-C stays exit 2."""
+    drop_lineless_frames(excinfo)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
