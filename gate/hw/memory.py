@@ -78,6 +78,7 @@ class MemoryTracker:
         self._proc_vram: int | None = None
         self._global_vram: int | None = None
         self._report: MemoryReport | None = None
+        self._samples = 0
 
     @property
     def report(self) -> MemoryReport:
@@ -86,6 +87,12 @@ class MemoryTracker:
             raise RuntimeError("MemoryTracker.report read before the tracked region ended")
         return self._report
 
+    @property
+    def samples(self) -> int:
+        """How many readings were taken so far (the entry's, each poll's, the exit's)."""
+        with self._lock:
+            return self._samples
+
     def _sample(self) -> None:
         rss = int(self._process.memory_info().rss)
         proc = glob = None
@@ -93,6 +100,7 @@ class MemoryTracker:
             proc = self._nvml.process_used_bytes(self._index, os.getpid())
             glob = self._nvml.used_bytes(self._index)
         with self._lock:
+            self._samples += 1
             self._rss_peak = max(self._rss_peak, rss)
             if proc is not None:
                 self._proc_vram = max(self._proc_vram or 0, proc)
