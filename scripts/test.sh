@@ -73,6 +73,10 @@ EXTENSIONS_LOG=$(mktemp)
 EXTENSIONS_PID=$!
 step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
+# mypy's incremental cache lives on disk beside the engine caches, one per mypy release:
+# a fresh checkout re-checks only what changed (mypy compares the sources' hashes).
+MYPY_VERSION=$("$VPY" -c "import mypy.version; print(mypy.version.__version__)")
+export MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gate-mypy/$MYPY_VERSION"
 step mypy "$VPY" -m mypy gate
 step actionlint actionlint .github/workflows/*.yml
 if ! wait "$EXTENSIONS_PID"; then

@@ -7,7 +7,9 @@ both replica checks. Figures are printed (run with ``-s``).
 * two replicas give the fidelity results one replica gives (same CGA per
   prompt, KL within float32 noise), the requests spread over both;
 * the second replica killed (SIGKILL) mid-run: the run completes on the first
-  with one warning, and its results are still the one replica's;
+  with one warning, and its results are still the one replica's; the killed
+  server on its own ends a load run with one line (exit 3), and nothing of its
+  process group is left;
 * ``gate baseline record --model demo --endpoint <served>`` records a baseline
   and reference pack from the served build; the pack holds no sampled tail and
   says so; the in-process demo build gated against it passes.
@@ -25,11 +27,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gate.errors import ExitCode, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.replicas import ReplicaBackend
 from gate.models.engine import open_engine
 from gate.models.engine_settings import EngineSettings
+from gate.models.serve import group_members
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import fidelity
@@ -99,7 +103,19 @@ def test_two_replicas_equal_one_and_survive_a_killed_replica(
             return await score_one(client, request, top_k=top_k, full=full)
 
         monkeypatch.setattr(extra, "score_one", killing)
+        pgid = os.getpgid(pid)
+        assert len(group_members(pgid)) >= 2  # the API server and its engine core
         survived = _measure(both)
+        # the dead server on its own, as a single-server run meets it: a load run (the
+        # latency tier's) ends in one line naming the signal, exit 3
+        prompt = extra.encode_prompt("Tell me a long story about a dragon.")
+        with pytest.raises(ModelLoadError) as info:
+            extra.stream_timings([prompt] * 4, new_tokens=64, max_concurrency=2)
+    line = info.value.format_line()
+    assert info.value.exit_code == ExitCode.INTERNAL_ERROR and "\n" not in line
+    assert "killed by signal 9" in line
+    assert group_members(pgid) == []  # nothing of the killed server's group is left
+    assert (tmp_path / "server.log").stat().st_size > 0
     cga = [m.samples for m in (one["fidelity.cga"], two["fidelity.cga"], survived["fidelity.cga"])]
     kl = [one["fidelity.kl_mean"], two["fidelity.kl_mean"], survived["fidelity.kl_mean"]]
     _figures(
@@ -115,6 +131,7 @@ def test_two_replicas_equal_one_and_survive_a_killed_replica(
         ),
         warnings=warnings,
         dropped=both.dropped,
+        killed_alone=line,
     )
     assert cga[0] == cga[1] == cga[2]  # per prompt
     for other in kl[1:]:

@@ -3,7 +3,7 @@
 Marked ``engine``: the engine is set up by scripts/setup_engine.sh when it is
 missing (``python -m pytest tests -m engine`` works from a fresh clone). One
 float32 and FP8 servers (``served``, ``served_fp8`` in tests/conftest.py) serve the
-whole session; the server that is killed mid-run has its own. Figures the checks rest on are printed (run with
+whole session (a server killed mid-run: tests/test_engine_replicas.py). Figures the checks rest on are printed (run with
 ``-s`` to see them).
 
 What it shows:
@@ -16,16 +16,12 @@ What it shows:
 * TTFT/ITL/TPOT/E2E from the stream, a load run at two concurrency levels;
 * the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``): fidelity
   and verdict, beside the in-process bfloat16 build's; its KL the interval of the estimate, open
-  above from a top-K answer (its lower end rising with K); the paired A/B latency mode with two endpoints;
-* a server killed mid-run: one line, exit 3, no process left.
+  above from a top-K answer (its lower end rising with K); the paired A/B latency mode with two endpoints.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +29,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gate.errors import ExitCode, ModelLoadError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity, decide
@@ -44,9 +39,6 @@ from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
-from gate.models.serve import group_members
 from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
@@ -54,9 +46,6 @@ from gate.tiers import accuracy, capability, fidelity
 from gate.tiers.registry import build_settings
 from tests.engine_support import (
     MAX_BATCHED_TOKENS,
-    engine_env,
-    engine_python,
-    vllm_command,
 )
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -326,42 +315,3 @@ def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_fp8: HTTP
         ttft_p50_a=ttft.details[MeasurementDetail.PAIRED_REFERENCE]["value"],
         tpot_p50_b=measured["latency.tpot_p50"].value,
     )
-
-
-# ------------------------------------------------------------------ a server that dies
-
-
-def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
-    """SIGKILL to vLLM's API server during a load run: one line, exit 3, no process left."""
-    engine = EngineSettings(
-        serve=vllm_command(engine_python(), "--dtype", "float32"),
-        startup_timeout_s=1800,
-        request_timeout_s=600,
-    )
-    pgid = None
-    with (
-        pytest.raises(ModelLoadError) as info,
-        open_engine(DEMO, engine, log_dir=tmp_path, env=engine_env(engine_cache)) as backend,
-    ):
-        leader = _api_server_pid(backend)
-        pgid = os.getpgid(leader)
-        assert len(group_members(pgid)) >= 2  # the API server and its engine core
-        threading.Timer(3.0, os.kill, (leader, signal.SIGKILL)).start()
-        prompt = backend.encode_prompt("Tell me a long story about a dragon.")
-        backend.stream_timings([prompt] * 16, new_tokens=512, max_concurrency=4)
-    line = info.value.format_line()
-    _figures("killed mid-run", line=line)
-    assert info.value.exit_code == ExitCode.INTERNAL_ERROR and "\n" not in line
-    assert "killed by signal 9" in line
-    assert pgid is not None and group_members(pgid) == []
-    assert (tmp_path / "server.log").stat().st_size > 0
-
-
-def _api_server_pid(backend: HTTPBackend) -> int:
-    import psutil
-
-    command = list(backend.provenance().serve_command or ())
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.info["cmdline"] == command:
-            return int(proc.info["pid"])
-    raise AssertionError("the API server process was not found")
