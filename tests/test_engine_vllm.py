@@ -54,6 +54,7 @@ from gate.tiers import accuracy, capability, fidelity
 from gate.tiers.registry import build_settings
 from tests.engine_support import (
     MAX_BATCHED_TOKENS,
+    api_server_pid,
     engine_env,
     engine_python,
     vllm_command,
@@ -343,7 +344,7 @@ def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
         pytest.raises(ModelLoadError) as info,
         open_engine(DEMO, engine, log_dir=tmp_path, env=engine_env(engine_cache)) as backend,
     ):
-        leader = _api_server_pid(backend)
+        leader = api_server_pid(backend)
         pgid = os.getpgid(leader)
         assert len(group_members(pgid)) >= 2  # the API server and its engine core
         threading.Timer(3.0, os.kill, (leader, signal.SIGKILL)).start()
@@ -355,13 +356,3 @@ def test_server_killed_mid_run(engine_cache: Path, tmp_path: Path) -> None:
     assert "killed by signal 9" in line
     assert pgid is not None and group_members(pgid) == []
     assert (tmp_path / "server.log").stat().st_size > 0
-
-
-def _api_server_pid(backend: HTTPBackend) -> int:
-    import psutil
-
-    command = list(backend.provenance().serve_command or ())
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.info["cmdline"] == command:
-            return int(proc.info["pid"])
-    raise AssertionError("the API server process was not found")
