@@ -28,12 +28,12 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Protocol
 
 from gate.errors import ConfigError, DataError, ModelLoadError
 from gate.measurement import TimedGeneration
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary, step_times
 from gate.models.backends.base import StepClock
+from gate.models.backends.capabilities import LoadRunner
 from gate.models.backends.openai_client import gather_bounded
 
 #: Send one prompt's streamed request; ``begun`` is its offset in the run (seconds).
@@ -115,26 +115,12 @@ def timed_generation(
     )
 
 
-class StreamTimings(Protocol):
-    """A served backend's load run: the timings of its streamed requests and the duration."""
-
-    def stream_timings(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        new_tokens: int,
-        request_rate: float = math.inf,
-        max_concurrency: int | None = None,
-        burstiness: float = 1.0,
-        seed: int = 0,
-    ) -> tuple[list[StreamTiming], float]: ...
-
-
 class LoadRuns:
-    """``load_run`` for a class with ``stream_timings`` (:class:`StreamTimings`)."""
+    """``load_run`` for a class with ``stream_timings`` (a
+    :class:`~gate.models.backends.capabilities.LoadRunner`)."""
 
     def load_run(
-        self: StreamTimings,
+        self: LoadRunner,
         prompts: Sequence[Sequence[int]],
         *,
         new_tokens: int,
@@ -158,7 +144,6 @@ class LoadRuns:
 __all__ = [
     "LoadRuns",
     "Send",
-    "StreamTimings",
     "check_load_run",
     "require_a_token",
     "run_load",
