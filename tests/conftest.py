@@ -16,6 +16,7 @@ import scipy.stats  # noqa: F401
 if TYPE_CHECKING:
     from gate.models.backends.hf import HFBackend
     from gate.models.backends.http import HTTPBackend
+    from gate.models.spec import ModelSpec
 
 pytest_plugins = ["pytester"]
 
@@ -178,6 +179,30 @@ def demo_backend() -> HFBackend:
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")
     return load_backend(ModelSpec.parse("demo"))
+
+
+# ---------------------------------------------- the model behind the fake OpenAI servers
+
+
+@pytest.fixture(scope="module")
+def local(tiny_model_dir: Path) -> HFBackend:
+    """The tiny Llama loaded for one module (float32, CPU, one torch thread): the model the
+    fake OpenAI-compatible servers of that module answer with (tests/fakes/openai_server.py)."""
+    import torch
+
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
+
+    torch.set_num_threads(1)
+    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model_dir: Path) -> ModelSpec:
+    """The tiny Llama as a served backend names its tokenizer (the default dtype)."""
+    from gate.models.spec import ModelSpec
+
+    return ModelSpec.parse(str(tiny_model_dir))
 
 
 # ------------------------------------------------------------------ the real serving engine

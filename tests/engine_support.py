@@ -92,6 +92,17 @@ def vllm_command(python: str, *extra: str) -> str:
     return shlex.join(argv)
 
 
+def api_server_pid(backend: HTTPBackend) -> int:
+    """The process id of the API server that gate started for ``backend`` (its command line)."""
+    import psutil
+
+    command = list(backend.provenance().serve_command or ())
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.info["cmdline"] == command:
+            return int(proc.info["pid"])
+    raise AssertionError("the API server process was not found")
+
+
 def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
     """The demo model behind vLLM with ``extra`` server flags, warmed up; stopped on exit."""
     from gate.models.backends.base import ScoreRequest

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,51 +25,21 @@ from gate.metrics.serving import load_summary
 from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
-from gate.models.backends.loading import load_backend
 from gate.models.backends.openai_client import EndpointSettings, public_url
 from gate.models.serve import free_port
 from gate.models.spec import ModelSpec
 from gate.tiers import accuracy
 from tests.fakes.openai_server import FakeOpenAIServer
-
-TEXTS = [
-    "What is 7 times 8?",
-    "Please reply in JSON with key name.",
-    "Summarize the following text in one sentence.",
-    "Write a Python function that adds two numbers.",
-    "The quick brown fox jumps over the lazy dog.",
-]
-
-
-@pytest.fixture(scope="module")
-def local(tiny_model_dir: Path) -> HFBackend:
-    import torch
-
-    torch.set_num_threads(1)
-    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
-
-
-@pytest.fixture(scope="module")
-def spec(tiny_model_dir: Path) -> ModelSpec:
-    return ModelSpec.parse(str(tiny_model_dir))
+from tests.fakes.served_inputs import TEXTS, greedy_requests, local_settings
 
 
 @pytest.fixture(scope="module")
 def requests_(local: HFBackend) -> list[ScoreRequest]:
-    prompts = [local.encode_prompt(t) for t in TEXTS]
-    outputs = local.generate(prompts, max_new_tokens=12)
-    return [ScoreRequest(p, o or [10, 11]) for p, o in zip(prompts, outputs, strict=True)]
+    return greedy_requests(local, TEXTS, max_new_tokens=12)
 
 
 def _settings(url: str, **kw: object) -> EndpointSettings:
-    base: dict[str, object] = {
-        "max_concurrency": 3,
-        "request_timeout": 30.0,
-        "retry_backoff": 0.01,
-        "max_retries": 2,
-    }
-    base.update(kw)
-    return EndpointSettings(url, **base)  # type: ignore[arg-type]
+    return local_settings(url, **{"max_concurrency": 3, "max_retries": 2, **kw})
 
 
 def _one_line(exc: GateError, code: ExitCode) -> str:

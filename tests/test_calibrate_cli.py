@@ -8,36 +8,18 @@ from pathlib import Path
 from gate.errors import ExitCode
 from gate.gating.calibration import read_calibration
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
+from tests.calibrate_support import calibrate_small
 from tests.cli_support import run_gate
-
-SMALL = "[tiers.fidelity]\nlimit = 6\nmax_new_tokens = 8\nbatch_size = 4\n"
 
 
 def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_path: Path) -> None:
-    config = tmp_path / "small.toml"
-    config.write_text(SMALL)
     out = tmp_path / "cal.toml"
-    done = run_gate(
-        "calibrate",
-        "--model",
-        "demo",
-        "--tiers",
-        "fidelity",
-        "--repeats",
-        "1",
-        "--batch-sizes",
-        "2",
+    done = calibrate_small(
+        tmp_path,
         "--tail-seeds",
         "0",  # a second record; the tail-seed runs are docs/adopting.md's
         "--dtype-control",
         "bfloat16",
-        "--config",
-        str(config),
-        "--out",
-        str(out),
-        "--json",
-        str(tmp_path / "cal.json"),
-        cwd=tmp_path,
     )
     assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
     calibrated = load_thresholds(out)

@@ -18,27 +18,15 @@ import pytest
 from gate.errors import ExitCode
 from gate.gating.thresholds import load_thresholds
 from gate.models.backends.http import HTTPBackend
-from tests.cli_support import run_gate
+from tests.calibrate_support import calibrate_small
 
 pytestmark = pytest.mark.engine
 
-SMALL = "[tiers.fidelity]\nlimit = 6\nmax_new_tokens = 8\nbatch_size = 4\n"
-
 
 def test_served_engine_is_a_calibrated_noise_source(served: HTTPBackend, tmp_path: Path) -> None:
-    config = tmp_path / "small.toml"
-    config.write_text(SMALL)
     out = tmp_path / "cal.toml"
-    done = run_gate(
-        "calibrate",
-        "--model",
-        "demo",
-        "--tiers",
-        "fidelity",
-        "--repeats",
-        "1",
-        "--batch-sizes",
-        "2",
+    done = calibrate_small(
+        tmp_path,
         "--order-seeds",
         "0",
         "--tail-seeds",
@@ -47,13 +35,6 @@ def test_served_engine_is_a_calibrated_noise_source(served: HTTPBackend, tmp_pat
         served.settings.base_url,
         "--served-model",
         "demo",
-        "--config",
-        str(config),
-        "--out",
-        str(out),
-        "--json",
-        str(tmp_path / "cal.json"),
-        cwd=tmp_path,
     )
     assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((tmp_path / "cal.json").read_text())

@@ -11,6 +11,7 @@ from gate.config import tomllib
 from gate.gating import power as pw
 from gate.gating.calibration import (
     CalibrationRecord,
+    MetricCalibration,
     NoiseRun,
     TierTiming,
     calibrate_metric,
@@ -43,6 +44,13 @@ def test_noise_quantile_is_the_largest_run_when_few_and_the_quantile_when_many()
     assert noise_quantile([], 0.95) == 0.0
     with pytest.raises(ValueError):
         noise_quantile([0.1], 1.0)
+
+
+def _calibrated(name: str, runs: list[NoiseRun], *, n: int, reference: float) -> MetricCalibration:
+    """``name`` calibrated against the packaged defaults' bound at alpha 0.01."""
+    return calibrate_metric(
+        get_metric(name), DEFAULTS.for_metric(name), runs, n=n, reference=reference, alpha=0.01
+    )
 
 
 def test_declared_bound_holds_above_the_noise_and_is_raised_below_it() -> None:
@@ -81,14 +89,7 @@ def test_score_metric_mde_and_items_needed_are_the_paired_bootstrap_power_figure
 def test_items_needed_is_at_least_min_samples() -> None:
     """With no spread any shift is significant, but below min_samples the verdict is the
     point value: the count needed is then min_samples."""
-    cal = calibrate_metric(
-        get_metric("fidelity.cga"),
-        DEFAULTS.for_metric("fidelity.cga"),
-        _runs(0.0, spread=0.0),
-        n=96,
-        reference=1.0,
-        alpha=0.01,
-    )
+    cal = _calibrated("fidelity.cga", _runs(0.0, spread=0.0), n=96, reference=1.0)
     assert cal.needed_n == DEFAULTS.for_metric("fidelity.cga").min_samples  # type: ignore[union-attr]
 
 
@@ -129,34 +130,13 @@ def test_relative_log_metric_goes_through_the_log() -> None:
 
 
 def test_point_metric_has_no_test() -> None:
-    cal = calibrate_metric(
-        get_metric("fidelity.kl_p99"),
-        DEFAULTS.for_metric("fidelity.kl_p99"),
-        _runs(1e-7, spread=None, n=0),
-        n=0,
-        reference=0.0,
-        alpha=0.01,
-    )
+    cal = _calibrated("fidelity.kl_p99", _runs(1e-7, spread=None, n=0), n=0, reference=0.0)
     assert (cal.test, cal.mde, cal.needed_n) == ("point", None, None)
 
 
 def _record(noisy: float) -> CalibrationRecord:
-    cga = calibrate_metric(
-        get_metric("fidelity.cga"),
-        DEFAULTS.for_metric("fidelity.cga"),
-        _runs(0.0, noisy, spread=0.1),
-        n=96,
-        reference=1.0,
-        alpha=0.01,
-    )
-    kl = calibrate_metric(
-        get_metric("fidelity.kl_p99"),
-        DEFAULTS.for_metric("fidelity.kl_p99"),
-        _runs(1e-7, spread=None, n=0),
-        n=0,
-        reference=0.0,
-        alpha=0.01,
-    )
+    cga = _calibrated("fidelity.cga", _runs(0.0, noisy, spread=0.1), n=96, reference=1.0)
+    kl = _calibrated("fidelity.kl_p99", _runs(1e-7, spread=None, n=0), n=0, reference=0.0)
     return CalibrationRecord(
         model="demo",
         created="2026-01-01 00:00 UTC",

@@ -40,6 +40,7 @@ from gate.tiers import fidelity
 from tests.cli_support import run_gate
 from tests.engine_support import (
     DEMO_BASELINE,
+    api_server_pid,
     demo_fidelity_settings,
     engine_env,
     engine_python,
@@ -63,16 +64,6 @@ def _measure(backend: Any) -> dict[str, Measurement]:
     return {m.name: m for m in fidelity.measure(backend, pack, settings, prompts=prompts)}
 
 
-def _api_server_pid(backend: HTTPBackend) -> int:
-    import psutil
-
-    command = list(backend.provenance().serve_command or ())
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if proc.info["cmdline"] == command:
-            return int(proc.info["pid"])
-    raise AssertionError("the API server process was not found")
-
-
 def test_two_replicas_equal_one_and_survive_a_killed_replica(
     served: HTTPBackend, engine_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -93,7 +84,7 @@ def test_two_replicas_equal_one_and_survive_a_killed_replica(
         two = _measure(both)
         # the next run: the second replica's API server is SIGKILLed as it is sent its
         # third request (the others' requests in flight on both replicas)
-        pid, sent = _api_server_pid(extra), []
+        pid, sent = api_server_pid(extra), []
         score_one = extra.score_one
 
         async def killing(client: Any, request: Any, *, top_k: int, full: bool) -> Any:

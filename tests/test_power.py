@@ -69,6 +69,12 @@ def _one(verdicts: list[Verdict], key: str) -> Verdict:
     return next(v for v in verdicts if v.key == key)
 
 
+def _per_item(th: Thresholds, name: str, cand: np.ndarray, base: np.ndarray) -> list[Verdict]:
+    """``compare``'s verdicts on per-item samples of ``name``, item ``i`` paired on both sides."""
+    ids = _ids(len(base))
+    return compare([from_samples(name, list(cand), ids)], [from_samples(name, list(base), ids)], th)
+
+
 def _rates(detect: Callable[[float, np.random.Generator], bool], mde: float) -> list[float]:
     """Detection rates at 0.9 x and 1.1 x the MDE (each from its own fixed seed)."""
     out = []
@@ -95,15 +101,7 @@ def test_paired_score_mde_matches_a_simulation_of_the_bootstrap(
     rng = np.random.default_rng(n)
     base = rng.beta(8.0, 1.5, n)  # per-prompt agreement of a baseline, mostly near 1
     exact = base + sd * _standard(rng, n)
-    ids = _ids(n)
-    verdict = _one(
-        compare(
-            [from_samples("fidelity.cga", list(exact), ids)],
-            [from_samples("fidelity.cga", list(base), ids)],
-            th,
-        ),
-        "fidelity.cga",
-    )
+    verdict = _one(_per_item(th, "fidelity.cga", exact, base), "fidelity.cga")
     assert verdict.power is not None and verdict.power.test == "paired bootstrap"
     mde = verdict.power.mde
     assert mde == pytest.approx(pw.mde_paired_mean(n, sd, alpha=ALPHA))
@@ -139,15 +137,7 @@ def test_mcnemar_mde_matches_a_simulation_of_the_exact_test(th: Thresholds) -> N
     exact = base.copy()  # c = 10 pairs where only the candidate is right: psi0 = 2c/n = 0.1
     exact[wrong[:10]] = 1.0
     exact[right[:10]] = 0.0
-    ids = _ids(n)
-    verdict = _one(
-        compare(
-            [from_samples("accuracy.mcq_acc", list(exact), ids)],
-            [from_samples("accuracy.mcq_acc", list(base), ids)],
-            th,
-        ),
-        "accuracy.mcq_acc",
-    )
+    verdict = _one(_per_item(th, "accuracy.mcq_acc", exact, base), "accuracy.mcq_acc")
     assert verdict.power is not None and verdict.power.test == "McNemar exact"
     mde = verdict.power.mde
     assert mde == pytest.approx(pw.mde_mcnemar(n, noise, alpha=ALPHA))
@@ -319,13 +309,8 @@ def test_underpowered_warns_in_words_and_blocks_only_when_asked(th: Thresholds) 
     """A passing but underpowered metric keeps its PASS; strict or require_power block."""
     rng = np.random.default_rng(1)
     base = rng.beta(8.0, 1.5, 12)
-    ids = _ids(12)
     cand = base + 0.2 * _standard(rng, 12)
-    verdicts = compare(
-        [from_samples("fidelity.cga", list(cand), ids)],
-        [from_samples("fidelity.cga", list(base), ids)],
-        th,
-    )
+    verdicts = _per_item(th, "fidelity.cga", cand, base)
     assert [v.severity for v in verdicts] == [Severity.PASS]
     assert decide(verdicts).underpowered == (verdicts[0].power,)
     assert decide(verdicts).exit_code == 0 and decide(verdicts).headline == "APPROVED"

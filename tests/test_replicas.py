@@ -17,53 +17,25 @@ from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.http import HTTPBackend
-from gate.models.backends.loading import load_backend
-from gate.models.backends.openai_client import EndpointSettings
 from gate.models.backends.replicas import ReplicaBackend
 from gate.models.engine import open_engine, replica_log
 from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
+from tests.fakes import served_inputs
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.fakes.served_inputs import greedy_requests, local_settings
 
-TEXTS = [
-    "What is 7 times 8?",
-    "Please reply in JSON with key name.",
-    "Summarize the following text in one sentence.",
-    "Write a Python function that adds two numbers.",
-    "The quick brown fox jumps over the lazy dog.",
-    "Bonjour, comment allez-vous aujourd'hui ?",
-]
-
-
-@pytest.fixture(scope="module")
-def local(tiny_model_dir: Path) -> HFBackend:
-    import torch
-
-    torch.set_num_threads(1)
-    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
-
-
-@pytest.fixture(scope="module")
-def spec(tiny_model_dir: Path) -> ModelSpec:
-    return ModelSpec.parse(str(tiny_model_dir))
+TEXTS = [*served_inputs.TEXTS, "Bonjour, comment allez-vous aujourd'hui ?"]
 
 
 @pytest.fixture(scope="module")
 def requests_(local: HFBackend) -> list[ScoreRequest]:
-    prompts = [local.encode_prompt(t) for t in TEXTS]
-    outputs = local.generate(prompts, max_new_tokens=10)
-    return [ScoreRequest(p, o or [10, 11]) for p, o in zip(prompts, outputs, strict=True)]
+    return greedy_requests(local, TEXTS, max_new_tokens=10)
 
 
 def _http(url: str, spec: ModelSpec, **kw: object) -> HTTPBackend:
-    settings: dict[str, object] = {
-        "max_concurrency": 2,
-        "request_timeout": 30.0,
-        "retry_backoff": 0.01,
-        "max_retries": 1,
-    }
-    settings.update(kw)
-    backend = HTTPBackend(EndpointSettings(url, **settings), spec)  # type: ignore[arg-type]
+    settings = local_settings(url, **{"max_concurrency": 2, "max_retries": 1, **kw})
+    backend = HTTPBackend(settings, spec)
     backend.connect()
     return backend
 

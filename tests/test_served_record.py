@@ -29,14 +29,6 @@ from tests.conftest import make_tiny_llama
 from tests.fakes.openai_server import FakeOpenAIServer
 
 
-@pytest.fixture(scope="module")
-def local(tiny_model_dir: Path) -> HFBackend:
-    import torch
-
-    torch.set_num_threads(1)
-    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
-
-
 def test_served_pack_is_exact_in_its_top_k_and_says_it_has_no_tail(
     local: HFBackend, tiny_model_dir: Path, tmp_path: Path
 ) -> None:

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,8 +75,21 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-q",
-         "-p", "no:cacheprovider", "-p", "no:randomly", str(suite)],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            str(suite),
+        ],
         cwd=suite,
         env=env,
         capture_output=True,

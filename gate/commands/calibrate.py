@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
-from gate.commands.options import file_option, json_option, thresholds_option
+from gate.commands.options import F, file_option, json_option, thresholds_option
 from gate.errors import ConfigError, ExitCode
 
 
@@ -34,6 +36,11 @@ def _g(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
+    """An option of type ``kind`` whose ``default`` ``--help`` shows."""
+    return click.option(name, type=kind, default=default, show_default=True, help=text)
+
+
 @click.command("calibrate")
 @click.option("--model", required=True, help="Model id, local path, or 'demo'.")
 @click.option(
@@ -45,31 +52,23 @@ def _g(value: float | None) -> str:
 @file_option("--out", required=True, help="Write the calibrated thresholds.toml here.")
 @json_option
 @file_option("--log", help="Where the calibration sessions' own reports go (default: <out>.log).")
-@click.option(
-    "--repeats",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Reruns of the unchanged build per tier.",
-)
+@_shown("--repeats", click.IntRange(min=1), 3, "Reruns of the unchanged build per tier.")
 @click.option(
     "--batch-sizes",
     metavar="N,N",
     help="Batch sizes to rerun with (default: each tier's own halved and doubled).",
 )
-@click.option(
+@_shown(
     "--order-seeds",
-    type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Fidelity: reruns with the prompts grouped in a seeded random order.",
+    click.IntRange(min=0),
+    1,
+    "Fidelity: reruns with the prompts grouped in a seeded random order.",
 )
-@click.option(
+@_shown(
     "--tail-seeds",
-    type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Fidelity: reference packs re-recorded with other tail-sample seeds.",
+    click.IntRange(min=0),
+    1,
+    "Fidelity: reference packs re-recorded with other tail-sample seeds.",
 )
 @click.option(
     "--dtype-control",
@@ -87,19 +86,9 @@ def _g(value: float | None) -> str:
 @file_option("--config", help="Run config whose [tiers.<name>] settings the runs use.")
 @thresholds_option
 @click.option("--model-slug", help="Store slug of the temporary baselines (default: the model's).")
-@click.option(
-    "--margin",
-    type=float,
-    default=2.0,
-    show_default=True,
-    help="warn = max(declared warn, MARGIN x the noise quantile).",
-)
-@click.option(
-    "--quantile",
-    type=float,
-    default=0.95,
-    show_default=True,
-    help="Quantile of the noise degradations (the higher order statistic).",
+@_shown("--margin", float, 2.0, "warn = max(declared warn, MARGIN x the noise quantile).")
+@_shown(
+    "--quantile", float, 0.95, "Quantile of the noise degradations (the higher order statistic)."
 )
 @click.option(
     "--power",

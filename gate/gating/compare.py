@@ -467,12 +467,7 @@ def _power(
             return None
         c, b, _ = paired
     return detectable.statement(
-        c,
-        b,
-        spec,
-        evidence,
-        bound,
-        ref.value,
+        detectable.Tested(c, b, spec, evidence, bound, ref.value),
         slice=slice,
         against=against,
         alpha=thresholds.alpha,

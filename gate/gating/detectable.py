@@ -27,6 +27,7 @@ score distribution, which the sign test does not model).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,22 +46,26 @@ def _log_sd(x: NDArray[np.float64]) -> float | None:
     return _sd(np.log(x)) if np.all(x > 0.0) else None
 
 
-def mde_in_unit(
-    c: NDArray[np.float64],
-    b: NDArray[np.float64],
-    spec: MetricSpec,
-    evidence: Evidence,
-    bound: Bound,
-    reference: float,
-    *,
-    alpha: float,
-    power: float,
-) -> float | None:
+@dataclass(frozen=True)
+class Tested:
+    """One tested, gated comparison: the samples ``c`` (candidate) and ``b`` (reference)
+    the test saw, the metric, the test's evidence, the bound and the reference value."""
+
+    c: NDArray[np.float64]
+    b: NDArray[np.float64]
+    spec: MetricSpec
+    evidence: Evidence
+    bound: Bound
+    reference: float
+
+
+def mde_in_unit(tested: Tested, *, alpha: float, power: float) -> float | None:
     """The MDE of ``evidence.method`` on samples ``c`` (candidate) and ``b`` (reference).
 
     In the value's unit for paired tests; for timings, the relative degradation
     (a fraction). ``None`` when the samples admit no statement (module docstring).
     """
+    c, b, spec, evidence, bound = tested.c, tested.b, tested.spec, tested.evidence, tested.bound
     if evidence.method is Method.MCNEMAR:
         if spec.elo_samples or evidence.discordant is None or evidence.n < 1:
             return None
@@ -70,7 +75,7 @@ def mde_in_unit(
         delta = pw.mde_paired_mean(c.size, _sd(c - b), alpha=alpha, power=power)
         if not spec.log_samples or math.isinf(delta):
             return delta
-        scale = abs(reference)
+        scale = abs(tested.reference)
         return scale * (-math.expm1(-delta) if spec.higher_is_better else math.expm1(delta))
     margin = bound.warn if bound.mode == "relative" else 0.0
     if spec.higher_is_better and margin >= 1.0:
@@ -90,22 +95,13 @@ def mde_in_unit(
 
 
 def statement(
-    c: NDArray[np.float64],
-    b: NDArray[np.float64],
-    spec: MetricSpec,
-    evidence: Evidence,
-    bound: Bound,
-    reference: float,
-    *,
-    slice: str | None,
-    against: str,
-    alpha: float,
-    power: float,
+    tested: Tested, *, slice: str | None, against: str, alpha: float, power: float
 ) -> pw.PowerStatement | None:
     """The power statement of one tested, gated comparison (``None``: see the module docstring)."""
-    mde = mde_in_unit(c, b, spec, evidence, bound, reference, alpha=alpha, power=power)
+    mde = mde_in_unit(tested, alpha=alpha, power=power)
     if mde is None:
         return None
+    spec, evidence, bound, reference = tested.spec, tested.evidence, tested.bound, tested.reference
     timing = evidence.method in (Method.MANN_WHITNEY, Method.WILCOXON_PAIRS)
     scale = abs(reference)
     if bound.mode == "relative":

@@ -272,6 +272,12 @@ def draw_tail_samples(
     return out
 
 
+def _g(log_r: np.ndarray) -> np.ndarray:
+    """``g(r) = r - 1 - log r`` from ``log r`` (``+inf`` at ``log r = -inf``)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isneginf(log_r), np.inf, np.expm1(log_r) - log_r)
+
+
 def sampled_tail_kl(
     base_topk_logprobs: np.ndarray,
     base_tail_logmass: np.ndarray,
@@ -310,20 +316,13 @@ def sampled_tail_kl(
     if m == 0:
         raise ValueError("no sampled tail tokens: use topk_tail_kl (the lower bound)")
     with np.errstate(invalid="ignore", over="ignore"):
-        log_r = sc - sb
-        g = np.where(np.isneginf(log_r), np.inf, np.expm1(log_r) - log_r)
+        g = _g(sc - sb)
         mean_g = g.mean(axis=-1)
         sd_g = g.std(axis=-1, ddof=1) if m > 1 else np.zeros_like(mean_g)
         has_tail = big_p > 0.0
         tail = np.where(has_tail, (big_p - big_q) + big_p * mean_g, 0.0)
         se = np.where(has_tail & np.isfinite(sd_g), big_p * sd_g / np.sqrt(m), 0.0)
     return np.asarray(head + tail, dtype=np.float64), np.asarray(se, dtype=np.float64)
-
-
-def _g(log_r: np.ndarray) -> np.ndarray:
-    """``g(r) = r - 1 - log r`` from ``log r`` (``+inf`` at ``log r = -inf``)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.where(np.isneginf(log_r), np.inf, np.expm1(log_r) - log_r)
 
 
 def sampled_tail_kl_interval(

@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, TypeVar
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.hw.fingerprint import Fingerprint
@@ -66,7 +66,7 @@ from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
-from gate.models.backends.capabilities import last_kv_cache
+from gate.models.backends.capabilities import LoadRunner, last_kv_cache
 from gate.provenance import ModelProvenance
 
 #: ``runner(fn, rounds, warmup_rounds)``: call ``fn`` warmup_rounds + rounds times.
@@ -121,22 +121,6 @@ class LatencySettings:
             raise ValueError("load_concurrency must be a non-empty list of positive integers")
         if self.load_requests < 2 or self.load_request_rate < 0:
             raise ValueError("load_requests must be >= 2 and load_request_rate >= 0")
-
-
-@runtime_checkable
-class LoadRunner(Protocol):
-    """A served backend that can run a load of concurrent streamed requests."""
-
-    def stream_timings(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        new_tokens: int,
-        request_rate: float = ...,
-        max_concurrency: int | None = None,
-        burstiness: float = 1.0,
-        seed: int = 0,
-    ) -> tuple[list[StreamTiming], float]: ...
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,21 @@ def require_contexts(requests: Sequence[ScoreRequest]) -> None:
         raise DataError("a score request has an empty context", "give >= 1 context token")
 
 
+def require_prompts(prompts: Sequence[Sequence[int]]) -> None:
+    """Every backend's rule for greedy generation: each prompt has >= 1 token."""
+    if any(len(p) == 0 for p in prompts):
+        raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+
+
+def require_timed(prompt: Sequence[int], batch_size: int, new_tokens: int) -> None:
+    """Every backend's rule for timed generation: a non-empty prompt, ``batch_size >= 1``
+    and ``new_tokens >= 1``."""
+    if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
+        raise DataError(
+            "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
+        )
+
+
 @dataclass(frozen=True)
 class TokenScores:
     """Teacher-forced scores of one continuation of length ``T``.

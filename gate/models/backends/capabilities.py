@@ -18,15 +18,20 @@ does not; each extra is declared here once, with the question a tier asks
 - :class:`ReportsActivity` — ``activity``: what the build's compression did
   (:class:`~gate.models.activity.Activity`); ``None`` or absent for an
   uncompressed or served build.
+- :class:`LoadRunner` — ``stream_timings``: a load run of concurrent streamed
+  requests (a served build). Without it: no load run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gate.models.activity import Activity
+
+if TYPE_CHECKING:
+    from gate.metrics.serving import StreamTiming
 
 
 @runtime_checkable
@@ -71,6 +76,22 @@ class ReportsActivity(Protocol):
     activity: Activity | None
 
 
+@runtime_checkable
+class LoadRunner(Protocol):
+    """A served backend that can run a load of concurrent streamed requests."""
+
+    def stream_timings(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        new_tokens: int,
+        request_rate: float = ...,
+        max_concurrency: int | None = None,
+        burstiness: float = 1.0,
+        seed: int = 0,
+    ) -> tuple[list[StreamTiming], float]: ...
+
+
 def exact_full_rows(backend: object) -> bool:
     """Whether ``backend``'s full score rows are exact (a backend that does not say: yes)."""
     return bool(backend.exact_full_rows) if isinstance(backend, DeclaresFullRows) else True
@@ -96,6 +117,7 @@ __all__ = [
     "ChunksScoring",
     "DeclaresFullRows",
     "EncodesMessages",
+    "LoadRunner",
     "ReportsActivity",
     "ReportsKVCache",
     "activity_of",

@@ -64,6 +64,8 @@ from gate.models.backends.base import (
     TimedGeneration,
     TokenScores,
     require_contexts,
+    require_prompts,
+    require_timed,
 )
 from gate.models.backends.capabilities import activity_of
 from gate.models.compress.kvcache import (
@@ -270,10 +272,7 @@ def timed_through_cache(
     """
     from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
 
-    if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
-        raise DataError(
-            "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
-        )
+    require_timed(prompt, batch_size, new_tokens)
     method.check(model)
 
     class _MarkEachStep(StoppingCriteria):
@@ -408,8 +407,7 @@ class CacheBackend:
         self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int = 8
     ) -> list[list[int]]:
         """Greedy continuations through the method's cache, one prompt at a time."""
-        if any(len(p) == 0 for p in prompts):
-            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        require_prompts(prompts)
         if max_new_tokens < 1:
             return [[] for _ in prompts]
         if self.identity:

@@ -36,11 +36,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate.errors import DataError
 from gate.measurement import TimedGeneration
 from gate.models.activity import Activity
 from gate.models.backends import tokens
-from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
+from gate.models.backends.base import (
+    ScoreRequest,
+    StepClock,
+    TokenScores,
+    require_contexts,
+    require_prompts,
+    require_timed,
+)
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.provenance import (
     combined_digest,
@@ -184,8 +190,7 @@ class HFBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations of each prompt: new ids only, up to and including EOS."""
-        if any(len(p) == 0 for p in prompts):
-            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        require_prompts(prompts)
         if max_new_tokens < 1:
             return [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -291,10 +296,7 @@ class HFBackend(tokens.TokenizerMethods):
         """Exactly ``new_tokens`` greedy tokens for ``batch_size`` copies of ``prompt``, one mark per step."""
         from transformers import StoppingCriteria, StoppingCriteriaList
 
-        if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
-            raise DataError(
-                "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
-            )
+        require_timed(prompt, batch_size, new_tokens)
 
         class _MarkEachStep(StoppingCriteria):
             def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:

@@ -37,7 +37,6 @@ collects provenance (engine, version, served settings; never the API key).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,16 +47,16 @@ from typing import Any
 
 from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import TimedGeneration
-from gate.metrics.serving import (
-    LoadSummary,
-    StreamTiming,
-    arrival_offsets,
-    load_summary,
-    step_times,
-    token_times,
-)
+from gate.metrics.serving import StreamTiming, arrival_offsets, token_times
 from gate.models.backends import tokens
-from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
+from gate.models.backends.base import (
+    ScoreRequest,
+    StepClock,
+    TokenScores,
+    require_contexts,
+    require_prompts,
+    require_timed,
+)
 from gate.models.backends.openai_client import (
     EndpointClient,
     EndpointSettings,
@@ -72,6 +71,14 @@ from gate.models.backends.openai_scores import (
     positions_from_echo,
     positions_from_prompt_logprobs,
     scores_from_positions,
+)
+from gate.models.backends.streams import (
+    LoadRuns,
+    check_load_run,
+    require_a_token,
+    run_load,
+    streams_at_once,
+    timed_generation,
 )
 from gate.models.provenance import combined_digest, hash_files, tokenizer_files, weight_files
 from gate.models.spec import ModelSpec
@@ -170,7 +177,7 @@ def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
     return {}
 
 
-class HTTPBackend(tokens.TokenizerMethods):
+class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
     """A model served behind an OpenAI-compatible endpoint, with a local tokenizer."""
 
     #: Full rows are rebuilt from the top-k (see :mod:`gate.models.backends.openai_scores`).
@@ -530,8 +537,7 @@ class HTTPBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations (new ids, up to and including EOS), one request per prompt."""
-        if any(len(p) == 0 for p in prompts):
-            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        require_prompts(prompts)
         if max_new_tokens < 1 or not prompts:
             return [[] for _ in prompts]
         self.connect()
@@ -661,35 +667,18 @@ class HTTPBackend(tokens.TokenizerMethods):
         (started for the record only; its marks could not place tokens that
         arrive merged in one chunk).
         """
-        if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
-            raise DataError(
-                "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
-            )
+        require_timed(prompt, batch_size, new_tokens)
         model = self.model
 
         async def main(client: EndpointClient) -> list[StreamTiming]:
-            clock.start()
-            t0 = time.perf_counter()
-            return await gather_bounded(
-                [
-                    partial(self._stream_one, client, model, prompt, new_tokens, start=0.0, sent=t0)
-                    for _ in range(batch_size)
-                ],
-                batch_size,
-            )
+            async def send(t0: float) -> StreamTiming:
+                return await self._stream_one(client, model, prompt, new_tokens, start=0.0, sent=t0)
+
+            return await streams_at_once(clock, batch_size, send)
 
         streams: list[StreamTiming] = self._run(main)
-        steps = step_times([s.token_times for s in streams])
-        return TimedGeneration(
-            batch_size=batch_size,
-            prompt_tokens=len(prompt),
-            new_tokens=len(steps),
-            step_times=steps,
-            end_to_end=steps[-1] if steps else 0.0,
-            details={
-                "device": f"server {public_url(self.settings.base_url)}",
-                "per_stream_ttft": [s.ttft for s in streams if s.token_times],
-            },
+        return timed_generation(
+            prompt, batch_size, streams, f"server {public_url(self.settings.base_url)}"
         )
 
     def stream_timings(
@@ -712,63 +701,23 @@ class HTTPBackend(tokens.TokenizerMethods):
         died, or a run where every request failed, raises. Returns the
         timings and the run's duration (first send to last completion).
         """
-        if not prompts:
-            raise DataError("a load run needs at least one prompt")
-        if new_tokens < 1:
-            raise DataError("a load run needs new_tokens >= 1")
+        check_load_run(prompts, new_tokens)
         limit = max_concurrency or self.settings.max_concurrency
         offsets = arrival_offsets(len(prompts), request_rate, burstiness=burstiness, seed=seed)
         model = self.model
 
         async def main(client: EndpointClient) -> tuple[list[StreamTiming], float]:
-            semaphore = asyncio.Semaphore(limit)
-            t0 = time.perf_counter()
+            async def send(prompt: Sequence[int], begun: float) -> StreamTiming:
+                return await self._stream_one(client, model, prompt, new_tokens, start=begun)
 
-            async def one(prompt: Sequence[int], offset: float) -> StreamTiming:
-                await asyncio.sleep(max(0.0, offset - (time.perf_counter() - t0)))
-                async with semaphore:
-                    begun = time.perf_counter() - t0
-                    try:
-                        return await self._stream_one(
-                            client, model, prompt, new_tokens, start=begun
-                        )
-                    except (ModelLoadError, ConfigError, DataError) as exc:
-                        return StreamTiming((), len(prompt), start=begun, error=exc.format_line())
-
-            timings = await asyncio.gather(
-                *(one(p, o) for p, o in zip(prompts, offsets, strict=True))
-            )
-            return list(timings), time.perf_counter() - t0
+            return await run_load(prompts, offsets, limit, send)
 
         timings, duration = self._run(main)
         dead = self.liveness() if self.liveness is not None else None
         if dead is not None:
             raise dead
-        if not any(t.ok for t in timings):
-            first = next((t.error for t in timings if t.error), "no request returned a token")
-            raise ModelLoadError(f"every request of the load run failed: {first}")
+        require_a_token(timings)
         return timings, duration
-
-    def load_run(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        new_tokens: int,
-        request_rate: float = math.inf,
-        max_concurrency: int | None = None,
-        burstiness: float = 1.0,
-        seed: int = 0,
-    ) -> LoadSummary:
-        """:meth:`stream_timings` summarised by :func:`gate.metrics.serving.load_summary`."""
-        timings, duration = self.stream_timings(
-            prompts,
-            new_tokens=new_tokens,
-            request_rate=request_rate,
-            max_concurrency=max_concurrency,
-            burstiness=burstiness,
-            seed=seed,
-        )
-        return load_summary(timings, duration)
 
 
 def _first_choice(answer: Any) -> Mapping[str, Any] | None:

@@ -44,28 +44,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from gate.errors import ConfigError, DataError, GateError, ModelLoadError
+from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.measurement import TimedGeneration
-from gate.metrics.serving import (
-    LoadSummary,
-    StreamTiming,
-    arrival_offsets,
-    load_summary,
-    step_times,
+from gate.metrics.serving import StreamTiming, arrival_offsets
+from gate.models.backends.base import (
+    ScoreRequest,
+    StepClock,
+    TokenScores,
+    require_contexts,
+    require_prompts,
+    require_timed,
 )
-from gate.models.backends.base import ScoreRequest, StepClock, TokenScores, require_contexts
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.openai_client import (
     EndpointClient,
     gather_bounded,
     public_url,
     run_sync,
+)
+from gate.models.backends.streams import (
+    LoadRuns,
+    check_load_run,
+    require_a_token,
+    run_load,
+    streams_at_once,
+    timed_generation,
 )
 from gate.provenance import ModelProvenance
 
@@ -158,7 +166,7 @@ class _Slots:
             self.changed.notify_all()
 
 
-class ReplicaBackend:
+class ReplicaBackend(LoadRuns):
     """Several connected replicas of one served build, used as one ``Backend``."""
 
     #: Full rows are rebuilt from a served top-k, as on one replica.
@@ -353,8 +361,7 @@ class ReplicaBackend:
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations, each prompt on some replica."""
-        if any(len(p) == 0 for p in prompts):
-            raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
+        require_prompts(prompts)
         if max_new_tokens < 1 or not prompts:
             return [[] for _ in prompts]
 
@@ -374,41 +381,25 @@ class ReplicaBackend:
         """``batch_size`` concurrent streams sent at one moment, spread over the replicas
         (the deployment's batch of ``batch_size``); step ``j`` is when every stream has
         token ``j`` (:func:`gate.metrics.serving.step_times`)."""
-        if len(prompt) == 0 or batch_size < 1 or new_tokens < 1:
-            raise DataError(
-                "timed generation needs a non-empty prompt, batch_size >= 1 and new_tokens >= 1"
-            )
+        require_timed(prompt, batch_size, new_tokens)
 
         def measure() -> list[StreamTiming]:
             async def main(clients: list[EndpointClient]) -> list[StreamTiming]:
                 slots = self._slots([batch_size] * len(self.replicas))
-                clock.start()
-                t0 = time.perf_counter()
 
-                async def one(r: HTTPBackend, c: EndpointClient) -> StreamTiming:
-                    return await r.stream_one(c, prompt, new_tokens, start=0.0, sent=t0)
+                async def send(t0: float) -> StreamTiming:
+                    async def one(r: HTTPBackend, c: EndpointClient) -> StreamTiming:
+                        return await r.stream_one(c, prompt, new_tokens, start=0.0, sent=t0)
 
-                return await gather_bounded(
-                    [partial(self._on_any, slots, clients, one) for _ in range(batch_size)],
-                    batch_size,
-                )
+                    return await self._on_any(slots, clients, one)
+
+                return await streams_at_once(clock, batch_size, send)
 
             return self._run(main)
 
         streams = self._timed(measure)
-        steps = step_times([s.token_times for s in streams])
-        return TimedGeneration(
-            batch_size=batch_size,
-            prompt_tokens=len(prompt),
-            new_tokens=len(steps),
-            step_times=steps,
-            end_to_end=steps[-1] if steps else 0.0,
-            details={
-                "device": "servers "
-                + ", ".join(public_url(self.replicas[i].settings.base_url) for i in self._live()),
-                "per_stream_ttft": [s.ttft for s in streams if s.token_times],
-            },
-        )
+        live = ", ".join(public_url(self.replicas[i].settings.base_url) for i in self._live())
+        return timed_generation(prompt, batch_size, streams, f"servers {live}")
 
     def stream_timings(
         self,
@@ -424,69 +415,27 @@ class ReplicaBackend:
         request ``r`` is sent at its arrival offset once one of ``max_concurrency``
         slots of the whole run (default: every replica's ``max_concurrency`` together)
         is free, to the least-loaded live replica."""
-        if not prompts:
-            raise DataError("a load run needs at least one prompt")
-        if new_tokens < 1:
-            raise DataError("a load run needs new_tokens >= 1")
+        check_load_run(prompts, new_tokens)
         offsets = arrival_offsets(len(prompts), request_rate, burstiness=burstiness, seed=seed)
 
         def measure() -> tuple[list[StreamTiming], float]:
             async def main(clients: list[EndpointClient]) -> tuple[list[StreamTiming], float]:
                 slots = self._slots()
                 limit = max_concurrency or sum(slots.caps[i] for i in self._live())
-                gate = asyncio.Semaphore(limit)
-                t0 = time.perf_counter()
 
-                async def one(prompt: Sequence[int], offset: float) -> StreamTiming:
-                    await asyncio.sleep(max(0.0, offset - (time.perf_counter() - t0)))
-                    async with gate:
-                        begun = time.perf_counter() - t0
+                async def send(prompt: Sequence[int], begun: float) -> StreamTiming:
+                    async def stream(r: HTTPBackend, c: EndpointClient) -> StreamTiming:
+                        return await r.stream_one(c, prompt, new_tokens, start=begun)
 
-                        async def stream(r: HTTPBackend, c: EndpointClient) -> StreamTiming:
-                            return await r.stream_one(c, prompt, new_tokens, start=begun)
+                    return await self._on_any(slots, clients, stream)
 
-                        try:
-                            return await self._on_any(slots, clients, stream)
-                        except (ModelLoadError, ConfigError, DataError) as exc:
-                            if not self._live():
-                                raise
-                            return StreamTiming(
-                                (), len(prompt), start=begun, error=exc.format_line()
-                            )
-
-                timings = await asyncio.gather(
-                    *(one(p, o) for p, o in zip(prompts, offsets, strict=True))
-                )
-                return list(timings), time.perf_counter() - t0
+                return await run_load(prompts, offsets, limit, send, fatal=lambda: not self._live())
 
             return self._run(main)
 
         timings, duration = self._timed(measure)
-        if not any(t.ok for t in timings):
-            first = next((t.error for t in timings if t.error), "no request returned a token")
-            raise ModelLoadError(f"every request of the load run failed: {first}")
+        require_a_token(timings)
         return timings, duration
-
-    def load_run(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        new_tokens: int,
-        request_rate: float = math.inf,
-        max_concurrency: int | None = None,
-        burstiness: float = 1.0,
-        seed: int = 0,
-    ) -> LoadSummary:
-        """:meth:`stream_timings` summarised by :func:`gate.metrics.serving.load_summary`."""
-        timings, duration = self.stream_timings(
-            prompts,
-            new_tokens=new_tokens,
-            request_rate=request_rate,
-            max_concurrency=max_concurrency,
-            burstiness=burstiness,
-            seed=seed,
-        )
-        return load_summary(timings, duration)
 
 
 def _note(line: str) -> None:
