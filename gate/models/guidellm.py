@@ -1,0 +1,267 @@
+"""GuideLLM, the load generator of the load tier: one sweep against one served build.
+
+GuideLLM (PyPI ``guidellm``, pinned at :data:`GUIDELLM_VERSION`) lives in its own
+environment, installed once and cached by version by ``bash
+scripts/setup_tool_env.sh guidellm`` (``$GATE_TOOL_CACHE``, default
+``~/.cache/gate-tools/guidellm-<version>``); ``gate`` runs its command line and
+reads its results file, nothing else.
+
+One sweep is one ``guidellm run --scenario FILE`` (:func:`scenario` writes
+FILE): the OpenAI HTTP backend on ``/v1/completions`` against the server, the
+``constant`` (or ``poisson``) profile at every offered rate, each rate for
+``max_duration`` seconds, synthetic prompts of ``prompt_tokens`` tokens asking
+for ``output_tokens`` tokens (GuideLLM's ``synthetic_text`` data, made with the
+model's own tokenizer, seeded), the per-request SLO for GuideLLM's own goodput
+(``ttft_ms``, ``tpot_ms``), and the results as JSON. :func:`read_results`
+turns that file (GuideLLM's report, ``metadata.version`` 2) into one
+:class:`~gate.metrics.load.RatePoint` per rate.
+
+Failures are one line each: GuideLLM not installed -> :class:`ConfigError`
+(exit 4, with the install command); GuideLLM exiting non-zero, timing out or
+writing no results -> :class:`ModelLoadError` (exit 3, with its last error line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ConfigError, DataError, ModelLoadError
+from gate.metrics.load import Latencies, RatePoint, Slo
+
+#: The GuideLLM release the load tier speaks to (its CLI and results schema).
+GUIDELLM_VERSION = "0.8.1"
+#: The report schema version of that release's results file.
+REPORT_VERSION = 2
+#: Install command printed when GuideLLM is missing.
+INSTALL_HINT = "install it with: bash scripts/setup_tool_env.sh guidellm"
+
+
+def default_executable(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``scripts/setup_tool_env.sh guidellm`` installs GuideLLM's command."""
+    env = os.environ if environ is None else environ
+    cache = env.get("GATE_TOOL_CACHE") or str(Path.home() / ".cache" / "gate-tools")
+    return Path(cache) / f"guidellm-{GUIDELLM_VERSION}" / "bin" / "guidellm"
+
+
+def find_executable(configured: str = "", environ: Mapping[str, str] | None = None) -> Path:
+    """The ``guidellm`` command: ``configured``, else ``$GATE_GUIDELLM``, else the cached one."""
+    env = os.environ if environ is None else environ
+    text = configured or env.get("GATE_GUIDELLM", "")
+    path = Path(text).expanduser() if text else default_executable(env)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise ConfigError(f"GuideLLM {GUIDELLM_VERSION} was not found at {path}", INSTALL_HINT)
+    return path
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one sweep sends: the same for both builds."""
+
+    rates: tuple[float, ...]
+    duration_s: float
+    prompt_tokens: int
+    output_tokens: int
+    profile: str = "constant"
+    seed: int = 0
+
+
+def _target(base_url: str) -> str:
+    """GuideLLM's target: the server root (it adds ``/v1/completions`` itself)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def scenario(
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    workload: Workload,
+    slo: Slo,
+    results: Path,
+) -> dict[str, Any]:
+    """The GuideLLM scenario (its ``--scenario`` JSON) of one sweep."""
+    return {
+        "spec": {
+            "backend": {
+                "kind": "openai_http",
+                "target": _target(base_url),
+                "model": model,
+                "request_format": "/v1/completions",
+            },
+            "profile": {"kind": workload.profile, "rate": list(workload.rates)},
+            "constraints": [{"kind": "max_duration", "seconds": workload.duration_s}],
+            "tokenizer": {"kind": "huggingface_auto", "model": tokenizer},
+            "data": [
+                {
+                    "kind": "synthetic_text",
+                    "prompt_tokens": workload.prompt_tokens,
+                    "output_tokens": workload.output_tokens,
+                }
+            ],
+            "seed": {"kind": "static", "value": workload.seed},
+            "outputs": [{"kind": "json", "path": str(results)}],
+            "metrics": {
+                "kind": "generative",
+                "slo": {"ttft_ms": slo.ttft_p95_ms, "tpot_ms": slo.itl_p95_ms},
+            },
+        }
+    }
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run_sweep(
+    executable: Path,
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    workload: Workload,
+    slo: Slo,
+    workdir: Path,
+    name: str,
+    timeout_s: float,
+) -> list[RatePoint]:
+    """Run one sweep against the server at ``base_url``; its points by offered rate.
+
+    GuideLLM's scenario, results and log are kept in ``workdir`` as
+    ``NAME.scenario.json``, ``NAME.json`` and ``NAME.log``.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = workdir / f"{name}.json"
+    results.unlink(missing_ok=True)
+    spec = scenario(
+        base_url=base_url,
+        model=model,
+        tokenizer=tokenizer,
+        workload=workload,
+        slo=slo,
+        results=results,
+    )
+    scenario_file = workdir / f"{name}.scenario.json"
+    scenario_file.write_text(json.dumps(spec, indent=1))
+    env = {
+        **os.environ,
+        # one worker process: the load is a few requests/s, and each worker is a
+        # fresh interpreter that costs seconds to start on a small machine
+        "GUIDELLM__MAX_WORKER_PROCESSES": os.environ.get("GUIDELLM__MAX_WORKER_PROCESSES", "1"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [str(executable), "run", "--scenario", str(scenario_file), "--disable-console"]
+    log = workdir / f"{name}.log"
+    try:
+        with log.open("w") as out:
+            done = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False
+            )
+    except subprocess.TimeoutExpired:
+        raise ModelLoadError(
+            f"GuideLLM did not finish the sweep {name} within {timeout_s:g} s (log: {log})",
+            "raise [tiers.load] sweep_timeout_s or shorten the sweep",
+        ) from None
+    if done.returncode != 0 or not results.is_file():
+        raise ModelLoadError(
+            f"GuideLLM failed on {name} (exit {done.returncode}): {_last_error(log.read_text())}",
+            f"its log: {log}",
+        )
+    return read_results(results)
+
+
+def _stat(metrics: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    entry = metrics[key]
+    found: Mapping[str, Any] = entry.get("successful", entry)
+    return found
+
+
+def _latencies(metrics: Mapping[str, Any], key: str, completed: int) -> Latencies:
+    if completed == 0:  # nothing finished at this rate: no latency is acceptable
+        return Latencies(math.inf, math.inf, math.inf)
+    q = _stat(metrics, key)["percentiles"]
+    return Latencies(float(q["p50"]), float(q["p95"]), float(q["p99"]))
+
+
+def _optional(metrics: Mapping[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        value = _stat(metrics, key).get("mean")
+    return None if value is None else float(value)
+
+
+def point_from(benchmark: Mapping[str, Any]) -> RatePoint:
+    """One GuideLLM benchmark (one rate) of a results file as a :class:`RatePoint`."""
+    rate = benchmark["config"]["strategy"]["rate"]
+    metrics = benchmark["metrics"]
+    totals = metrics["request_totals"]
+    completed = int(totals["successful"])
+    return RatePoint(
+        offered_rate=float(rate),
+        achieved_rate=float(_stat(metrics, "requests_per_second")["mean"]),
+        ttft_ms=_latencies(metrics, "time_to_first_token_ms", completed),
+        itl_ms=_latencies(metrics, "inter_token_latency_ms", completed),
+        e2e_s=_latencies(metrics, "request_latency", completed),
+        output_tokens_per_s=float(_stat(metrics, "output_tokens_per_second")["mean"]),
+        completed=completed,
+        incomplete=int(totals.get("incomplete", 0)),
+        errored=int(totals.get("errored", 0)),
+        conforming_rate=_optional(metrics, "request_goodput"),
+        attainment=_optional(metrics, "slo_attainment"),
+    )
+
+
+def read_results(path: Path) -> list[RatePoint]:
+    """A GuideLLM results file -> its points, by offered rate (DataError when malformed)."""
+    try:
+        report = json.loads(path.read_text())
+        version = report["metadata"]["version"]
+        if version != REPORT_VERSION:
+            raise DataError(
+                f"{path}: GuideLLM report version {version!r}, expected {REPORT_VERSION}",
+                f"use GuideLLM {GUIDELLM_VERSION} ({INSTALL_HINT})",
+            )
+        points = [point_from(b) for b in report["benchmarks"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(
+            f"{path}: not a GuideLLM {GUIDELLM_VERSION} results file ({type(exc).__name__}: {exc})",
+            INSTALL_HINT,
+        ) from None
+    if not points:
+        raise DataError(f"{path}: GuideLLM measured no rate", "check its log beside the file")
+    return sorted(points, key=lambda p: p.offered_rate)
+
+
+def version_of(executable: Path) -> str:
+    """The installed GuideLLM's version (``guidellm --version``)."""
+    done = subprocess.run(
+        [str(executable), "--version"], capture_output=True, text=True, timeout=120, check=False
+    )
+    return done.stdout.strip().rsplit(" ", 1)[-1] if done.returncode == 0 else "unknown"
+
+
+__all__ = [
+    "GUIDELLM_VERSION",
+    "INSTALL_HINT",
+    "Workload",
+    "default_executable",
+    "find_executable",
+    "point_from",
+    "read_results",
+    "run_sweep",
+    "scenario",
+    "version_of",
+]

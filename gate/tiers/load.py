@@ -1,0 +1,322 @@
+"""The load tier: a served candidate against its served baseline under GuideLLM's load.
+
+Does the compressed build serve more requests on the same hardware? Both
+builds are behind OpenAI-compatible servers (``--serve``/``--endpoint`` and
+``--baseline-serve``/``--baseline-endpoint``). GuideLLM
+(:mod:`gate.models.guidellm`) sweeps each over the same offered request rates
+with the same synthetic workload; ``gate`` reads its results files and compares
+the two builds (:mod:`gate.metrics.load`).
+
+Interleaving: ``repeats`` sweeps per build, alternating the builds sweep by
+sweep and reversing the order every pair (baseline, candidate, then candidate,
+baseline, ...), so a shared machine's drift lands on both; each pair gives one
+ratio per metric, and the ratios of the ``repeats`` pairs give its interval.
+
+Metrics (each candidate / baseline, ``SampleKind.RATIO``): goodput at the SLO
+(``ttft_p95_ms``, ``itl_p95_ms``), the maximum sustainable rate before the
+knee (``sustain``), output tokens/s at saturation, and TTFT / ITL / end-to-end
+p50 / p95 / p99 at the matched rate. ``load.goodput_ratio`` is gated by
+``min_speedup`` (:mod:`gate.gating.speedup`).
+
+Bad input, one line each: the baseline meets the SLO at no rate, or saturates
+at the first rate (:class:`~gate.errors.DataError`, exit 4: the rates or the
+SLO do not fit this server); a build that is not served
+(:class:`~gate.errors.ConfigError`, exit 4).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from gate.errors import DataError
+from gate.measurement import Measurement
+from gate.metrics import load as maths
+from gate.metrics.load import RatePoint, Slo
+
+#: ``sweep(side, index) -> points``: runs one GuideLLM sweep of ``side`` ("baseline"
+#: or "candidate"); the tier decides the order, the caller the transport.
+SweepRunner = Callable[[str, int], Sequence[RatePoint]]
+SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """``[tiers.load]``: the sweep, the SLO and the gate (docs/serving.md "The load tier")."""
+
+    #: Settings that describe this run's machine or output: never recorded into a baseline.
+    MACHINE_KEYS: ClassVar[frozenset[str]] = frozenset({"guidellm", "output_dir"})
+
+    #: Offered request rates (requests/s), the same for both builds.
+    rates: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+    #: Seconds GuideLLM sends at each rate.
+    duration_s: float = 60.0
+    #: Sweeps per build (interleaved); the ratios' intervals come from them.
+    repeats: int = 3
+    #: GuideLLM's arrival profile: evenly spaced (``constant``) or ``poisson``.
+    profile: Literal["constant", "poisson"] = "constant"
+    prompt_tokens: int = 256
+    output_tokens: int = 128
+    seed: int = 0
+    #: The SLO: p95 bounds in milliseconds.
+    ttft_p95_ms: float = 1000.0
+    itl_p95_ms: float = 100.0
+    #: A rate is sustained when completed requests/s >= sustain x offered.
+    sustain: float = 0.8
+    #: Goodput ratio the candidate must reach (1.0: at least as fast).
+    min_speedup: float = 1.0
+    #: Level of the ratios' intervals.
+    confidence: float = 0.95
+    #: Seconds one GuideLLM sweep may take.
+    sweep_timeout_s: float = 3600.0
+    #: The ``guidellm`` command (default: $GATE_GUIDELLM, else the cached tool env).
+    guidellm: str = ""
+    #: Where GuideLLM's scenarios, results and logs go (default: beside the results JSON).
+    output_dir: str = ""
+
+    def __post_init__(self) -> None:
+        rates = tuple(self.rates)
+        if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+            raise ValueError("rates must be a non-empty list of positive numbers")
+        if len(set(rates)) != len(rates):
+            raise ValueError("rates must not repeat")
+        if self.duration_s <= 0 or self.sweep_timeout_s <= 0:
+            raise ValueError("duration_s and sweep_timeout_s must be positive")
+        if self.repeats < 2:
+            raise ValueError("repeats must be >= 2 (the ratios' intervals need two sweeps)")
+        if self.prompt_tokens < 1 or self.output_tokens < 2:
+            raise ValueError("prompt_tokens must be >= 1 and output_tokens >= 2 (ITL needs two)")
+        if self.ttft_p95_ms <= 0 or self.itl_p95_ms <= 0:
+            raise ValueError("ttft_p95_ms and itl_p95_ms must be positive")
+        if not 0 < self.sustain <= 1:
+            raise ValueError("sustain must be in (0, 1]")
+        if self.min_speedup <= 0:
+            raise ValueError("min_speedup must be positive")
+        if not 0 < self.confidence < 1:
+            raise ValueError("confidence must be in (0, 1)")
+
+    @property
+    def slo(self) -> Slo:
+        """The SLO the sweeps are judged by."""
+        return Slo(self.ttft_p95_ms, self.itl_p95_ms)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Every sweep of both builds (index ``j`` of each is one interleaved pair)."""
+
+    baseline: tuple[tuple[RatePoint, ...], ...]
+    candidate: tuple[tuple[RatePoint, ...], ...]
+    #: Wall seconds of each build's sweeps, summed.
+    wall_s: Mapping[str, float]
+    settings: LoadSettings
+    extra: Mapping[str, Any]
+
+
+def _fmt_rate(r: float) -> str:
+    return f"{r:g} req/s"
+
+
+def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
+    """A baseline sweep the tier can compare with, else one-line :class:`DataError` (exit 4):
+    it sustains its first rate, and meets the SLO at some rate."""
+    first = sorted(points, key=lambda p: p.offered_rate)[0]
+    if not maths.sustained(first, settings.sustain):
+        raise DataError(
+            f"the baseline server saturates at the first rate {_fmt_rate(first.offered_rate)}"
+            f" (it completed {first.achieved_rate:.3g} req/s, below sustain"
+            f" {settings.sustain:g} x the offered rate)",
+            "lower [tiers.load] rates (start below what the baseline serves) or lengthen"
+            " duration_s",
+        )
+    if maths.goodput(points, settings.slo).last_ok is None:
+        raise DataError(
+            f"the SLO (TTFT p95 <= {settings.ttft_p95_ms:g} ms, ITL p95 <="
+            f" {settings.itl_p95_ms:g} ms) is met at no rate on the baseline (at"
+            f" {_fmt_rate(first.offered_rate)}: TTFT p95 {first.ttft_ms.p95:.4g} ms, ITL p95"
+            f" {first.itl_ms.p95:.4g} ms)",
+            "raise [tiers.load] ttft_p95_ms / itl_p95_ms to what users accept, or add a lower rate",
+        )
+
+
+def run_tier(sweep: SweepRunner, settings: LoadSettings, **extra: Any) -> LoadResult:
+    """``settings.repeats`` interleaved sweep pairs: B C, C B, B C, ... (module docstring).
+
+    The first baseline sweep is checked before anything else runs (:func:`check_baseline`).
+    """
+    swept: dict[str, list[tuple[RatePoint, ...]]] = {side: [] for side in SIDES}
+    wall = dict.fromkeys(SIDES, 0.0)
+    for j in range(settings.repeats):
+        order = SIDES if j % 2 == 0 else SIDES[::-1]
+        for side in order:
+            started = time.perf_counter()
+            points = tuple(sorted(sweep(side, j), key=lambda p: p.offered_rate))
+            wall[side] += time.perf_counter() - started
+            if side == "baseline":
+                check_baseline(points, settings)
+            swept[side].append(points)
+    return LoadResult(
+        baseline=tuple(swept["baseline"]),
+        candidate=tuple(swept["candidate"]),
+        wall_s=wall,
+        settings=settings,
+        extra=dict(extra),
+    )
+
+
+def _curve(points: Sequence[RatePoint]) -> list[dict[str, Any]]:
+    """One sweep as JSON-safe rows (non-finite latencies as ``None``)."""
+
+    def num(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    return [
+        {
+            "rate": p.offered_rate,
+            "achieved": p.achieved_rate,
+            "completed": p.completed,
+            "incomplete": p.incomplete,
+            "errored": p.errored,
+            "ttft_p50_ms": num(p.ttft_ms.p50),
+            "ttft_p95_ms": num(p.ttft_ms.p95),
+            "itl_p95_ms": num(p.itl_ms.p95),
+            "e2e_p95_s": num(p.e2e_s.p95),
+            "output_tokens_per_s": p.output_tokens_per_s,
+            "conforming_rate": p.conforming_rate,
+            "attainment": p.attainment,
+        }
+        for p in points
+    ]
+
+
+def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
+    """Per build and sweep: goodput, maximum sustainable rate, knee, tokens/s at saturation."""
+    s = result.settings
+    out: dict[str, list[dict[str, Any]]] = {}
+    for side, sweeps in (("baseline", result.baseline), ("candidate", result.candidate)):
+        rows = []
+        for points in sweeps:
+            good = maths.goodput(points, s.slo)
+            top = maths.max_sustainable(points, s.sustain)
+            rows.append(
+                {
+                    "goodput": good.value,
+                    "goodput_censored": good.censored,
+                    "max_rate": top.value,
+                    "max_rate_censored": top.censored,
+                    "knee_rate": maths.knee_rate(points, s.sustain),
+                    "output_tokens_per_s": maths.saturation_tokens_per_s(points),
+                }
+            )
+        out[side] = rows
+    return out
+
+
+def _latency_values(result: LoadResult) -> tuple[list[float], dict[str, tuple[list[float], ...]]]:
+    """Matched rate per pair, and per ``family_q`` the (candidate, baseline) values there."""
+    rates: list[float] = []
+    values: dict[str, tuple[list[float], ...]] = {}
+    for cand, base in zip(result.candidate, result.baseline, strict=True):
+        rate = maths.matched_rate(cand, base, result.settings.sustain)
+        rates.append(rate)
+        c, b = maths.point_at(cand, rate), maths.point_at(base, rate)
+        for family, pick in (("ttft", "ttft_ms"), ("itl", "itl_ms"), ("e2e", "e2e_s")):
+            for q in maths.PERCENTILES:
+                pair = values.setdefault(f"{family}_{q}", ([], []))
+                pair[0].append(getattr(c, pick).at(q))
+                pair[1].append(getattr(b, pick).at(q))
+    return rates, values
+
+
+def _ratio(
+    name: str,
+    cand: Sequence[float],
+    base: Sequence[float],
+    settings: LoadSettings,
+    details: Mapping[str, Any],
+) -> Measurement:
+    ci = maths.ratio_interval(cand, base, level=settings.confidence)
+    return Measurement(
+        f"load.{name}",
+        ci.value,
+        samples=ci.ratios,
+        details={
+            **details,
+            "ratio_ci": [ci.low, ci.high],
+            "ratio_level": ci.level,
+            "candidate_values": [float(x) for x in cand],
+            "baseline_values": [float(x) for x in base],
+        },
+    )
+
+
+def to_measurements(result: LoadResult) -> list[Measurement]:
+    """The tier's ratio measurements; ``load.goodput_ratio`` carries the sweeps for the report."""
+    s = result.settings
+    sweeps = _per_sweep(result)
+    common: dict[str, Any] = {
+        "repeats": s.repeats,
+        "rates": list(s.rates),
+        "duration_s": s.duration_s,
+        "profile": s.profile,
+        "prompt_tokens": s.prompt_tokens,
+        "output_tokens": s.output_tokens,
+        **result.extra,
+    }
+
+    def column(side: str, key: str) -> list[float]:
+        return [float(row[key]) for row in sweeps[side]]
+
+    out = [
+        _ratio(
+            "goodput_ratio",
+            column("candidate", "goodput"),
+            column("baseline", "goodput"),
+            s,
+            {
+                **common,
+                "min_speedup": s.min_speedup,
+                "slo": {"ttft_p95_ms": s.ttft_p95_ms, "itl_p95_ms": s.itl_p95_ms},
+                "sustain": s.sustain,
+                "per_sweep": sweeps,
+                "curves": {
+                    "baseline": [_curve(p) for p in result.baseline],
+                    "candidate": [_curve(p) for p in result.candidate],
+                },
+                "wall_s": dict(result.wall_s),
+            },
+        ),
+        _ratio(
+            "max_rate_ratio",
+            column("candidate", "max_rate"),
+            column("baseline", "max_rate"),
+            s,
+            {**common, "sustain": s.sustain},
+        ),
+        _ratio(
+            "output_tokens_per_s_ratio",
+            column("candidate", "output_tokens_per_s"),
+            column("baseline", "output_tokens_per_s"),
+            s,
+            common,
+        ),
+    ]
+    rates, values = _latency_values(result)
+    for key, (cand, base) in values.items():
+        if all(math.isfinite(x) and x > 0 for x in (*cand, *base)):
+            out.append(_ratio(f"{key}_ratio", cand, base, s, {**common, "matched_rates": rates}))
+    return out
+
+
+__all__ = [
+    "SIDES",
+    "LoadResult",
+    "LoadSettings",
+    "SweepRunner",
+    "check_baseline",
+    "run_tier",
+    "to_measurements",
+]
