@@ -2,7 +2,8 @@
 
 Run mode only, with both builds served: ``--serve``/``--endpoint`` for the
 candidate and ``--baseline-serve``/``--baseline-endpoint`` for the baseline.
-GuideLLM's files (scenario, results, log per sweep) go to ``[tiers.load]
+Every benchmark of the tier's plan runs in one GuideLLM process; its files
+(scenario and results per benchmark, the batch's log) go to ``[tiers.load]
 output_dir``, else a temporary directory; the directory is named in the
 measurements' details (``guidellm_dir``). See :mod:`gate.tiers.load`.
 """
@@ -21,7 +22,7 @@ from gate.models import guidellm
 from gate.models.backends.http import HTTPBackend
 from gate.models.spec import ModelSpec
 from gate.session.run import GateRun
-from gate.tiers.load import run_tier, to_measurements
+from gate.tiers.load import Job, run_tier, to_measurements
 
 pytestmark = pytest.mark.load
 
@@ -65,22 +66,28 @@ def test_load(gate_run: GateRun) -> None:
     workdir = _workdir(settings.output_dir)
     servers = {"baseline": baseline, "candidate": candidate}
 
-    def sweep(side: str, index: int) -> Sequence[RatePoint]:
-        server = servers[side]
-        return guidellm.run_sweep(
+    def runner(jobs: Sequence[Job]) -> list[tuple[RatePoint, float]]:
+        done = guidellm.run_batch(
             executable,
-            base_url=server.settings.base_url,
-            model=server.model,
+            [
+                guidellm.Benchmark(
+                    job.name,
+                    servers[job.side].settings.base_url,
+                    servers[job.side].model,
+                    (job.rate,),
+                )
+                for job in jobs
+            ],
             tokenizer=tokenizer,
             workload=workload,
             slo=settings.slo,
             workdir=workdir,
-            name=f"{side}-{index + 1}",
             timeout_s=settings.sweep_timeout_s,
         )
+        return [(points[0], wall) for points, wall in done]
 
     result = run_tier(
-        sweep,
+        runner,
         settings,
         guidellm_version=guidellm.version_of(executable),
         guidellm_dir=str(workdir),

@@ -503,8 +503,9 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
         details[VerdictDetail.NOT_SIGNIFICANT] = decision.point.label
     evidence = decision.evidence
     ci = evidence.ci if evidence else None
-    if spec.sample_kind is SampleKind.RATIO:  # the ratio's interval as a change from 1
-        low, high = cand.details[RATIO_CI]
+    interval = cand.details.get(RATIO_CI) if spec.sample_kind is SampleKind.RATIO else None
+    if interval is not None:  # the ratio's interval as a change from 1
+        low, high = interval
         ci = (float(low) - 1.0, float(high) - 1.0)
     return Verdict(
         **decision.assessed(),

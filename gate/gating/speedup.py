@@ -1,8 +1,9 @@
 """The decision on a candidate/baseline ratio (``SampleKind.RATIO``): does compression pay?
 
 A ratio metric carries its interval in ``details["ratio_ci"]`` (``[low,
-high]`` at ``details["ratio_level"]``) and, when it is gated, the tier's
-``details["min_speedup"]`` (``s``). The reference is the ideal ratio 1 (the
+high]`` at ``details["ratio_level"]``; ``None`` when too few paired
+observations gave none, :data:`gate.metrics.load.MIN_PAIRS`) and, when it is
+gated, the tier's ``details["min_speedup"]`` (``s``). The reference is the ideal ratio 1 (the
 baseline build measured in the same session). For a higher-is-better ratio
 ``q`` (goodput):
 
@@ -14,7 +15,8 @@ baseline build measured in the same session). For a higher-is-better ratio
 * **PASS** otherwise.
 
 For a lower-is-better ratio (a latency) the same rule holds for ``1 / q``.
-Without ``min_speedup`` the ratio is reported, not gated. As degradations
+Without ``min_speedup`` the ratio is reported, not gated; a gated ratio
+without an interval is a data error (the load tier never records one). As degradations
 from the ideal (``d = 1 - q``) the bounds are ``warn = 1 - s`` and
 ``critical = max(0, 1 - s)``, which is how the verdict's threshold records
 them; ``alpha`` is one minus the interval's level.
@@ -37,10 +39,13 @@ RATIO_LEVEL = "ratio_level"
 MIN_SPEEDUP = "min_speedup"
 
 
-def _interval(details: Mapping[str, Any], name: str) -> tuple[float, float, float]:
+def _interval(details: Mapping[str, Any], name: str) -> tuple[float, float, float] | None:
     try:
-        low, high = (float(x) for x in details[RATIO_CI])
+        raw = details[RATIO_CI]
         level = float(details.get(RATIO_LEVEL, 0.95))
+        if raw is None:
+            return None
+        low, high = (float(x) for x in raw)
     except (KeyError, TypeError, ValueError):
         raise DataError(
             f"{name}: a ratio metric needs details['ratio_ci'] = [low, high]",
@@ -51,12 +56,18 @@ def _interval(details: Mapping[str, Any], name: str) -> tuple[float, float, floa
 
 def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None) -> Decision:
     """The :class:`Decision` of one ratio metric (module docstring)."""
-    low, high, level = _interval(cand.details, spec.name)
+    found = _interval(cand.details, spec.name)
     value = cand.value
     n = len(cand.samples) if cand.samples else 1
     reference = Reference(1.0, None, "ideal")
     raw = cand.details.get(MIN_SPEEDUP)
-    shown = f"{spec.name} {fmt(value)} [{fmt(low)}, {fmt(high)}] ({level:.0%} CI, {n} sweeps)"
+    if found is None:
+        shown = f"{spec.name} {fmt(value)} (no interval: {n} paired observations)"
+    else:
+        shown = (
+            f"{spec.name} {fmt(value)} [{fmt(found[0])}, {fmt(found[1])}]"
+            f" ({found[2]:.0%} CI, {n} paired observations)"
+        )
     base = Decision(
         metric=spec.name,
         slice=slice,
@@ -73,6 +84,12 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
     )
     if raw is None:
         return base
+    if found is None:
+        raise DataError(
+            f"{spec.name}: a gated ratio needs an interval (details['ratio_ci'])",
+            "the load tier's paired observations give one from 3 pairs",
+        )
+    low, high, level = found
     speedup = float(raw)
     # speedups (> 1 = the candidate is faster), whatever the metric's direction
     if spec.higher_is_better:

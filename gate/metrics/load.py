@@ -29,16 +29,42 @@ Knee (maximum sustainable rate)
     seconds). A first rate that is not sustained means the server saturates
     before the sweep starts.
 
+Speed at the SLO (the gated figure)
+    At an offered rate a build uses ``u = max(TTFT_p95 / B_ttft, ITL_p95 /
+    B_itl)`` of its SLO (:func:`slo_load`; ``u <= 1``: the SLO is met, and
+    ``u`` is how much of the binding bound the p95 takes). At the same offered
+    rate the candidate's **speed ratio at the SLO** is ``q = u_b / u_c``: 2 means
+    its binding p95 latency is half the baseline's under the same load, 0.5 that
+    it is twice as slow. Unlike goodput, ``q`` is defined at every rate both
+    builds completed requests at, so each rate of each repeat gives one paired
+    observation (:func:`paired_rates`); goodput is one number per sweep.
+
 Ratios with a confidence interval
-    Each of ``m`` repeated sweeps alternates the two builds, so sweep ``j``
-    gives one paired ratio ``q_j = c_j / b_j`` (candidate over baseline). The
-    ratio reported is the geometric mean ``exp(mean_j log q_j)`` and its
-    interval the t-interval on the log scale,
-    ``exp(mean log q +- t_{(1+level)/2, m-1} s / sqrt(m))`` (``s``: the sample
-    standard deviation of ``log q_j``), which holds for log-normal ratio noise
-    and is exact for ``m`` paired sweeps whatever the drift between sweeps
-    (each ratio is taken within one sweep pair). Ratios are floored at
-    :data:`RATIO_FLOOR` before the log (a build with goodput 0 in a sweep).
+    A ratio metric has ``N`` paired observations ``q_i = c_i / b_i`` (candidate
+    over baseline, taken back to back so that a shared machine's drift hits
+    both): for the rate-level figures (the speed at the SLO, the latency
+    percentiles) one per offered rate and repeat, ``N = repeats x rates``; for
+    the sweep-level figures (goodput, the maximum sustainable rate, tokens/s at
+    saturation) one per repeat, ``N = repeats``. The ratio reported is the
+    geometric mean ``exp(mean_i log q_i)`` and its interval the t-interval on
+    the log scale, ``exp(mean log q +- t_{(1+level)/2, N-1} s / sqrt(N))``
+    (``s``: the sample standard deviation of ``log q_i``), computed from
+    ``N >= MIN_PAIRS = 3`` observations (with 2 the t quantile of 1 degree of
+    freedom, 12.7 at 95 %, makes any interval span orders of magnitude; with
+    fewer the ratio is reported without one).
+
+    The assumption, stated: the ``log q_i`` are independent draws around one
+    common log ratio. Pairing removes what the two builds share (the drift of
+    the machine while the pair runs); what is left is each benchmark's own
+    sampling noise, independent between pairs. Two departures are possible.
+    (1) The speedup may vary with the offered rate (queueing past a knee
+    magnifies it): the interval then describes the average log speedup over
+    the swept rates, and the spread between rates widens it (``s`` includes
+    it). (2) Drift slower than one pair correlates neighbouring pairs: the
+    interval is then too narrow; the alternating order (baseline first, then
+    candidate first, ...) cancels a linear drift within pairs, and more repeats
+    spread the pairs in time. Ratios are floored at :data:`RATIO_FLOOR` before
+    the log (a build with goodput 0 in a sweep).
 """
 
 from __future__ import annotations
@@ -47,10 +73,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as _stats
-
 #: Ratios below this are taken as this before the log (a zero goodput).
 RATIO_FLOOR = 1e-3
+#: The fewest paired observations an interval is computed from (t with >= 2 df).
+MIN_PAIRS = 3
 #: The percentiles GuideLLM reports that the tier compares.
 PERCENTILES: tuple[str, ...] = ("p50", "p95", "p99")
 
@@ -177,31 +203,37 @@ def saturation_tokens_per_s(sweep: Sequence[RatePoint]) -> float:
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """A candidate/baseline ratio over paired sweeps: geometric mean and its interval."""
+    """A candidate/baseline ratio over paired observations: geometric mean and its interval.
+
+    ``low``/``high`` are ``None`` with fewer than :data:`MIN_PAIRS` pairs.
+    """
 
     value: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     ratios: tuple[float, ...]
     level: float
 
     def contains(self, x: float) -> bool:
-        """Whether ``x`` lies in ``[low, high]``."""
+        """Whether ``x`` lies in ``[low, high]`` (no interval: False)."""
+        if self.low is None or self.high is None:
+            return False
         return self.low <= x <= self.high
 
 
 def ratio_interval(
     candidate: Sequence[float], baseline: Sequence[float], *, level: float = 0.95
 ) -> RatioInterval:
-    """Paired ratios ``c_j / b_j`` -> geometric mean and t-interval on the log scale.
+    """Paired ratios ``c_i / b_i`` -> geometric mean and t-interval on the log scale.
 
-    ``m`` pairs, ``m >= 2``; every baseline value must be positive. With
-    identical logs the interval is the point.
+    ``N >= 1`` pairs; the interval needs ``N >= MIN_PAIRS`` (module docstring),
+    every baseline value must be positive. With identical logs the interval is
+    the point.
     """
     if len(candidate) != len(baseline):
-        raise ValueError("candidate and baseline need one value per sweep each")
-    if len(candidate) < 2:
-        raise ValueError("a ratio interval needs at least 2 paired sweeps")
+        raise ValueError("candidate and baseline need one value per pair each")
+    if not candidate:
+        raise ValueError("a ratio needs at least one paired observation")
     if not 0.0 < level < 1.0:
         raise ValueError("level must be in (0, 1)")
     if any(not (b > 0.0 and math.isfinite(b)) for b in baseline):
@@ -210,8 +242,12 @@ def ratio_interval(
     logs = [math.log(max(q, RATIO_FLOOR)) for q in ratios]
     m = len(logs)
     mean = sum(logs) / m
+    if m < MIN_PAIRS:
+        return RatioInterval(math.exp(mean), None, None, ratios, level)
+    from scipy import stats as sps  # slow to import: only when used
+
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (m - 1))
-    half = float(_stats.t.ppf((1.0 + level) / 2.0, m - 1)) * sd / math.sqrt(m)
+    half = float(sps.t.ppf((1.0 + level) / 2.0, m - 1)) * sd / math.sqrt(m)
     return RatioInterval(
         value=math.exp(mean),
         low=math.exp(mean - half),
@@ -221,45 +257,66 @@ def ratio_interval(
     )
 
 
-def matched_rate(
-    candidate: Sequence[RatePoint], baseline: Sequence[RatePoint], sustain: float
-) -> float:
-    """The offered rate at which one sweep pair's latencies are compared: the highest
-    rate both builds sustained (their first common rate when there is none)."""
-    cand, base = _ordered(candidate), _ordered(baseline)
-    common = sorted({p.offered_rate for p in cand} & {p.offered_rate for p in base})
-    if not common:
-        raise ValueError("the two sweeps share no offered rate")
-    kept = [
-        r
-        for r in common
-        if sustained(point_at(cand, r), sustain) and sustained(point_at(base, r), sustain)
-    ]
-    return kept[-1] if kept else common[0]
+def slo_load(point: RatePoint, slo: Slo) -> float:
+    """``u = max(TTFT_p95 / B_ttft, ITL_p95 / B_itl)``: the share of the SLO's binding bound
+    the p95 uses (``<= 1``: met; infinite when nothing completed)."""
+    return max(point.ttft_ms.p95 / slo.ttft_p95_ms, point.itl_ms.p95 / slo.itl_p95_ms)
 
 
-def point_at(sweep: Sequence[RatePoint], rate: float) -> RatePoint:
-    """The point of ``sweep`` at offered ``rate``."""
-    for point in sweep:
-        if point.offered_rate == rate:
-            return point
-    raise ValueError(f"no point at rate {rate}")
+@dataclass(frozen=True)
+class PairedRate:
+    """One paired observation: both builds at one offered rate of one repeat."""
+
+    repeat: int
+    rate: float
+    candidate: RatePoint
+    baseline: RatePoint
+
+
+def paired_rates(
+    candidate: Sequence[Sequence[RatePoint]], baseline: Sequence[Sequence[RatePoint]]
+) -> list[PairedRate]:
+    """Repeat by repeat, the offered rates both builds swept and completed requests at.
+
+    A rate at which either build completed nothing has no finite latency and
+    gives no pair (the tier reports it; the goodput and the knee count it).
+    """
+    if len(candidate) != len(baseline):
+        raise ValueError("candidate and baseline need the same number of sweeps")
+    pairs: list[PairedRate] = []
+    for j, (cand, base) in enumerate(zip(candidate, baseline, strict=True)):
+        base_at = {p.offered_rate: p for p in base}
+        for c in _ordered(cand):
+            b = base_at.get(c.offered_rate)
+            if b is not None and c.completed > 0 and b.completed > 0:
+                pairs.append(PairedRate(j, c.offered_rate, c, b))
+    return pairs
+
+
+def slo_speedup(pairs: Sequence[PairedRate], slo: Slo, *, level: float = 0.95) -> RatioInterval:
+    """The speed ratio at the SLO, ``u_b / u_c`` per pair, and its interval (module docstring)."""
+    speed_c = [1.0 / slo_load(p.candidate, slo) for p in pairs]
+    speed_b = [1.0 / slo_load(p.baseline, slo) for p in pairs]
+    return ratio_interval(speed_c, speed_b, level=level)
 
 
 __all__ = [
+    "MIN_PAIRS",
     "PERCENTILES",
     "RATIO_FLOOR",
     "Capacity",
     "Latencies",
+    "PairedRate",
     "RatePoint",
     "RatioInterval",
     "Slo",
     "goodput",
     "knee_rate",
-    "matched_rate",
     "max_sustainable",
-    "point_at",
+    "paired_rates",
     "ratio_interval",
     "saturation_tokens_per_s",
+    "slo_load",
+    "slo_speedup",
     "sustained",
 ]

@@ -6,15 +6,18 @@ scripts/setup_tool_env.sh guidellm`` (``$GATE_TOOL_CACHE``, default
 ``~/.cache/gate-tools/guidellm-<version>``); ``gate`` runs its command line and
 reads its results file, nothing else.
 
-One sweep is one ``guidellm run --scenario FILE`` (:func:`scenario` writes
-FILE): the OpenAI HTTP backend on ``/v1/completions`` against the server, the
-``constant`` (or ``poisson``) profile at every offered rate, each rate for
-``max_duration`` seconds, synthetic prompts of ``prompt_tokens`` tokens asking
-for ``output_tokens`` tokens (GuideLLM's ``synthetic_text`` data, made with the
-model's own tokenizer, seeded), the per-request SLO for GuideLLM's own goodput
-(``ttft_ms``, ``tpot_ms``), and the results as JSON. :func:`read_results`
-turns that file (GuideLLM's report, ``metadata.version`` 2) into one
-:class:`~gate.metrics.load.RatePoint` per rate.
+One benchmark is one GuideLLM scenario (:func:`scenario`, the file ``guidellm
+run --scenario`` takes): the OpenAI HTTP backend on ``/v1/completions``
+against the server, the ``constant`` (or ``poisson``) profile at the offered
+rates, each rate for ``max_duration`` seconds, synthetic prompts of
+``prompt_tokens`` tokens asking for ``output_tokens`` tokens (GuideLLM's
+``synthetic_text`` data, made with the model's own tokenizer, seeded), the
+per-request SLO for GuideLLM's own goodput (``ttft_ms``, ``tpot_ms``), and the
+results as JSON. :func:`run_batch` runs a list of them in order in ONE
+GuideLLM process (:mod:`gate.models.guidellm_batch`, run by the tool env's
+Python through GuideLLM's own entry point), so GuideLLM's start-up is paid
+once. :func:`read_results` turns each results file (GuideLLM's report,
+``metadata.version`` 2) into one :class:`~gate.metrics.load.RatePoint` per rate.
 
 Failures are one line each: GuideLLM not installed -> :class:`ConfigError`
 (exit 4, with the install command); GuideLLM exiting non-zero, timing out or
@@ -23,11 +26,12 @@ writing no results -> :class:`ModelLoadError` (exit 3, with its last error line)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,61 +128,128 @@ def _last_error(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run_sweep(
+#: The script :func:`run_batch` runs with GuideLLM's interpreter.
+BATCH_SCRIPT = Path(__file__).with_name("guidellm_batch.py")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One scenario of a batch: the server at ``base_url`` at ``rates``; files ``name.*``."""
+
+    name: str
+    base_url: str
+    model: str
+    rates: tuple[float, ...]
+
+
+def interpreter(executable: Path) -> Path:
+    """The Python of GuideLLM's environment: its command's ``#!`` line, else ``python``
+    beside it (one-line :class:`ConfigError` when neither exists)."""
+    try:
+        first = executable.read_text(errors="replace").split("\n", 1)[0]
+    except OSError:
+        first = ""
+    candidates = [Path(first[2:].strip().split(" ")[0])] if first.startswith("#!") else []
+    candidates.append(executable.with_name("python"))
+    for path in candidates:
+        if path.name.startswith("python") and path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise ConfigError(f"no Python interpreter found for GuideLLM at {executable}", INSTALL_HINT)
+
+
+def batch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """GuideLLM's environment: one worker process, ``forkserver`` workers, offline.
+
+    One worker: the load is a few requests/s and each worker costs seconds to
+    start on a small machine; ``forkserver``: the workers are forked from a
+    process that has GuideLLM imported (:mod:`gate.models.guidellm_batch`).
+    Values already set in ``environ`` win.
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("GUIDELLM__MAX_WORKER_PROCESSES", "1")
+    env.setdefault("GUIDELLM__MP_CONTEXT_TYPE", "forkserver")
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def run_batch(
     executable: Path,
+    benchmarks: Sequence[Benchmark],
     *,
-    base_url: str,
-    model: str,
     tokenizer: str,
     workload: Workload,
     slo: Slo,
     workdir: Path,
-    name: str,
     timeout_s: float,
-) -> list[RatePoint]:
-    """Run one sweep against the server at ``base_url``; its points by offered rate.
+) -> list[tuple[list[RatePoint], float]]:
+    """Run ``benchmarks`` in order in one GuideLLM process; per benchmark its points by
+    offered rate and its wall seconds.
 
-    GuideLLM's scenario, results and log are kept in ``workdir`` as
-    ``NAME.scenario.json``, ``NAME.json`` and ``NAME.log``.
+    ``workload.rates`` is ignored (each benchmark names its own). Files in
+    ``workdir``: ``NAME.scenario.json`` and ``NAME.json`` per benchmark, and the
+    batch's ``batch.json`` (the manifest), ``batch.log`` and ``batch.out``.
+    ``timeout_s`` bounds each benchmark (the batch gets ``len x timeout_s``).
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    results = workdir / f"{name}.json"
-    results.unlink(missing_ok=True)
-    spec = scenario(
-        base_url=base_url,
-        model=model,
-        tokenizer=tokenizer,
-        workload=workload,
-        slo=slo,
-        results=results,
-    )
-    scenario_file = workdir / f"{name}.scenario.json"
-    scenario_file.write_text(json.dumps(spec, indent=1))
-    env = {
-        **os.environ,
-        # one worker process: the load is a few requests/s, and each worker is a
-        # fresh interpreter that costs seconds to start on a small machine
-        "GUIDELLM__MAX_WORKER_PROCESSES": os.environ.get("GUIDELLM__MAX_WORKER_PROCESSES", "1"),
-        "HF_HUB_OFFLINE": "1",
-    }
-    argv = [str(executable), "run", "--scenario", str(scenario_file), "--disable-console"]
-    log = workdir / f"{name}.log"
+    manifest = []
+    for bench in benchmarks:
+        results = workdir / f"{bench.name}.json"
+        results.unlink(missing_ok=True)
+        spec = scenario(
+            base_url=bench.base_url,
+            model=bench.model,
+            tokenizer=tokenizer,
+            workload=dataclasses.replace(workload, rates=bench.rates),
+            slo=slo,
+            results=results,
+        )
+        scenario_file = workdir / f"{bench.name}.scenario.json"
+        scenario_file.write_text(json.dumps(spec, indent=1))
+        manifest.append({"name": bench.name, "scenario": str(scenario_file)})
+    listing = workdir / "batch.json"
+    listing.write_text(json.dumps(manifest, indent=1))
+    # -I: isolated, so the script's own directory (which holds this module, named
+    # like GuideLLM's package) is not on the path
+    argv = [str(interpreter(executable)), "-I", str(BATCH_SCRIPT), str(listing)]
+    log, out = workdir / "batch.log", workdir / "batch.out"
     try:
-        with log.open("w") as out:
+        with log.open("w") as err, out.open("w") as progress:
             done = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False
+                argv,
+                stdout=progress,
+                stderr=err,
+                env=batch_env(),
+                cwd=workdir,
+                timeout=timeout_s * max(1, len(benchmarks)),
+                check=False,
             )
     except subprocess.TimeoutExpired:
         raise ModelLoadError(
-            f"GuideLLM did not finish the sweep {name} within {timeout_s:g} s (log: {log})",
+            f"GuideLLM did not finish {len(benchmarks)} benchmarks within"
+            f" {len(benchmarks)} x {timeout_s:g} s (log: {log})",
             "raise [tiers.load] sweep_timeout_s or shorten the sweep",
         ) from None
-    if done.returncode != 0 or not results.is_file():
+    walls = _walls(out.read_text())
+    missing = [b.name for b in benchmarks if b.name not in walls]
+    if done.returncode != 0 or missing:
+        where = f" at {missing[0]}" if missing else ""
         raise ModelLoadError(
-            f"GuideLLM failed on {name} (exit {done.returncode}): {_last_error(log.read_text())}",
+            f"GuideLLM failed{where} (exit {done.returncode}): {_last_error(log.read_text())}",
             f"its log: {log}",
         )
-    return read_results(results)
+    return [(read_results(workdir / f"{b.name}.json"), walls[b.name]) for b in benchmarks]
+
+
+def _walls(text: str) -> dict[str, float]:
+    """The batch script's progress lines (``{"name": ..., "wall_s": ...}``) by name."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            found[str(row["name"])] = float(row["wall_s"])
+        except (ValueError, TypeError, KeyError):
+            continue  # GuideLLM's own output
+    return found
 
 
 def _stat(metrics: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -254,14 +325,18 @@ def version_of(executable: Path) -> str:
 
 
 __all__ = [
+    "BATCH_SCRIPT",
     "GUIDELLM_VERSION",
     "INSTALL_HINT",
+    "Benchmark",
     "Workload",
+    "batch_env",
     "default_executable",
     "find_executable",
+    "interpreter",
     "point_from",
     "read_results",
-    "run_sweep",
+    "run_batch",
     "scenario",
     "version_of",
 ]

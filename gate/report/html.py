@@ -369,6 +369,7 @@ def judge_section(results: Results) -> str:
 
 #: The load table's rows: (label, per-sweep key, unit).
 LOAD_ROWS = (
+    ("share of the SLO used (mean over rates)", "slo_load", "", "load.slo_speedup"),
     ("goodput at the SLO", "goodput", "req/s", "load.goodput_ratio"),
     ("max sustainable rate", "max_rate", "req/s", "load.max_rate_ratio"),
     (
@@ -393,7 +394,7 @@ def load_section(results: Results) -> str:
         sides = []
         for side in ("baseline", "candidate"):
             values = [float(r[key]) for r in per.get(side, []) if r.get(key) is not None]
-            sides.append(f"{sum(values) / len(values):.3g} {unit}" if values else "-")
+            sides.append(f"{sum(values) / len(values):.3g} {unit}".strip() if values else "-")
         v = by_metric.get(metric)
         ci = v.details.get("ratio_ci") if v is not None else None
         ratio = f"{v.value:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]" if v is not None and ci else "-"
@@ -404,14 +405,17 @@ def load_section(results: Results) -> str:
             f"<td>{pill}</td></tr>"
         )
     slo: Any = good.details.get("slo", {})
+    speed = by_metric.get("load.slo_speedup")
+    min_speedup = speed.details.get("min_speedup") if speed is not None else None
     knees = {
         side: [r.get("knee_rate") for r in per.get(side, [])] for side in ("baseline", "candidate")
     }
     caption = (
         f"SLO: TTFT p95 <= {slo.get('ttft_p95_ms')} ms, ITL p95 <= {slo.get('itl_p95_ms')} ms;"
-        f" mean over {good.details.get('repeats')} interleaved GuideLLM sweeps per build;"
+        f" mean over {good.details.get('repeats')} interleaved passes per build (the first"
+        " row's ratio is baseline / candidate: above 1, the candidate is faster);"
         f" knees (offered req/s per sweep): baseline {knees['baseline']},"
-        f" candidate {knees['candidate']}; min_speedup {good.details.get('min_speedup')}."
+        f" candidate {knees['candidate']}; min_speedup {min_speedup}."
     )
     return (
         '<h2 id="load">Served load (GuideLLM)</h2><table>'

@@ -387,7 +387,7 @@ def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
         ax.grid(alpha=0.3)
         if i == 0:
             ax.legend(fontsize=7)
-    ci = good.details.get("ratio_ci", [None, None])
+    ci = good.details.get("ratio_ci") or [None, None]
     return Plot(
         "load",
         "Latency against offered load, baseline and candidate",

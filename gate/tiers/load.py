@@ -7,21 +7,27 @@ builds are behind OpenAI-compatible servers (``--serve``/``--endpoint`` and
 with the same synthetic workload; ``gate`` reads its results files and compares
 the two builds (:mod:`gate.metrics.load`).
 
-Interleaving: ``repeats`` sweeps per build, alternating the builds sweep by
-sweep and reversing the order every pair (baseline, candidate, then candidate,
-baseline, ...), so a shared machine's drift lands on both; each pair gives one
-ratio per metric, and the ratios of the ``repeats`` pairs give its interval.
+Interleaving (:func:`plan`): ``repeats`` passes over the rates; at each rate
+of each pass the two builds run back to back, the order alternating pair by
+pair (baseline, candidate; candidate, baseline; ...), so a shared machine's
+drift lands on both builds of a pair and a linear drift cancels. Every
+benchmark of the plan runs in one GuideLLM process (its start-up is paid once,
+:func:`gate.models.guidellm.run_batch`); the benchmarks of one build and pass
+make up its sweep of that pass.
 
-Metrics (each candidate / baseline, ``SampleKind.RATIO``): goodput at the SLO
-(``ttft_p95_ms``, ``itl_p95_ms``), the maximum sustainable rate before the
-knee (``sustain``), output tokens/s at saturation, and TTFT / ITL / end-to-end
-p50 / p95 / p99 at the matched rate. ``load.goodput_ratio`` is gated by
-``min_speedup`` (:mod:`gate.gating.speedup`).
+Metrics (each candidate / baseline, ``SampleKind.RATIO``, with the intervals of
+:mod:`gate.metrics.load`): the speed ratio at the SLO (``ttft_p95_ms``,
+``itl_p95_ms``) and TTFT / ITL / end-to-end p50 / p95 / p99, paired at every
+offered rate of every pass (``repeats x len(rates)`` observations); goodput
+at the SLO, the maximum sustainable rate before the knee (``sustain``) and
+output tokens/s at saturation, one per pass. ``load.slo_speedup`` is gated by
+``min_speedup`` (:mod:`gate.gating.speedup`); the others are reported.
 
 Bad input, one line each: the baseline meets the SLO at no rate, or saturates
-at the first rate (:class:`~gate.errors.DataError`, exit 4: the rates or the
-SLO do not fit this server); a build that is not served
-(:class:`~gate.errors.ConfigError`, exit 4).
+at the first rate, or fewer than 3 rates have requests completed by both
+builds (:class:`~gate.errors.DataError`, exit 4: the rates or the SLO do not
+fit this server); a build that is not served (:class:`~gate.errors.ConfigError`,
+exit 4).
 """
 
 from __future__ import annotations
@@ -37,10 +43,27 @@ from gate.measurement import Measurement
 from gate.metrics import load as maths
 from gate.metrics.load import RatePoint, Slo
 
-#: ``sweep(side, index) -> points``: runs one GuideLLM sweep of ``side`` ("baseline"
-#: or "candidate"); the tier decides the order, the caller the transport.
-SweepRunner = Callable[[str, int], Sequence[RatePoint]]
 SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark of the plan: build ``side`` at offered ``rate`` in pass ``repeat``."""
+
+    side: str
+    repeat: int
+    rate: float
+
+    @property
+    def name(self) -> str:
+        """File stem of its GuideLLM scenario, results and log, e.g. ``baseline-1-2r``."""
+        return f"{self.side}-{self.repeat + 1}-{self.rate:g}r"
+
+
+#: ``runner(jobs) -> [(point, wall_s), ...]``: runs the jobs in order (one GuideLLM
+#: process), one point and its wall seconds per job; the tier decides the order, the
+#: caller the transport.
+BatchRunner = Callable[[Sequence[Job]], Sequence[tuple[RatePoint, float]]]
 
 
 @dataclass(frozen=True)
@@ -54,7 +77,7 @@ class LoadSettings:
     rates: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
     #: Seconds GuideLLM sends at each rate.
     duration_s: float = 60.0
-    #: Sweeps per build (interleaved); the ratios' intervals come from them.
+    #: Passes over the rates (each rate of each pass: one interleaved pair of benchmarks).
     repeats: int = 3
     #: GuideLLM's arrival profile: evenly spaced (``constant``) or ``poisson``.
     profile: Literal["constant", "poisson"] = "constant"
@@ -70,7 +93,7 @@ class LoadSettings:
     min_speedup: float = 1.0
     #: Level of the ratios' intervals.
     confidence: float = 0.95
-    #: Seconds one GuideLLM sweep may take.
+    #: Seconds one benchmark (one build at one rate) may take.
     sweep_timeout_s: float = 3600.0
     #: The ``guidellm`` command (default: $GATE_GUIDELLM, else the cached tool env).
     guidellm: str = ""
@@ -85,8 +108,11 @@ class LoadSettings:
             raise ValueError("rates must not repeat")
         if self.duration_s <= 0 or self.sweep_timeout_s <= 0:
             raise ValueError("duration_s and sweep_timeout_s must be positive")
-        if self.repeats < 2:
-            raise ValueError("repeats must be >= 2 (the ratios' intervals need two sweeps)")
+        if self.repeats < 1 or self.repeats * len(rates) < maths.MIN_PAIRS:
+            raise ValueError(
+                f"repeats x len(rates) must be >= {maths.MIN_PAIRS} (the paired intervals need"
+                f" {maths.MIN_PAIRS} pairs); repeats must be >= 1"
+            )
         if self.prompt_tokens < 1 or self.output_tokens < 2:
             raise ValueError("prompt_tokens must be >= 1 and output_tokens >= 2 (ITL needs two)")
         if self.ttft_p95_ms <= 0 or self.itl_p95_ms <= 0:
@@ -110,7 +136,7 @@ class LoadResult:
 
     baseline: tuple[tuple[RatePoint, ...], ...]
     candidate: tuple[tuple[RatePoint, ...], ...]
-    #: Wall seconds of each build's sweeps, summed.
+    #: Wall seconds: each build's benchmarks summed, and ``total`` (GuideLLM's start included).
     wall_s: Mapping[str, float]
     settings: LoadSettings
     extra: Mapping[str, Any]
@@ -142,26 +168,48 @@ def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
         )
 
 
-def run_tier(sweep: SweepRunner, settings: LoadSettings, **extra: Any) -> LoadResult:
-    """``settings.repeats`` interleaved sweep pairs: B C, C B, B C, ... (module docstring).
-
-    The first baseline sweep is checked before anything else runs (:func:`check_baseline`).
-    """
-    swept: dict[str, list[tuple[RatePoint, ...]]] = {side: [] for side in SIDES}
-    wall = dict.fromkeys(SIDES, 0.0)
+def plan(settings: LoadSettings) -> list[Job]:
+    """The benchmarks in running order: per pass and rate a pair, alternating which build
+    goes first (B C, C B, B C, ...; module docstring)."""
+    jobs: list[Job] = []
+    rates = sorted(settings.rates)
     for j in range(settings.repeats):
-        order = SIDES if j % 2 == 0 else SIDES[::-1]
-        for side in order:
-            started = time.perf_counter()
-            points = tuple(sorted(sweep(side, j), key=lambda p: p.offered_rate))
-            wall[side] += time.perf_counter() - started
-            if side == "baseline":
-                check_baseline(points, settings)
-            swept[side].append(points)
+        for i, rate in enumerate(rates):
+            k = j * len(rates) + i
+            order = SIDES if k % 2 == 0 else SIDES[::-1]
+            jobs += [Job(side, j, rate) for side in order]
+    return jobs
+
+
+def run_tier(runner: BatchRunner, settings: LoadSettings, **extra: Any) -> LoadResult:
+    """Run :func:`plan` through ``runner`` and gather each build's sweeps per pass; every
+    baseline sweep is checked (:func:`check_baseline`)."""
+    jobs = plan(settings)
+    started = time.perf_counter()
+    done = runner(jobs)
+    total = time.perf_counter() - started
+    if len(done) != len(jobs):
+        raise DataError(
+            f"GuideLLM returned {len(done)} results for {len(jobs)} benchmarks",
+            "check its logs in [tiers.load] output_dir",
+        )
+    swept: dict[str, list[list[RatePoint]]] = {
+        side: [[] for _ in range(settings.repeats)] for side in SIDES
+    }
+    wall = dict.fromkeys(SIDES, 0.0)
+    for job, (point, seconds) in zip(jobs, done, strict=True):
+        swept[job.side][job.repeat].append(point)
+        wall[job.side] += seconds
+    sweeps = {
+        side: tuple(tuple(sorted(s, key=lambda p: p.offered_rate)) for s in swept[side])
+        for side in SIDES
+    }
+    for points in sweeps["baseline"]:
+        check_baseline(points, settings)
     return LoadResult(
-        baseline=tuple(swept["baseline"]),
-        candidate=tuple(swept["candidate"]),
-        wall_s=wall,
+        baseline=sweeps["baseline"],
+        candidate=sweeps["candidate"],
+        wall_s={**wall, "total": total},
         settings=settings,
         extra=dict(extra),
     )
@@ -193,7 +241,8 @@ def _curve(points: Sequence[RatePoint]) -> list[dict[str, Any]]:
 
 
 def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
-    """Per build and sweep: goodput, maximum sustainable rate, knee, tokens/s at saturation."""
+    """Per build and pass: goodput, maximum sustainable rate, knee, tokens/s at saturation,
+    and the mean share of the SLO used over the rates that completed requests."""
     s = result.settings
     out: dict[str, list[dict[str, Any]]] = {}
     for side, sweeps in (("baseline", result.baseline), ("candidate", result.candidate)):
@@ -201,6 +250,7 @@ def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
         for points in sweeps:
             good = maths.goodput(points, s.slo)
             top = maths.max_sustainable(points, s.sustain)
+            loads = [maths.slo_load(p, s.slo) for p in points if p.completed > 0]
             rows.append(
                 {
                     "goodput": good.value,
@@ -209,26 +259,45 @@ def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
                     "max_rate_censored": top.censored,
                     "knee_rate": maths.knee_rate(points, s.sustain),
                     "output_tokens_per_s": maths.saturation_tokens_per_s(points),
+                    "slo_load": sum(loads) / len(loads) if loads else None,
                 }
             )
         out[side] = rows
     return out
 
 
-def _latency_values(result: LoadResult) -> tuple[list[float], dict[str, tuple[list[float], ...]]]:
-    """Matched rate per pair, and per ``family_q`` the (candidate, baseline) values there."""
-    rates: list[float] = []
+def _pairs(result: LoadResult) -> list[maths.PairedRate]:
+    """The paired rates (:func:`gate.metrics.load.paired_rates`); too few: one-line DataError."""
+    pairs = maths.paired_rates(result.candidate, result.baseline)
+    if len(pairs) < maths.MIN_PAIRS:
+        raise DataError(
+            f"only {len(pairs)} offered rates have requests completed by both builds (the"
+            f" paired intervals need {maths.MIN_PAIRS})",
+            "lower [tiers.load] rates, lengthen duration_s, or add repeats",
+        )
+    return pairs
+
+
+def _latency_values(pairs: Sequence[maths.PairedRate]) -> dict[str, tuple[list[float], ...]]:
+    """Per ``family_q``: the (candidate, baseline) values at each paired rate."""
     values: dict[str, tuple[list[float], ...]] = {}
-    for cand, base in zip(result.candidate, result.baseline, strict=True):
-        rate = maths.matched_rate(cand, base, result.settings.sustain)
-        rates.append(rate)
-        c, b = maths.point_at(cand, rate), maths.point_at(base, rate)
+    for pair in pairs:
         for family, pick in (("ttft", "ttft_ms"), ("itl", "itl_ms"), ("e2e", "e2e_s")):
             for q in maths.PERCENTILES:
-                pair = values.setdefault(f"{family}_{q}", ([], []))
-                pair[0].append(getattr(c, pick).at(q))
-                pair[1].append(getattr(b, pick).at(q))
-    return rates, values
+                both = values.setdefault(f"{family}_{q}", ([], []))
+                both[0].append(getattr(pair.candidate, pick).at(q))
+                both[1].append(getattr(pair.baseline, pick).at(q))
+    return values
+
+
+def _measurement(name: str, ci: maths.RatioInterval, details: Mapping[str, Any]) -> Measurement:
+    interval = None if ci.low is None or ci.high is None else [ci.low, ci.high]
+    return Measurement(
+        f"load.{name}",
+        ci.value,
+        samples=ci.ratios,
+        details={**details, "ratio_ci": interval, "ratio_level": ci.level},
+    )
 
 
 def _ratio(
@@ -239,14 +308,11 @@ def _ratio(
     details: Mapping[str, Any],
 ) -> Measurement:
     ci = maths.ratio_interval(cand, base, level=settings.confidence)
-    return Measurement(
-        f"load.{name}",
-        ci.value,
-        samples=ci.ratios,
-        details={
+    return _measurement(
+        name,
+        ci,
+        {
             **details,
-            "ratio_ci": [ci.low, ci.high],
-            "ratio_level": ci.level,
             "candidate_values": [float(x) for x in cand],
             "baseline_values": [float(x) for x in base],
         },
@@ -254,9 +320,12 @@ def _ratio(
 
 
 def to_measurements(result: LoadResult) -> list[Measurement]:
-    """The tier's ratio measurements; ``load.goodput_ratio`` carries the sweeps for the report."""
+    """The tier's ratio measurements: ``load.slo_speedup`` (gated) and the reported ratios;
+    ``load.goodput_ratio`` carries the sweeps for the report's plot and table."""
     s = result.settings
     sweeps = _per_sweep(result)
+    pairs = _pairs(result)
+    paired = [[p.repeat + 1, p.rate] for p in pairs]
     common: dict[str, Any] = {
         "repeats": s.repeats,
         "rates": list(s.rates),
@@ -266,11 +335,26 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
         "output_tokens": s.output_tokens,
         **result.extra,
     }
+    slo = {"ttft_p95_ms": s.ttft_p95_ms, "itl_p95_ms": s.itl_p95_ms}
+    speed = maths.slo_speedup(pairs, s.slo, level=s.confidence)
 
     def column(side: str, key: str) -> list[float]:
         return [float(row[key]) for row in sweeps[side]]
 
     out = [
+        _measurement(
+            "slo_speedup",
+            speed,
+            {
+                **common,
+                "min_speedup": s.min_speedup,
+                "slo": slo,
+                "pairs": paired,
+                "candidate_slo_load": [maths.slo_load(p.candidate, s.slo) for p in pairs],
+                "baseline_slo_load": [maths.slo_load(p.baseline, s.slo) for p in pairs],
+                "wall_s": dict(result.wall_s),
+            },
+        ),
         _ratio(
             "goodput_ratio",
             column("candidate", "goodput"),
@@ -278,8 +362,7 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
             s,
             {
                 **common,
-                "min_speedup": s.min_speedup,
-                "slo": {"ttft_p95_ms": s.ttft_p95_ms, "itl_p95_ms": s.itl_p95_ms},
+                "slo": slo,
                 "sustain": s.sustain,
                 "per_sweep": sweeps,
                 "curves": {
@@ -304,19 +387,20 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
             common,
         ),
     ]
-    rates, values = _latency_values(result)
-    for key, (cand, base) in values.items():
+    for key, (cand, base) in _latency_values(pairs).items():
         if all(math.isfinite(x) and x > 0 for x in (*cand, *base)):
-            out.append(_ratio(f"{key}_ratio", cand, base, s, {**common, "matched_rates": rates}))
+            out.append(_ratio(f"{key}_ratio", cand, base, s, {**common, "pairs": paired}))
     return out
 
 
 __all__ = [
     "SIDES",
+    "BatchRunner",
+    "Job",
     "LoadResult",
     "LoadSettings",
-    "SweepRunner",
     "check_baseline",
+    "plan",
     "run_tier",
     "to_measurements",
 ]

@@ -1,10 +1,10 @@
 """Load-tier metric declarations (torch-free).
 
-Every metric is a candidate/baseline ratio from interleaved GuideLLM sweeps of
-the two served builds (``SampleKind.RATIO``: per-sweep ratios as samples, the
-interval in the details; :mod:`gate.metrics.load`). Throughputs are
-higher-is-better (a ratio above 1 is a faster candidate), latencies
-lower-is-better. Only ``load.goodput_ratio`` is gated (the tier's
+Every metric is a candidate/baseline ratio from interleaved GuideLLM benchmarks
+of the two served builds (``SampleKind.RATIO``: the paired ratios as samples,
+the interval in the details; :mod:`gate.metrics.load`). Speeds and throughputs
+are higher-is-better (a ratio above 1 is a faster candidate), latencies
+lower-is-better. Only ``load.slo_speedup`` is gated (the tier's
 ``min_speedup``, :mod:`gate.gating.speedup`); the others are reported with
 their intervals.
 """
@@ -29,6 +29,12 @@ _LATENCIES = {
 
 SPECS: tuple[MetricSpec, ...] = (
     _spec(
+        "slo_speedup",
+        True,
+        "speed at the SLO: baseline / candidate share of the binding p95 bound used, at each"
+        " offered rate of each pass",
+    ),
+    _spec(
         "goodput_ratio",
         True,
         "completed requests/s with p95 TTFT and ITL within the SLO, candidate / baseline",
@@ -47,7 +53,7 @@ SPECS: tuple[MetricSpec, ...] = (
         _spec(
             f"{family}_{q}_ratio",
             False,
-            f"{text} {q} at the matched rate (highest both builds sustain), candidate / baseline",
+            f"{text} {q} at each offered rate of each pass, candidate / baseline",
         )
         for family, text in _LATENCIES.items()
         for q in PERCENTILES
