@@ -64,10 +64,13 @@ def guidellm_command() -> str:
 
 #: The shortest plan with 3 pairs: one pass over 3 rates of 5 s; requests of 32 + 32 tokens.
 #: The rates stay below what the FP8 server completes in a 5 s window (it takes about 2 s a
-#: request here, alone): a rate where a build completes nothing gives no pair. The SLO's
-#: ITL bound binds for both builds (TTFT 5 s only catches a stalled server), so the speed
-#: ratio is the p95 ITL ratio; ``sustain`` is low because a 5 s window cuts off the
-#: requests still running on a loaded machine.
+#: request here, alone): a rate where a build completes nothing gives no pair. The SLO
+#: (ITL 200 ms, TTFT 5 s) is loose, so that a stall of the shared machine does not fail the
+#: baseline's check; the ITL share binds for both builds, so the speed ratio is the ITL
+#: ratio; ``sustain`` is low because a 5 s window cuts off the
+#: requests still running on a loaded machine. A benchmark of 5 s has 2-5 requests, and
+#: GuideLLM's percentiles are over requests: their p95 is the slowest request, one stall of
+#: the shared machine; the speed ratio is taken at the median (``speed_percentile``).
 SHORT_PLAN = """
 [tiers.load]
 rates = [0.5, 0.75, 1.0]
@@ -76,8 +79,9 @@ repeats = 1
 prompt_tokens = 32
 output_tokens = 32
 sustain = 0.2
+speed_percentile = "p50"
 ttft_p95_ms = 5000.0
-itl_p95_ms = 80.0
+itl_p95_ms = 200.0
 min_speedup = 1.0
 guidellm = "{guidellm}"
 output_dir = "{out}"

@@ -131,6 +131,8 @@ def test_slo_speedup_pairs_every_rate_and_blocks_a_slower_build() -> None:
     # u = max(TTFT/500, ITL/50): the baseline's ITL binds at 1 and 2 req/s, its TTFT at 4
     base = [point(1, 1.0, 100, 10), point(2, 2.0, 200, 20), point(4, 3.5, 450, 30)]
     assert [maths.slo_load(p, slo) for p in base] == pytest.approx([0.2, 0.4, 0.9])
+    # at the median (p50 = p95 / 2 in these points) every share halves
+    assert [maths.slo_load(p, slo, "p50") for p in base] == pytest.approx([0.1, 0.2, 0.45])
     # the candidate twice as slow (both latencies x2, with a little noise) ...
     noise = [1.02, 0.97, 1.01]
     cand = [

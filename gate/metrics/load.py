@@ -38,6 +38,11 @@ Speed at the SLO (the gated figure)
     it is twice as slow. Unlike goodput, ``q`` is defined at every rate both
     builds completed requests at, so each rate of each repeat gives one paired
     observation (:func:`paired_rates`); goodput is one number per sweep.
+    GuideLLM's percentiles are over the requests of a benchmark (each request's
+    TTFT and mean ITL), so with few requests the p95 is the slowest one: the
+    ratio can be taken at another percentile ``q`` (the tier's
+    ``speed_percentile``), ``u = max(TTFT_q / B_ttft, ITL_q / B_itl)``, the
+    bounds only weighing the two latencies.
 
 Ratios with a confidence interval
     A ratio metric has ``N`` paired observations ``q_i = c_i / b_i`` (candidate
@@ -257,10 +262,12 @@ def ratio_interval(
     )
 
 
-def slo_load(point: RatePoint, slo: Slo) -> float:
-    """``u = max(TTFT_p95 / B_ttft, ITL_p95 / B_itl)``: the share of the SLO's binding bound
-    the p95 uses (``<= 1``: met; infinite when nothing completed)."""
-    return max(point.ttft_ms.p95 / slo.ttft_p95_ms, point.itl_ms.p95 / slo.itl_p95_ms)
+def slo_load(point: RatePoint, slo: Slo, percentile: str = "p95") -> float:
+    """``u = max(TTFT_q / B_ttft, ITL_q / B_itl)`` at ``percentile`` ``q`` (default the SLO's
+    p95): the share of the SLO's binding bound used (``<= 1`` at p95: met; infinite when
+    nothing completed)."""
+    ttft, itl = point.ttft_ms.at(percentile), point.itl_ms.at(percentile)
+    return max(ttft / slo.ttft_p95_ms, itl / slo.itl_p95_ms)
 
 
 @dataclass(frozen=True)
@@ -293,10 +300,12 @@ def paired_rates(
     return pairs
 
 
-def slo_speedup(pairs: Sequence[PairedRate], slo: Slo, *, level: float = 0.95) -> RatioInterval:
+def slo_speedup(
+    pairs: Sequence[PairedRate], slo: Slo, *, percentile: str = "p95", level: float = 0.95
+) -> RatioInterval:
     """The speed ratio at the SLO, ``u_b / u_c`` per pair, and its interval (module docstring)."""
-    speed_c = [1.0 / slo_load(p.candidate, slo) for p in pairs]
-    speed_b = [1.0 / slo_load(p.baseline, slo) for p in pairs]
+    speed_c = [1.0 / slo_load(p.candidate, slo, percentile) for p in pairs]
+    speed_b = [1.0 / slo_load(p.baseline, slo, percentile) for p in pairs]
     return ratio_interval(speed_c, speed_b, level=level)
 
 

@@ -87,6 +87,9 @@ class LoadSettings:
     #: The SLO: p95 bounds in milliseconds.
     ttft_p95_ms: float = 1000.0
     itl_p95_ms: float = 100.0
+    #: Percentile of the speed ratio at the SLO: the SLO's p95, or p50 for benchmarks of a
+    #: few requests (GuideLLM's percentiles are over requests: their p95 is the slowest).
+    speed_percentile: Literal["p50", "p95", "p99"] = "p95"
     #: A rate is sustained when completed requests/s >= sustain x offered.
     sustain: float = 0.8
     #: Goodput ratio the candidate must reach (1.0: at least as fast).
@@ -119,6 +122,8 @@ class LoadSettings:
             raise ValueError("ttft_p95_ms and itl_p95_ms must be positive")
         if not 0 < self.sustain <= 1:
             raise ValueError("sustain must be in (0, 1]")
+        if self.speed_percentile not in maths.PERCENTILES:
+            raise ValueError(f"speed_percentile must be one of {', '.join(maths.PERCENTILES)}")
         if self.min_speedup <= 0:
             raise ValueError("min_speedup must be positive")
         if not 0 < self.confidence < 1:
@@ -132,7 +137,7 @@ class LoadSettings:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """Every sweep of both builds (index ``j`` of each is one interleaved pair)."""
+    """Each build's sweep per pass (index ``j``: pass ``j``; its rates pair with the other's)."""
 
     baseline: tuple[tuple[RatePoint, ...], ...]
     candidate: tuple[tuple[RatePoint, ...], ...]
@@ -250,7 +255,8 @@ def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
         for points in sweeps:
             good = maths.goodput(points, s.slo)
             top = maths.max_sustainable(points, s.sustain)
-            loads = [maths.slo_load(p, s.slo) for p in points if p.completed > 0]
+            q = s.speed_percentile
+            loads = [maths.slo_load(p, s.slo, q) for p in points if p.completed > 0]
             rows.append(
                 {
                     "goodput": good.value,
@@ -336,7 +342,8 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
         **result.extra,
     }
     slo = {"ttft_p95_ms": s.ttft_p95_ms, "itl_p95_ms": s.itl_p95_ms}
-    speed = maths.slo_speedup(pairs, s.slo, level=s.confidence)
+    q = s.speed_percentile
+    speed = maths.slo_speedup(pairs, s.slo, percentile=q, level=s.confidence)
 
     def column(side: str, key: str) -> list[float]:
         return [float(row[key]) for row in sweeps[side]]
@@ -350,8 +357,9 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
                 "min_speedup": s.min_speedup,
                 "slo": slo,
                 "pairs": paired,
-                "candidate_slo_load": [maths.slo_load(p.candidate, s.slo) for p in pairs],
-                "baseline_slo_load": [maths.slo_load(p.baseline, s.slo) for p in pairs],
+                "speed_percentile": q,
+                "candidate_slo_load": [maths.slo_load(p.candidate, s.slo, q) for p in pairs],
+                "baseline_slo_load": [maths.slo_load(p.baseline, s.slo, q) for p in pairs],
                 "wall_s": dict(result.wall_s),
             },
         ),
