@@ -3,12 +3,14 @@
 # gate's: the tools pin versions of transformers that gate does not run
 # (kvpress 0.5.5 needs transformers<5.3, llm-compressor 0.14 needs
 # transformers<=5.17 and compressed-tensors==0.19.0), so each gets a venv of its
-# own, cached by tool and version:
+# own, cached by tool and version (GuideLLM 0.8.1, the load tier's load
+# generator, pins transformers 5.24 and its own HTTP stack):
 #
 #   ${GATE_TOOL_CACHE:-$HOME/.cache/gate-tools}/NAME-VERSION
 #
 #   bash scripts/setup_tool_env.sh llmcompressor   # GPTQ / AWQ / SparseGPT checkpoints
 #   bash scripts/setup_tool_env.sh kvpress         # reference KV-cache presses
+#   bash scripts/setup_tool_env.sh guidellm        # the load generator of the load tier
 #
 # (GPTQModel 7.7 is not offered: it requires torch>=2.14.1 and builds its
 # kernels from source; llm-compressor makes the same GPTQ/AWQ checkpoints.)
@@ -44,8 +46,13 @@ case "$NAME" in
     REQUIREMENTS=("kvpress==$VERSION")
     CHECK="import kvpress, transformers; print('kvpress', '$VERSION', 'transformers', transformers.__version__)"
     ;;
+  guidellm)
+    VERSION=0.8.1
+    REQUIREMENTS=("guidellm==$VERSION")
+    CHECK="import importlib.metadata as m, guidellm.__main__; print('guidellm', m.version('guidellm'), 'transformers', m.version('transformers'))"
+    ;;
   *)
-    echo "usage: bash scripts/setup_tool_env.sh {llmcompressor|kvpress}" >&2
+    echo "usage: bash scripts/setup_tool_env.sh {llmcompressor|kvpress|guidellm}" >&2
     exit 4
     ;;
 esac

@@ -71,6 +71,14 @@ echo "== set-up: ${SECONDS} s"
 EXTENSIONS_LOG=$(mktemp)
 "$VPY" scripts/build_extensions.py >"$EXTENSIONS_LOG" 2>&1 &
 EXTENSIONS_PID=$!
+# GuideLLM, the load tier's load generator, in its own cached environment (the
+# tests marked goodput use it; installed once per version, reused afterwards).
+GUIDELLM_LOG=$(mktemp)
+GUIDELLM_PID=
+if [ "$QUICK" = 0 ]; then
+  bash scripts/setup_tool_env.sh guidellm >"$GUIDELLM_LOG" 2>&1 &
+  GUIDELLM_PID=$!
+fi
 step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
 # mypy's incremental cache lives on disk beside the engine caches, one per mypy release:
@@ -84,6 +92,11 @@ if ! wait "$EXTENSIONS_PID"; then
   cat "$EXTENSIONS_LOG"
 fi
 rm -f "$EXTENSIONS_LOG"
+if [ -n "$GUIDELLM_PID" ] && ! wait "$GUIDELLM_PID"; then
+  echo "scripts/setup_tool_env.sh guidellm failed (the goodput tests will try it again or fail):"
+  cat "$GUIDELLM_LOG"
+fi
+rm -f "$GUIDELLM_LOG"
 WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
 XDIST=()
 [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)

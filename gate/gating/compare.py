@@ -33,6 +33,11 @@ its breakdown slices):
    critical bound is below it (UNDERPOWERED; docs/metrics.md "Power"). It
    never changes the severity.
 
+Candidate/baseline ratios measured in one session (``SampleKind.RATIO``, the
+load tier) are decided by :func:`gate.gating.speedup.judge_ratio` against the
+ideal ratio 1 and the tier's ``min_speedup``; their ``ci`` is the ratio's
+interval minus 1.
+
 Pairwise judge scores (``MetricSpec.elo_samples``: per-prompt centred scores,
 value = Elo delta) are tested with the sign test on the prompts where the two
 sides differ and their bootstrap interval is mapped to Elo points.
@@ -82,6 +87,7 @@ from gate.gating.decision import (
     describe_test,
 )
 from gate.gating.power import PowerStatement
+from gate.gating.speedup import RATIO_CI, judge_ratio
 from gate.gating.thresholds import MetricThreshold, Thresholds
 from gate.gating.verdict import (
     Bound,
@@ -376,6 +382,8 @@ def judge(
     n_resamples: int = N_RESAMPLES,
 ) -> Decision:
     """Judge one metric (or one ``slice`` of it) against one reference; see the module docstring."""
+    if spec.sample_kind is SampleKind.RATIO:  # measured against the baseline in session
+        return judge_ratio(cand, spec, slice=slice)
     ref = _reference(cand, base, spec, against)
     if ref is None:
         return Decision(
@@ -489,6 +497,11 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
     if decision.basis is Basis.NOT_SIGNIFICANT:
         details[VerdictDetail.NOT_SIGNIFICANT] = decision.point.label
     evidence = decision.evidence
+    ci = evidence.ci if evidence else None
+    interval = cand.details.get(RATIO_CI) if spec.sample_kind is SampleKind.RATIO else None
+    if interval is not None:  # the ratio's interval as a change from 1
+        low, high = interval
+        ci = (float(low) - 1.0, float(high) - 1.0)
     return Verdict(
         **decision.assessed(),
         tier=spec.tier,
@@ -498,7 +511,7 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
         reason=describe(decision),
         against=against,
         unit=spec.unit,
-        ci=evidence.ci if evidence else None,
+        ci=ci,
         p_value=evidence.p_worse if evidence else None,
         test=describe_test(evidence, higher_is_better=spec.higher_is_better) if evidence else None,
         details=details,

@@ -122,6 +122,8 @@ class Decision(Assessment):
     untested: str = ""
     #: What the test could detect (:mod:`gate.gating.detectable`); ``None`` when ungated/untested.
     power: PowerStatement | None = None
+    #: The whole reason, when the decision words itself (a ratio, :mod:`gate.gating.speedup`).
+    text: str = ""
 
     @property
     def delta(self) -> float | None:
@@ -217,6 +219,8 @@ def _evidence_text(decision: Decision, threshold: VerdictThreshold) -> str:
 
 def describe(decision: Decision) -> str:
     """The verdict's ``reason``: value, reference, change against the bound, and the test."""
+    if decision.text:
+        return decision.text
     head = f"{decision.key} {fmt(decision.value)}"
     ref = decision.reference
     if ref is None:

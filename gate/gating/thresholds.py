@@ -39,7 +39,7 @@ from gate.errors import ConfigError
 from gate.gating.power import DEFAULT_POWER
 from gate.gating.verdict import Bound, Mode
 from gate.metrics.registry import all_metrics, check_tier
-from gate.metrics.spec import MetricSpec
+from gate.metrics.spec import MetricSpec, SampleKind
 
 #: Default level of the one-sided tests and default minimum sample count.
 DEFAULT_ALPHA = 0.01
@@ -289,8 +289,18 @@ def load_thresholds(
 
 
 def unbounded_metrics(thresholds: Thresholds, names: Iterable[str]) -> tuple[str, ...]:
-    """The metrics of ``names`` that ``thresholds`` sets no bound for (reported, not gated)."""
-    return tuple(name for name in dict.fromkeys(names) if thresholds.for_metric(name) is None)
+    """The metrics of ``names`` that ``thresholds`` sets no bound for (reported, not gated).
+
+    Ratio metrics (``SampleKind.RATIO``) are gated by their tier's ``min_speedup``, not
+    here: they count as bounded.
+    """
+    known = all_metrics()
+    return tuple(
+        name
+        for name in dict.fromkeys(names)
+        if thresholds.for_metric(name) is None
+        and not (name in known and known[name].sample_kind is SampleKind.RATIO)
+    )
 
 
 def require_a_bound(thresholds: Thresholds, names: Iterable[str], *, what: str) -> None:

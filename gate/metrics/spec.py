@@ -20,12 +20,17 @@ class SampleKind(enum.Enum):
       bootstrap CI of the relative change of the median.
     * ``POINT``: a single number with no per-sample evidence (parameter bytes,
       a value imported from another tool). Compared on the value alone.
+    * ``RATIO``: a candidate/baseline ratio measured in one session (the load
+      tier's interleaved sweeps), its per-sweep ratios as samples and its
+      interval in ``details["ratio_ci"]``; gated by the tier's ``min_speedup``
+      (:mod:`gate.gating.speedup`), never against a stored value.
     """
 
     PAIRED_BINARY = "paired_binary"
     PAIRED_SCORE = "paired_score"
     REPEATED = "repeated"
     POINT = "point"
+    RATIO = "ratio"
 
 
 @dataclass(frozen=True)

@@ -367,6 +367,63 @@ def judge_section(results: Results) -> str:
     return '<h2 id="judge">Judge panel</h2>' + "".join(_judge_panel(p) for p in panels)
 
 
+#: The load table's rows: (label, per-sweep key, unit).
+LOAD_ROWS = (
+    ("share of the SLO used (mean over rates)", "slo_load", "", "load.slo_speedup"),
+    ("goodput at the SLO", "goodput", "req/s", "load.goodput_ratio"),
+    ("max sustainable rate", "max_rate", "req/s", "load.max_rate_ratio"),
+    (
+        "output tokens/s at saturation",
+        "output_tokens_per_s",
+        "tok/s",
+        "load.output_tokens_per_s_ratio",
+    ),
+)
+
+
+def load_section(results: Results) -> str:
+    """The load tier in one table: each build's mean over its sweeps, the ratio and its CI."""
+    by_metric = {v.metric: v for v in results.verdicts if v.tier == "load" and v.slice is None}
+    good = by_metric.get("load.goodput_ratio")
+    per: Any = good.details.get("per_sweep") if good is not None else None
+    if good is None or not isinstance(per, Mapping):
+        return ""
+    head = "<tr><th>at the SLO</th><th>baseline</th><th>candidate</th><th>ratio [CI]</th><th>verdict</th></tr>"
+    rows = [head]
+    for label, key, unit, metric in LOAD_ROWS:
+        sides = []
+        for side in ("baseline", "candidate"):
+            values = [float(r[key]) for r in per.get(side, []) if r.get(key) is not None]
+            sides.append(f"{sum(values) / len(values):.3g} {unit}".strip() if values else "-")
+        v = by_metric.get(metric)
+        ci = v.details.get("ratio_ci") if v is not None else None
+        ratio = f"{v.value:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]" if v is not None and ci else "-"
+        pill = severity_pill(v.severity) if v is not None and v.threshold is not None else "-"
+        rows.append(
+            f'<tr><td>{esc(label)}</td><td class="num">{esc(sides[0])}</td>'
+            f'<td class="num">{esc(sides[1])}</td><td class="num">{esc(ratio)}</td>'
+            f"<td>{pill}</td></tr>"
+        )
+    slo: Any = good.details.get("slo", {})
+    speed = by_metric.get("load.slo_speedup")
+    min_speedup = speed.details.get("min_speedup") if speed is not None else None
+    knees = {
+        side: [r.get("knee_rate") for r in per.get(side, [])] for side in ("baseline", "candidate")
+    }
+    caption = (
+        f"SLO: TTFT p95 <= {slo.get('ttft_p95_ms')} ms, ITL p95 <= {slo.get('itl_p95_ms')} ms;"
+        f" mean over {good.details.get('repeats')} interleaved passes per build (the first"
+        " row's ratio is baseline / candidate: above 1, the candidate is faster);"
+        f" knees (offered req/s per sweep): baseline {knees['baseline']},"
+        f" candidate {knees['candidate']}; min_speedup {min_speedup}."
+    )
+    return (
+        '<h2 id="load">Served load (GuideLLM)</h2><table>'
+        + "".join(rows)
+        + f'</table><p class="muted">{esc(caption)}</p>'
+    )
+
+
 def notes_section(results: Results) -> str:
     """The run's notes (tier failures, errors)."""
     if not results.notes:
@@ -387,6 +444,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
             findings(results),
             underpowered_section(results),
             plots_section(all_plots(results.verdicts, drift)),
+            load_section(results),
             judge_section(results),
             tiers_section(results),
             provenance_section(results),

@@ -10,6 +10,7 @@ markdown, JUnit and GitHub outputs show exactly what the JSON says.
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -119,7 +120,29 @@ def _report_files(
         ("the JUnit report", targets.junit, junit),
         ("the HTML report", targets.html, html),
     ]
+    files += _load_plot_file(results, targets)
     return [(what, path, render) for what, path, render in files if path is not None]
+
+
+def load_plot_path(targets: ReportTargets) -> Path | None:
+    """Where the load tier's plot goes as a PNG: beside the HTML report, else the JSON
+    (``out/report.html`` -> ``out/report.load.png``)."""
+    beside = targets.html or targets.json
+    return beside.with_name(beside.stem + ".load.png") if beside is not None else None
+
+
+def _load_plot_file(
+    results: Results, targets: ReportTargets
+) -> list[tuple[str, Path | None, Callable[[], bytes]]]:
+    """The load plot's PNG, when the run has a load tier and a file report was asked for."""
+    from gate.report.plots import load_curves
+
+    path = load_plot_path(targets)
+    plot = load_curves(results.verdicts) if path is not None else None
+    if plot is None:
+        return []
+    data = base64.b64decode(plot.data_uri.split(",", 1)[1])
+    return [("the load plot", path, lambda: data)]
 
 
 def _first_failure(failed: Sequence[GateError]) -> GateError:

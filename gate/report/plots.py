@@ -17,7 +17,9 @@ report shows what is present and skips the rest cleanly:
 * :func:`throughput_by_batch` — tokens/s (median over runs) per batch size of
   the sweep;
 * :func:`drift_series` — the weekly audit's time series per latency metric,
-  change points marked (:mod:`gate.gating.drift`).
+  change points marked (:mod:`gate.gating.drift`);
+* :func:`load_curves` — the load tier's p95 TTFT and ITL against the offered
+  rate for both served builds, every sweep, with the SLO and each build's knee.
 
 Figures are built on :class:`matplotlib.figure.Figure` with the Agg canvas
 directly — no pyplot state, no display, no network.
@@ -321,6 +323,81 @@ def drift_series(drifts: Sequence[Any]) -> Plot | None:
     )
 
 
+#: The load tier's plot: (key in a curve row, axis label, SLO key).
+LOAD_PANELS = (
+    ("ttft_p95_ms", "TTFT p95 (ms)", "ttft_p95_ms"),
+    ("itl_p95_ms", "ITL p95 (ms)", "itl_p95_ms"),
+)
+LOAD_COLOURS = {"baseline": BASELINE_COLOUR, "candidate": "#1565c0"}
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
+    """p95 TTFT and ITL against the offered rate, both builds, with the SLO and the knees
+    (``load.goodput_ratio`` details: ``curves``, ``slo``, ``per_sweep``)."""
+    good = _find(primary(verdicts), "load.goodput_ratio")
+    curves: Any = good.details.get("curves") if good is not None else None
+    slo: Any = good.details.get("slo") if good is not None else None
+    if good is None or not isinstance(curves, dict) or not isinstance(slo, dict):
+        return None
+    fig = _figure(8.0, 3.4)
+    per_sweep: Any = good.details.get("per_sweep", {})
+    for i, (key, label, slo_key) in enumerate(LOAD_PANELS):
+        ax = fig.add_subplot(1, len(LOAD_PANELS), i + 1)
+        for side in ("baseline", "candidate"):
+            colour = LOAD_COLOURS[side]
+            by_rate: dict[float, list[float]] = {}
+            for sweep in curves.get(side, []):
+                rows = [(float(r["rate"]), r[key]) for r in sweep if r.get(key) is not None]
+                ax.plot(
+                    [x for x, _ in rows],
+                    [float(y) for _, y in rows],
+                    marker="o",
+                    markersize=3,
+                    linewidth=0.6,
+                    alpha=0.45,
+                    color=colour,
+                )
+                for x, y in rows:
+                    by_rate.setdefault(x, []).append(float(y))
+            if by_rate:
+                xs = sorted(by_rate)
+                ax.plot(
+                    xs, [_median(by_rate[x]) for x in xs], color=colour, linewidth=2, label=side
+                )
+            knees = [row.get("knee_rate") for row in per_sweep.get(side, [])]
+            found = [float(k) for k in knees if k is not None]
+            if found:
+                ax.axvline(_median(found), color=colour, linestyle=":", linewidth=1.5)
+        ax.axhline(float(slo[slo_key]), color=SEVERITY_COLOUR[Severity.CRITICAL], linestyle="--")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        rates = sorted(
+            {float(r["rate"]) for sweeps in curves.values() for sw in sweeps for r in sw}
+        )
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.minorticks_off()
+        ax.set_xlabel("offered rate (requests/s)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=7)
+    ci = good.details.get("ratio_ci") or [None, None]
+    return Plot(
+        "load",
+        "Latency against offered load, baseline and candidate",
+        "Each thin line one GuideLLM sweep, thick the median; dashed = SLO, dotted = knee "
+        f"(median over sweeps); goodput ratio {good.value:.3g}"
+        + (f" [{ci[0]:.3g}, {ci[1]:.3g}]." if None not in ci else "."),
+        to_data_uri(fig),
+    )
+
+
 def all_plots(verdicts: Sequence[Verdict], drift: Sequence[Any] = ()) -> list[Plot]:
     """Every plot the run has data for, in report order."""
     made = [
@@ -329,6 +406,7 @@ def all_plots(verdicts: Sequence[Verdict], drift: Sequence[Any] = ()) -> list[Pl
         flips_by_margin(verdicts),
         latency_percentiles(verdicts),
         throughput_by_batch(verdicts),
+        load_curves(verdicts),
         drift_series(drift),
     ]
     return [p for p in made if p is not None]

@@ -75,6 +75,7 @@ TIER_MARKERS: dict[str, str] = {
     "fidelity": "gate tier: fidelity to the baseline's own outputs (CGA, KL)",
     "judge": "gate tier: pairwise LLM judges against the baseline's answers (Elo delta)",
     "latency": "gate tier: latency, throughput and memory",
+    "load": "gate tier: served load A/B with GuideLLM (goodput at an SLO, the knee)",
 }
 
 #: Name under which :class:`GatePlugin` is registered with pytest's plugin manager.

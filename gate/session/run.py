@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from gate.tiers.fidelity import FidelitySettings
     from gate.tiers.judge import JudgeSettings
     from gate.tiers.latency import LatencySettings
+    from gate.tiers.load import LoadSettings
     from gate.tiers.registry import TierSettings
 
 Mode = Literal["record", "run"]
@@ -115,6 +116,8 @@ class GateRun:
     def settings(self, tier: Literal["judge"]) -> JudgeSettings: ...
     @overload
     def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
+    @overload
+    def settings(self, tier: Literal["load"]) -> LoadSettings: ...
     @overload
     def settings(self, tier: str) -> TierSettings: ...
 

@@ -30,10 +30,16 @@ from gate.tiers.capability import CapabilitySettings
 from gate.tiers.fidelity import FidelitySettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
+from gate.tiers.load import LoadSettings
 
 #: The settings of any tier.
 TierSettings: TypeAlias = (
-    AccuracySettings | CapabilitySettings | FidelitySettings | JudgeSettings | LatencySettings
+    AccuracySettings
+    | CapabilitySettings
+    | FidelitySettings
+    | JudgeSettings
+    | LatencySettings
+    | LoadSettings
 )
 
 #: Tier name -> its settings class (the keys are :data:`gate.metrics.registry.TIERS`).
@@ -44,6 +50,7 @@ SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
         "fidelity": FidelitySettings,
         "judge": JudgeSettings,
         "latency": LatencySettings,
+        "load": LoadSettings,
     }
 )
 
@@ -73,6 +80,10 @@ def build_settings(
 def build_settings(
     tier: Literal["latency"], table: Mapping[str, Any] | None = None, *, source: str = ""
 ) -> LatencySettings: ...
+@overload
+def build_settings(
+    tier: Literal["load"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> LoadSettings: ...
 @overload
 def build_settings(
     tier: str, table: Mapping[str, Any] | None = None, *, source: str = ""

@@ -1,0 +1,342 @@
+"""GuideLLM, the load generator of the load tier: one sweep against one served build.
+
+GuideLLM (PyPI ``guidellm``, pinned at :data:`GUIDELLM_VERSION`) lives in its own
+environment, installed once and cached by version by ``bash
+scripts/setup_tool_env.sh guidellm`` (``$GATE_TOOL_CACHE``, default
+``~/.cache/gate-tools/guidellm-<version>``); ``gate`` runs its command line and
+reads its results file, nothing else.
+
+One benchmark is one GuideLLM scenario (:func:`scenario`, the file ``guidellm
+run --scenario`` takes): the OpenAI HTTP backend on ``/v1/completions``
+against the server, the ``constant`` (or ``poisson``) profile at the offered
+rates, each rate for ``max_duration`` seconds, synthetic prompts of
+``prompt_tokens`` tokens asking for ``output_tokens`` tokens (GuideLLM's
+``synthetic_text`` data, made with the model's own tokenizer, seeded), the
+per-request SLO for GuideLLM's own goodput (``ttft_ms``, ``tpot_ms``), and the
+results as JSON. :func:`run_batch` runs a list of them in order in ONE
+GuideLLM process (:mod:`gate.models.guidellm_batch`, run by the tool env's
+Python through GuideLLM's own entry point), so GuideLLM's start-up is paid
+once. :func:`read_results` turns each results file (GuideLLM's report,
+``metadata.version`` 2) into one :class:`~gate.metrics.load.RatePoint` per rate.
+
+Failures are one line each: GuideLLM not installed -> :class:`ConfigError`
+(exit 4, with the install command); GuideLLM exiting non-zero, timing out or
+writing no results -> :class:`ModelLoadError` (exit 3, with its last error line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ConfigError, DataError, ModelLoadError
+from gate.metrics.load import Latencies, RatePoint, Slo
+
+#: The GuideLLM release the load tier speaks to (its CLI and results schema).
+GUIDELLM_VERSION = "0.8.1"
+#: The report schema version of that release's results file.
+REPORT_VERSION = 2
+#: Install command printed when GuideLLM is missing.
+INSTALL_HINT = "install it with: bash scripts/setup_tool_env.sh guidellm"
+
+
+def default_executable(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``scripts/setup_tool_env.sh guidellm`` installs GuideLLM's command."""
+    env = os.environ if environ is None else environ
+    cache = env.get("GATE_TOOL_CACHE") or str(Path.home() / ".cache" / "gate-tools")
+    return Path(cache) / f"guidellm-{GUIDELLM_VERSION}" / "bin" / "guidellm"
+
+
+def find_executable(configured: str = "", environ: Mapping[str, str] | None = None) -> Path:
+    """The ``guidellm`` command: ``configured``, else ``$GATE_GUIDELLM``, else the cached one."""
+    env = os.environ if environ is None else environ
+    text = configured or env.get("GATE_GUIDELLM", "")
+    path = Path(text).expanduser() if text else default_executable(env)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise ConfigError(f"GuideLLM {GUIDELLM_VERSION} was not found at {path}", INSTALL_HINT)
+    return path
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one sweep sends: the same for both builds."""
+
+    rates: tuple[float, ...]
+    duration_s: float
+    prompt_tokens: int
+    output_tokens: int
+    profile: str = "constant"
+    seed: int = 0
+
+
+def _target(base_url: str) -> str:
+    """GuideLLM's target: the server root (it adds ``/v1/completions`` itself)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def scenario(
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    workload: Workload,
+    slo: Slo,
+    results: Path,
+) -> dict[str, Any]:
+    """The GuideLLM scenario (its ``--scenario`` JSON) of one sweep."""
+    return {
+        "spec": {
+            "backend": {
+                "kind": "openai_http",
+                "target": _target(base_url),
+                "model": model,
+                "request_format": "/v1/completions",
+            },
+            "profile": {"kind": workload.profile, "rate": list(workload.rates)},
+            "constraints": [{"kind": "max_duration", "seconds": workload.duration_s}],
+            "tokenizer": {"kind": "huggingface_auto", "model": tokenizer},
+            "data": [
+                {
+                    "kind": "synthetic_text",
+                    "prompt_tokens": workload.prompt_tokens,
+                    "output_tokens": workload.output_tokens,
+                }
+            ],
+            "seed": {"kind": "static", "value": workload.seed},
+            "outputs": [{"kind": "json", "path": str(results)}],
+            "metrics": {
+                "kind": "generative",
+                "slo": {"ttft_ms": slo.ttft_p95_ms, "tpot_ms": slo.itl_p95_ms},
+            },
+        }
+    }
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+#: The script :func:`run_batch` runs with GuideLLM's interpreter.
+BATCH_SCRIPT = Path(__file__).with_name("guidellm_batch.py")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One scenario of a batch: the server at ``base_url`` at ``rates``; files ``name.*``."""
+
+    name: str
+    base_url: str
+    model: str
+    rates: tuple[float, ...]
+
+
+def interpreter(executable: Path) -> Path:
+    """The Python of GuideLLM's environment: its command's ``#!`` line, else ``python``
+    beside it (one-line :class:`ConfigError` when neither exists)."""
+    try:
+        first = executable.read_text(errors="replace").split("\n", 1)[0]
+    except OSError:
+        first = ""
+    candidates = [Path(first[2:].strip().split(" ")[0])] if first.startswith("#!") else []
+    candidates.append(executable.with_name("python"))
+    for path in candidates:
+        if path.name.startswith("python") and path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise ConfigError(f"no Python interpreter found for GuideLLM at {executable}", INSTALL_HINT)
+
+
+def batch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """GuideLLM's environment: one worker process, ``forkserver`` workers, offline.
+
+    One worker: the load is a few requests/s and each worker costs seconds to
+    start on a small machine; ``forkserver``: the workers are forked from a
+    process that has GuideLLM imported (:mod:`gate.models.guidellm_batch`).
+    Values already set in ``environ`` win.
+    """
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("GUIDELLM__MAX_WORKER_PROCESSES", "1")
+    env.setdefault("GUIDELLM__MP_CONTEXT_TYPE", "forkserver")
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def run_batch(
+    executable: Path,
+    benchmarks: Sequence[Benchmark],
+    *,
+    tokenizer: str,
+    workload: Workload,
+    slo: Slo,
+    workdir: Path,
+    timeout_s: float,
+) -> list[tuple[list[RatePoint], float]]:
+    """Run ``benchmarks`` in order in one GuideLLM process; per benchmark its points by
+    offered rate and its wall seconds.
+
+    ``workload.rates`` is ignored (each benchmark names its own). Files in
+    ``workdir``: ``NAME.scenario.json`` and ``NAME.json`` per benchmark, and the
+    batch's ``batch.json`` (the manifest), ``batch.log`` and ``batch.out``.
+    ``timeout_s`` bounds each benchmark (the batch gets ``len x timeout_s``).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for bench in benchmarks:
+        results = workdir / f"{bench.name}.json"
+        results.unlink(missing_ok=True)
+        spec = scenario(
+            base_url=bench.base_url,
+            model=bench.model,
+            tokenizer=tokenizer,
+            workload=dataclasses.replace(workload, rates=bench.rates),
+            slo=slo,
+            results=results,
+        )
+        scenario_file = workdir / f"{bench.name}.scenario.json"
+        scenario_file.write_text(json.dumps(spec, indent=1))
+        manifest.append({"name": bench.name, "scenario": str(scenario_file)})
+    listing = workdir / "batch.json"
+    listing.write_text(json.dumps(manifest, indent=1))
+    # -I: isolated, so the script's own directory (which holds this module, named
+    # like GuideLLM's package) is not on the path
+    argv = [str(interpreter(executable)), "-I", str(BATCH_SCRIPT), str(listing)]
+    log, out = workdir / "batch.log", workdir / "batch.out"
+    try:
+        with log.open("w") as err, out.open("w") as progress:
+            done = subprocess.run(
+                argv,
+                stdout=progress,
+                stderr=err,
+                env=batch_env(),
+                cwd=workdir,
+                timeout=timeout_s * max(1, len(benchmarks)),
+                check=False,
+            )
+    except subprocess.TimeoutExpired:
+        raise ModelLoadError(
+            f"GuideLLM did not finish {len(benchmarks)} benchmarks within"
+            f" {len(benchmarks)} x {timeout_s:g} s (log: {log})",
+            "raise [tiers.load] sweep_timeout_s or shorten the sweep",
+        ) from None
+    walls = _walls(out.read_text())
+    missing = [b.name for b in benchmarks if b.name not in walls]
+    if done.returncode != 0 or missing:
+        where = f" at {missing[0]}" if missing else ""
+        raise ModelLoadError(
+            f"GuideLLM failed{where} (exit {done.returncode}): {_last_error(log.read_text())}",
+            f"its log: {log}",
+        )
+    return [(read_results(workdir / f"{b.name}.json"), walls[b.name]) for b in benchmarks]
+
+
+def _walls(text: str) -> dict[str, float]:
+    """The batch script's progress lines (``{"name": ..., "wall_s": ...}``) by name."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            found[str(row["name"])] = float(row["wall_s"])
+        except (ValueError, TypeError, KeyError):
+            continue  # GuideLLM's own output
+    return found
+
+
+def _stat(metrics: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    entry = metrics[key]
+    found: Mapping[str, Any] = entry.get("successful", entry)
+    return found
+
+
+def _latencies(metrics: Mapping[str, Any], key: str, completed: int) -> Latencies:
+    if completed == 0:  # nothing finished at this rate: no latency is acceptable
+        return Latencies(math.inf, math.inf, math.inf)
+    q = _stat(metrics, key)["percentiles"]
+    return Latencies(float(q["p50"]), float(q["p95"]), float(q["p99"]))
+
+
+def _optional(metrics: Mapping[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        value = _stat(metrics, key).get("mean")
+    return None if value is None else float(value)
+
+
+def point_from(benchmark: Mapping[str, Any]) -> RatePoint:
+    """One GuideLLM benchmark (one rate) of a results file as a :class:`RatePoint`."""
+    rate = benchmark["config"]["strategy"]["rate"]
+    metrics = benchmark["metrics"]
+    totals = metrics["request_totals"]
+    completed = int(totals["successful"])
+    return RatePoint(
+        offered_rate=float(rate),
+        achieved_rate=float(_stat(metrics, "requests_per_second")["mean"]),
+        ttft_ms=_latencies(metrics, "time_to_first_token_ms", completed),
+        itl_ms=_latencies(metrics, "inter_token_latency_ms", completed),
+        e2e_s=_latencies(metrics, "request_latency", completed),
+        output_tokens_per_s=float(_stat(metrics, "output_tokens_per_second")["mean"]),
+        completed=completed,
+        incomplete=int(totals.get("incomplete", 0)),
+        errored=int(totals.get("errored", 0)),
+        conforming_rate=_optional(metrics, "request_goodput"),
+        attainment=_optional(metrics, "slo_attainment"),
+    )
+
+
+def read_results(path: Path) -> list[RatePoint]:
+    """A GuideLLM results file -> its points, by offered rate (DataError when malformed)."""
+    try:
+        report = json.loads(path.read_text())
+        version = report["metadata"]["version"]
+        if version != REPORT_VERSION:
+            raise DataError(
+                f"{path}: GuideLLM report version {version!r}, expected {REPORT_VERSION}",
+                f"use GuideLLM {GUIDELLM_VERSION} ({INSTALL_HINT})",
+            )
+        points = [point_from(b) for b in report["benchmarks"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(
+            f"{path}: not a GuideLLM {GUIDELLM_VERSION} results file ({type(exc).__name__}: {exc})",
+            INSTALL_HINT,
+        ) from None
+    if not points:
+        raise DataError(f"{path}: GuideLLM measured no rate", "check its log beside the file")
+    return sorted(points, key=lambda p: p.offered_rate)
+
+
+def version_of(executable: Path) -> str:
+    """The installed GuideLLM's version (``guidellm --version``)."""
+    done = subprocess.run(
+        [str(executable), "--version"], capture_output=True, text=True, timeout=120, check=False
+    )
+    return done.stdout.strip().rsplit(" ", 1)[-1] if done.returncode == 0 else "unknown"
+
+
+__all__ = [
+    "BATCH_SCRIPT",
+    "GUIDELLM_VERSION",
+    "INSTALL_HINT",
+    "Benchmark",
+    "Workload",
+    "batch_env",
+    "default_executable",
+    "find_executable",
+    "interpreter",
+    "point_from",
+    "read_results",
+    "run_batch",
+    "scenario",
+    "version_of",
+]

@@ -1,0 +1,216 @@
+"""The load tier end to end: the real GuideLLM against the session's real vLLM servers.
+
+``gate run --tiers load`` with the float32 server (``served``) as the baseline
+build (``--baseline-endpoint``) and, as the candidate (``--endpoint``):
+
+* the same float32 server: the interval of the speed ratio at the SLO
+  (``load.slo_speedup``) contains 1, exit 0;
+* the FP8 server (``served_fp8``, FP8 weights emulated on this CPU, about 3x
+  slower per token than float32 here): blocked by ``min_speedup`` (the
+  interval's upper end is below 1), exit 1.
+
+Both runs happen once, in the module-scoped :func:`load_runs`, which every
+assertion shares; each run's benchmarks go through one GuideLLM process.
+GuideLLM comes from its own cached environment (:func:`guidellm_command`
+installs it once through ``scripts/setup_tool_env.sh guidellm``). The plan is
+the shortest that gives the paired interval its 3 observations (3 rates of 5 s,
+one pass, 6 benchmarks per run) so the suite keeps its time; the users' default
+is the full plan of :class:`gate.tiers.load.LoadSettings`. The figures and the
+wall times are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gate.errors import ExitCode
+from gate.models.backends.http import HTTPBackend
+from gate.models.guidellm import GUIDELLM_VERSION, default_executable
+from tests.cli_support import run_gate
+from tests.engine_support import engine_env
+
+pytestmark = [pytest.mark.engine, pytest.mark.goodput, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+_COMMAND: list[str] = []
+
+
+def guidellm_command() -> str:
+    """GuideLLM's command from its cached tool environment (installed here when missing)."""
+    if _COMMAND:
+        return _COMMAND[0]
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup_tool_env.sh"), "guidellm"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
+    if done.returncode != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+        pytest.fail(f"scripts/setup_tool_env.sh guidellm failed: {tail}", pytrace=False)
+    command = Path(done.stdout.strip().splitlines()[-1]).with_name("guidellm")
+    assert command == default_executable(), command
+    _COMMAND.append(str(command))
+    return str(command)
+
+
+#: The shortest plan with 3 pairs: one pass over 3 rates of 5 s; requests of 32 + 32 tokens.
+#: The rates stay below what the FP8 server completes in a 5 s window (it takes about 2 s a
+#: request here, alone): a rate where a build completes nothing gives no pair. The SLO
+#: (ITL 200 ms, TTFT 5 s) is loose, so that a stall of the shared machine does not fail the
+#: baseline's check; the ITL share binds for both builds, so the speed ratio is the ITL
+#: ratio; ``sustain`` is low because a 5 s window cuts off the
+#: requests still running on a loaded machine. A benchmark of 5 s has 2-5 requests, and
+#: GuideLLM's percentiles are over requests: their p95 is the slowest request, one stall of
+#: the shared machine; the speed ratio is taken at the median (``speed_percentile``).
+SHORT_PLAN = """
+[tiers.load]
+rates = [0.5, 0.75, 1.0]
+duration_s = 5.0
+repeats = 1
+prompt_tokens = 32
+output_tokens = 32
+sustain = 0.2
+speed_percentile = "p50"
+ttft_p95_ms = 5000.0
+itl_p95_ms = 200.0
+min_speedup = 1.0
+guidellm = "{guidellm}"
+output_dir = "{out}"
+"""
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """One ``gate run --tiers load``: exit code, results JSON, wall seconds, its folder."""
+
+    code: int
+    results: dict[str, Any]
+    wall_s: float
+    folder: Path
+
+
+def _load_run(folder: Path, cache: Path, candidate: HTTPBackend, baseline: HTTPBackend) -> LoadRun:
+    folder.mkdir(parents=True)
+    config = folder / "gate.toml"
+    config.write_text(SHORT_PLAN.format(guidellm=guidellm_command(), out=folder / "guidellm"))
+    out = folder / "results.json"
+    started = time.perf_counter()
+    done = run_gate(
+        "run",
+        "--candidate",
+        "demo",
+        "--against",
+        "fp32",
+        "--tiers",
+        "load",
+        "--config",
+        str(config),
+        "--endpoint",
+        candidate.settings.base_url,
+        "--baseline-endpoint",
+        baseline.settings.base_url,
+        "--json",
+        str(out),
+        "--html",
+        str(folder / "report.html"),
+        cwd=folder,
+        env=engine_env(cache),
+    )
+    wall = time.perf_counter() - started
+    assert out.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    return LoadRun(done.returncode, json.loads(out.read_text()), wall, folder)
+
+
+@pytest.fixture(scope="module")
+def load_runs(
+    engine_cache: Path,
+    served: HTTPBackend,
+    served_fp8: HTTPBackend,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, LoadRun]:
+    """Both runs, once: float32 against itself, then FP8 against float32."""
+    root = tmp_path_factory.mktemp("load")
+    runs = {
+        "fp32": _load_run(root / "fp32", engine_cache, served, served),
+        "fp8": _load_run(root / "fp8", engine_cache, served_fp8, served),
+    }
+    for name, run in runs.items():
+        _figures(name, run)
+    return runs
+
+
+def _metric(results: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(m for m in results["metrics"] if m["name"] == name)
+    return found
+
+
+def _figures(name: str, run: LoadRun) -> None:
+    speed = _metric(run.results, "load.slo_speedup")
+    good = _metric(run.results, "load.goodput_ratio")
+    details = speed["details"]
+    print(
+        f"\n[load figures] {name} vs fp32: "
+        + json.dumps(
+            {
+                "exit": run.code,
+                "slo_speedup": speed["value"],
+                "ci": details["ratio_ci"],
+                "severity": speed["severity"],
+                "pairs": details["pairs"],
+                "candidate_slo_load": details["candidate_slo_load"],
+                "baseline_slo_load": details["baseline_slo_load"],
+                "goodput_ratio": good["value"],
+                "per_sweep": good["details"]["per_sweep"],
+                "benchmark_wall_s": details["wall_s"],
+                "run_wall_s": run.wall_s,
+            },
+            default=float,
+        )
+    )
+
+
+def test_float32_against_itself_passes(load_runs: dict[str, LoadRun]) -> None:
+    run = load_runs["fp32"]
+    speed = _metric(run.results, "load.slo_speedup")
+    low, high = speed["details"]["ratio_ci"]
+    assert low <= 1.0 <= high
+    assert len(speed["details"]["pairs"]) == 3
+    # nothing shown against it: the interval reaches min_speedup 1, so it passes
+    assert run.code == ExitCode.OK and run.results["verdict"] == "pass"
+    assert speed["severity"] == "pass", speed["reason"]
+
+
+def test_fp8_build_is_blocked_by_min_speedup(load_runs: dict[str, LoadRun]) -> None:
+    run = load_runs["fp8"]
+    speed = _metric(run.results, "load.slo_speedup")
+    assert speed["severity"] == "critical", speed["reason"]
+    assert speed["details"]["ratio_ci"][1] < 1.0
+    assert run.code == ExitCode.BLOCKED and run.results["verdict"] == "block"
+
+
+def test_one_guidellm_process_its_files_and_the_report(load_runs: dict[str, LoadRun]) -> None:
+    run = load_runs["fp8"]
+    work = run.folder / "guidellm"
+    names = [json.loads(line)["name"] for line in (work / "batch.out").read_text().splitlines()]
+    assert names == [
+        "baseline-1-0.5r",
+        "candidate-1-0.5r",
+        "candidate-1-0.75r",
+        "baseline-1-0.75r",
+        "baseline-1-1r",
+        "candidate-1-1r",
+    ]
+    assert all((work / f"{n}.json").is_file() for n in names)
+    assert (run.folder / "report.load.png").stat().st_size > 1000
+    assert 'id="plot-load"' in (run.folder / "report.html").read_text()
+    speed = _metric(run.results, "load.slo_speedup")
+    assert speed["details"]["guidellm_version"] == GUIDELLM_VERSION
