@@ -239,8 +239,9 @@ def served_fp8(
 
 @pytest.fixture(scope="session")
 def inprocess_bf16_fidelity() -> dict[str, Any]:
-    """The demo model's fidelity in bfloat16, in process, against the committed demo pack
-    with the settings it was recorded with: the figure served builds are held beside."""
-    from tests.engine_support import inprocess_fidelity
+    """The demo model's fidelity in bfloat16, in process, against the committed demo pack's
+    first ``FP8_PROMPTS`` prompts with the settings it was recorded with: the figure served
+    builds are held beside."""
+    from tests.engine_support import FP8_PROMPTS, inprocess_fidelity
 
-    return inprocess_fidelity("bfloat16")
+    return inprocess_fidelity("bfloat16", limit=FP8_PROMPTS)

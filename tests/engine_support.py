@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -134,14 +135,20 @@ def demo_fidelity_settings() -> Any:
     return build_settings("fidelity", stored.provenance.tier_settings["fidelity"])
 
 
-def inprocess_fidelity(dtype: str) -> dict[str, Any]:
-    """Fidelity measurements (by name) of the demo model loaded in process in ``dtype`` against the demo pack."""
+#: Pack prompts the FP8 server and the in-process bfloat16 build are compared on (a third
+#: of the demo pack: CGA on 32 prompts x 128 tokens, 4,096 positions).
+FP8_PROMPTS = 32
+
+
+def inprocess_fidelity(dtype: str, limit: int | None = None) -> dict[str, Any]:
+    """Fidelity measurements (by name) of the demo model loaded in process in ``dtype`` against
+    the demo pack (its first ``limit`` prompts; all when ``None``)."""
     from gate.models.backends.loading import load_backend
     from gate.models.spec import ModelSpec
     from gate.store.reference import load_pack
     from gate.tiers import fidelity
 
-    settings = demo_fidelity_settings()
+    settings = replace(demo_fidelity_settings(), limit=limit)
     pack = load_pack(DEMO_BASELINE / "0001-fp32.reference.safetensors")
     backend = load_backend(ModelSpec.parse("demo", dtype=dtype))
     measured = fidelity.measure(backend, pack, settings, prompts=fidelity.load_prompts(settings))

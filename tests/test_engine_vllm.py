@@ -45,6 +45,7 @@ from gate.store.reference import load_pack
 from gate.tiers import accuracy, capability, fidelity
 from gate.tiers.registry import build_settings
 from tests.engine_support import (
+    FP8_PROMPTS,
     MAX_BATCHED_TOKENS,
 )
 
@@ -236,7 +237,7 @@ def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
 def test_fp8_build_fidelity_beside_in_process_bfloat16(
     served_fp8: HTTPBackend, inprocess_bf16_fidelity: dict[str, Measurement]
 ) -> None:
-    settings = _fidelity_settings()
+    settings = replace(_fidelity_settings(), limit=FP8_PROMPTS)  # the bfloat16 build's prompts
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(settings)
     served_values = {
