@@ -151,5 +151,6 @@ def inprocess_fidelity(dtype: str, limit: int | None = None) -> dict[str, Any]:
     settings = replace(demo_fidelity_settings(), limit=limit)
     pack = load_pack(DEMO_BASELINE / "0001-fp32.reference.safetensors")
     backend = load_backend(ModelSpec.parse("demo", dtype=dtype))
-    measured = fidelity.measure(backend, pack, settings, prompts=fidelity.load_prompts(settings))
+    prompts = fidelity.load_prompts(demo_fidelity_settings())  # the pack's whole prompt set
+    measured = fidelity.measure(backend, pack, settings, prompts=prompts)
     return {m.name: m for m in measured}

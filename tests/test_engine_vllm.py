@@ -239,7 +239,7 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(
 ) -> None:
     settings = replace(_fidelity_settings(), limit=FP8_PROMPTS)  # the bfloat16 build's prompts
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
-    prompts = fidelity.load_prompts(settings)
+    prompts = fidelity.load_prompts(_fidelity_settings())  # the pack's whole prompt set
     served_values = {
         m.name: m for m in fidelity.measure(served_fp8, pack, settings, prompts=prompts)
     }
