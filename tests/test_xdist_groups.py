@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems  # the suite's grouping
+from tests.xdist_groups import pytest_collection_modifyitems  # the suite's grouping
 
 LOG = Path(os.environ["GROUPS_LOG"])
 

@@ -1,0 +1,37 @@
+"""The suite's groups for ``pytest-xdist --dist loadgroup`` (scripts/test.sh).
+
+A module of its own, imported by tests/conftest.py as its hook, so that
+tests/test_xdist_groups.py can run it in a small suite without the suite's
+fixtures and their imports.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: The xdist group of the tests that use the session's real servers: they share
+#: them, so they run on one worker, and first (the longest group).
+ENGINE_GROUP = "engine"
+#: The session fixtures that are a running server.
+SHARED_SERVERS = {"served", "served_fp8"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``--dist loadgroup``: the engine tests that share the
+    session's servers in one group, an engine test with a server of its own
+    alone, every other file in a group of its own (its module fixtures are built
+    once); the engine tests first."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # (an xdist worker sees ``--dist no``: the groups are marked whatever it says)
+    order: dict[str, int] = {}
+    for item in items:
+        engine = item.get_closest_marker("engine") is not None
+        if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
+            group, order[item.nodeid] = ENGINE_GROUP, 0
+        elif engine:  # starts (and stops) its own server: may run beside the others
+            group, order[item.nodeid] = item.nodeid, 1
+        else:
+            group, order[item.nodeid] = item.nodeid.split("::", 1)[0], 2
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: order[item.nodeid])
