@@ -67,9 +67,9 @@ step() {  # step NAME COMMAND...: run one check; the canary goes on after a fail
 }
 [ "$LATEST" = 1 ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
 echo "== set-up: ${SECONDS} s"
-# The native kernels the tests load build beside the linters and the first tests
-# (scripts/build_extensions.py, about a minute in a fresh venv): a test that needs
-# them before the build ends waits on the build's lock instead of building again.
+# The native kernels the tests load build beside the linters (scripts/build_extensions.py,
+# about a minute in a fresh venv). Not beside the tests: a compiler on both cores
+# slows the interpreter starts that tests/test_signals.py times.
 EXTENSIONS_LOG=$(mktemp)
 "$VPY" scripts/build_extensions.py >"$EXTENSIONS_LOG" 2>&1 &
 EXTENSIONS_PID=$!
@@ -89,6 +89,11 @@ MYPY_VERSION=$("$VPY" -c "import mypy.version; print(mypy.version.__version__)")
 export MYPY_CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gate-mypy/$MYPY_VERSION"
 step mypy "$VPY" -m mypy gate
 step actionlint actionlint .github/workflows/*.yml
+if ! wait "$EXTENSIONS_PID"; then
+  echo "scripts/build_extensions.py failed (the tests that need it will build it or fail):"
+  cat "$EXTENSIONS_LOG"
+fi
+rm -f "$EXTENSIONS_LOG"
 if [ -n "$GUIDELLM_PID" ] && ! wait "$GUIDELLM_PID"; then
   echo "scripts/setup_tool_env.sh guidellm failed (the goodput tests will try it again or fail):"
   cat "$GUIDELLM_LOG"
@@ -99,11 +104,6 @@ XDIST=()
 [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
 step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 \
   "${XDIST[@]}" "${PYTEST_ARGS[@]}"
-if ! wait "$EXTENSIONS_PID"; then
-  echo "scripts/build_extensions.py failed (the tests that needed it built it themselves):"
-  cat "$EXTENSIONS_LOG"
-fi
-rm -f "$EXTENSIONS_LOG"
 
 if [ "$LATEST" = 1 ]; then
   "$VPY" scripts/canary_report.py requirements/lock.txt "$CANARY/lock.txt" \
