@@ -56,36 +56,47 @@ if [ -e "$VENV" ]; then
   log "$VENV was made from another lock or by an older setup: making it anew"
   rm -rf "$VENV"
 fi
+# uv (scripts/uv.sh, pinned) makes the venv and installs the same files as pip,
+# hashes checked, in a fraction of pip's time; pip does it where uv cannot be had.
+UV=$(bash scripts/uv.sh 2>/dev/null | tail -n 1) && [ -x "$UV" ] || UV=
 log "creating $VENV (no system site-packages: only the lock is importable)"
-"$PYTHON" -m venv "$VENV"
+if [ -n "$UV" ]; then
+  "$UV" venv --quiet --seed --python "$PYTHON" "$VENV"
+else
+  "$PYTHON" -m venv "$VENV"
+fi
 
 log "installing $LOCK ($(grep -cE '^[a-zA-Z0-9]' "$LOCK") packages, hash-checked, no dependencies beyond the lock)"
-# uv (scripts/uv.sh, pinned) installs the same files as pip, hashes checked, in a
-# fraction of pip's time; pip does it where uv cannot be had.
-if UV=$(bash scripts/uv.sh 2>/dev/null | tail -n 1) && [ -x "$UV" ]; then
+if [ -n "$UV" ]; then
   "$UV" pip install --quiet --python "$VPY" --require-hashes --no-deps -r "$LOCK"
 else
   log "uv is not available: installing with pip"
   pip_q install -q --require-hashes --no-deps -r "$LOCK"
 fi
 
+# torch through pip, which knows where this machine's torch builds are (its index
+# and find-links settings); --no-compile: Python writes the bytecode of the modules
+# that are imported when they are, instead of pip compiling all of torch (30 s).
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 if has_gpu; then
   log "GPU found: installing $TORCH_PIN (the registry's CUDA build)"
-  pip_q install -q "$TORCH_PIN"
+  pip_q install -q --no-compile "$TORCH_PIN"
 else
   log "no GPU found: installing the CPU build of $TORCH_PIN"
-  pip_q install -q --retries 1 --timeout 20 --extra-index-url "$TORCH_CPU_INDEX" "$TORCH_PIN"
+  pip_q install -q --no-compile --retries 1 --timeout 20 --extra-index-url "$TORCH_CPU_INDEX" "$TORCH_PIN"
 fi
 
 log "installing gate (editable, no dependencies: they are the lock's)"
-pip_q install -q --no-deps --no-build-isolation -e .
+if [ -n "$UV" ]; then
+  "$UV" pip install --quiet --python "$VPY" --no-deps --no-build-isolation -e .
+else
+  pip_q install -q --no-compile --no-deps --no-build-isolation -e .
+fi
 
 log "checking the environment against the lock"
 "$VPY" - "$LOCK" "$TORCH_PIN" <<'PY'
 import importlib.metadata as md
 import re
-import subprocess
 import sys
 
 lock_path, torch_pin = sys.argv[1], sys.argv[2]
@@ -102,10 +113,16 @@ for name, want in sorted(pins.items()):
         wrong.append(f"{name} {have} (lock: {want})")
 if wrong:
     sys.exit("[setup] the environment does not match the lock: " + "; ".join(wrong))
-check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-if check.returncode != 0:
-    sys.exit("[setup] pip check failed: " + check.stdout.strip().replace("\n", "; "))
 PY
+if [ -n "$UV" ]; then
+  CHECK=("$UV" pip check --python "$VPY")
+else
+  CHECK=("$VPY" -m pip check)
+fi
+if ! CHECKED=$("${CHECK[@]}" 2>&1); then
+  log "the environment's requirements do not hold together: ${CHECKED//$'\n'/; }"
+  exit 1
+fi
 printf '%s\n%s\n' "$LOCK_ID" "$LOCK" >"$STAMP"
 log "installed $LOCK (lock $LOCK_ID) and $("$VPY" -c 'import torch; print("torch", torch.__version__)') into $VENV"
 "$VPY" -m gate.cli --version >&2

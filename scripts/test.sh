@@ -45,13 +45,22 @@ export PATH="$(dirname "$VPY"):$PATH"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg
 [ "$QUICK" = 1 ] && PYTEST_ARGS+=(-m "not engine and not slow")
 
-# Headless Chromium renders the HTML report in one test (Debian's package).
-if [ "$QUICK" = 0 ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+# Debian packages the run uses when they can be had: headless Chromium renders the
+# HTML report in one test; ccache, which torch puts in front of the compiler when it
+# is on PATH, lets a fresh checkout reuse the native kernels' objects that an earlier
+# one compiled from the same sources, headers and compiler (about a minute).
+WANTED=()
+command -v ccache >/dev/null 2>&1 || WANTED+=(ccache)
+[ "$QUICK" = 1 ] || command -v chromium >/dev/null 2>&1 || WANTED+=(chromium)
+if [ "${#WANTED[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-  echo "== installing chromium (HTML report rendering test)"
-  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
-    || echo "chromium could not be installed: the browser test will be skipped"
+  echo "== installing ${WANTED[*]} (Debian packages)"
+  { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${WANTED[@]}" >/dev/null; } \
+    || echo "${WANTED[*]} could not be installed: the browser test is skipped without chromium, the native kernels compile without ccache"
 fi
+# ccache's objects live beside the other caches; paths under the checkout are
+# hashed relative to it, so that another clone of the same sources hits.
+export CCACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/gate-ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 
 status=0
 step() {  # step NAME COMMAND...: run one check; the canary goes on after a failure
@@ -67,9 +76,10 @@ step() {  # step NAME COMMAND...: run one check; the canary goes on after a fail
 }
 [ "$LATEST" = 1 ] && rm -f "$CANARY/checks.log" "$CANARY/failed.txt"
 echo "== set-up: ${SECONDS} s"
-# The native kernels the tests load build beside the linters (scripts/build_extensions.py,
-# about a minute in a fresh venv). Not beside the tests: a compiler on both cores
-# slows the interpreter starts that tests/test_signals.py times.
+# The native kernels the tests load build beside the linters (scripts/build_extensions.py:
+# about a minute in a fresh venv, 20 s of imports when ccache has the objects). Not
+# beside the tests: a compiler on both cores slows the interpreter starts that
+# tests/test_signals.py times.
 EXTENSIONS_LOG=$(mktemp)
 "$VPY" scripts/build_extensions.py >"$EXTENSIONS_LOG" 2>&1 &
 EXTENSIONS_PID=$!
