@@ -35,6 +35,7 @@ them; ``alpha`` is one minus the interval's level.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gate.errors import DataError
@@ -78,7 +79,7 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
             f"{spec.name} {fmt(value)} [{fmt(found[0])}, {fmt(found[1])}]"
             f" ({found[2]:.0%} CI, {n} paired observations)"
         )
-    base = Decision(
+    base = Decision(  # not gated; a gated ratio replaces the verdict's fields
         metric=spec.name,
         slice=slice,
         value=value,
@@ -130,18 +131,12 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
     else:
         severity = Severity.PASS
         why = f"speedup {fmt(point)} >= min_speedup {fmt(speedup)}"
-    return Decision(
-        metric=spec.name,
-        slice=slice,
-        value=value,
-        higher_is_better=spec.higher_is_better,
-        reference=reference,
+    return replace(
+        base,
         threshold=threshold,
         point=Severity.WARN if point < speedup else Severity.PASS,
         severity=severity,
         basis=Basis.SUPPORTED,
-        evidence=None,
-        n=n,
         text=f"{shown}: {why}",
     )
 

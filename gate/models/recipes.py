@@ -125,7 +125,7 @@ RECIPES: dict[str, RecipeDef] = {
         RecipeDef("drop-layers", "drop the last n decoder layers", arg="count"),
         RecipeDef(
             "delay",
-            "sleep before every forward call (tests the latency tier)",
+            "spend N ms of CPU before every forward call (tests the latency tier)",
             arg="duration",
             changes_weights=False,
             family="test",
