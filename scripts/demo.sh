@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VPY=$(bash scripts/setup.sh | tail -n 1)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+unset PYTHONDONTWRITEBYTECODE  # imports of torch and transformers from bytecode caches (scripts/test.sh)
 exec "$VPY" -m gate.cli demo "$@"

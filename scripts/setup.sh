@@ -76,7 +76,8 @@ fi
 
 # torch through pip, which knows where this machine's torch builds are (its index
 # and find-links settings); --no-compile: Python writes the bytecode of the modules
-# that are imported when they are, instead of pip compiling all of torch (30 s).
+# that are imported when they are, instead of pip compiling all of torch (30 s)
+# (scripts/test.sh and scripts/demo.sh let it where PYTHONDONTWRITEBYTECODE is set).
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 if has_gpu; then
   log "GPU found: installing $TORCH_PIN (the registry's CUDA build)"
