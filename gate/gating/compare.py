@@ -386,36 +386,18 @@ def judge(
         return judge_ratio(cand, spec, slice=slice)
     ref = _reference(cand, base, spec, against)
     if ref is None:
-        return Decision(
-            metric=spec.name,
-            slice=slice,
-            value=cand.value,
-            higher_is_better=spec.higher_is_better,
-            reference=None,
-            threshold=None,
-            point=Severity.PASS,
-            severity=Severity.PASS,
-            basis=Basis.NO_REFERENCE,
-            evidence=None,
-            n=cand.n,
-        )
+        return Decision.passed_ungated(
+            spec.name, slice, cand.value, spec.higher_is_better, None,
+            basis=Basis.NO_REFERENCE, n=cand.n,
+        )  # fmt: skip
     first = _evidence(cand, ref, spec, n_resamples)
     evidence = first if isinstance(first, Evidence) else None
     untested = first if isinstance(first, str) else ""
-    decision = Decision(
-        metric=spec.name,
-        slice=slice,
-        value=cand.value,
-        higher_is_better=spec.higher_is_better,
-        reference=ref,
-        threshold=None,
-        point=Severity.PASS,
-        severity=Severity.PASS,
-        basis=Basis.NOT_GATED,
-        evidence=evidence,
-        n=evidence.n if evidence else cand.n,
-        untested=untested,
-    )
+    decision = Decision.passed_ungated(
+        spec.name, slice, cand.value, spec.higher_is_better, ref,
+        basis=Basis.NOT_GATED, n=evidence.n if evidence else cand.n,
+        evidence=evidence, untested=untested,
+    )  # fmt: skip
     if threshold is None:
         return decision
     bound = threshold.bound_for(slice)

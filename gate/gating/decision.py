@@ -125,6 +125,38 @@ class Decision(Assessment):
     #: The whole reason, when the decision words itself (a ratio, :mod:`gate.gating.speedup`).
     text: str = ""
 
+    @classmethod
+    def passed_ungated(
+        cls,
+        metric: str,
+        slice: str | None,
+        value: float,
+        higher_is_better: bool,
+        reference: Reference | None,
+        *,
+        basis: Basis,
+        n: int,
+        evidence: Evidence | None = None,
+        untested: str = "",
+        text: str = "",
+    ) -> Decision:
+        """A PASS with no threshold applied (``basis`` says why: no reference, no bound)."""
+        return cls(
+            metric=metric,
+            slice=slice,
+            value=value,
+            higher_is_better=higher_is_better,
+            reference=reference,
+            threshold=None,
+            point=Severity.PASS,
+            severity=Severity.PASS,
+            basis=basis,
+            evidence=evidence,
+            n=n,
+            untested=untested,
+            text=text,
+        )
+
     @property
     def delta(self) -> float | None:
         """``value - reference``; ``None`` without a reference."""

@@ -79,20 +79,10 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
             f"{spec.name} {fmt(value)} [{fmt(found[0])}, {fmt(found[1])}]"
             f" ({found[2]:.0%} CI, {n} paired observations)"
         )
-    base = Decision(  # not gated; a gated ratio replaces the verdict's fields
-        metric=spec.name,
-        slice=slice,
-        value=value,
-        higher_is_better=spec.higher_is_better,
-        reference=reference,
-        threshold=None,
-        point=Severity.PASS,
-        severity=Severity.PASS,
-        basis=Basis.NOT_GATED,
-        evidence=None,
-        n=n,
-        text=f"{shown}: not gated",
-    )
+    base = Decision.passed_ungated(  # a gated ratio replaces the verdict's fields
+        spec.name, slice, value, spec.higher_is_better, reference,
+        basis=Basis.NOT_GATED, n=n, text=f"{shown}: not gated",
+    )  # fmt: skip
     if raw is None:
         return base
     if found is None:
