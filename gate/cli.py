@@ -70,8 +70,14 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    """Import the commands and run one; every outcome becomes an exit code."""
+def _run(argv: Sequence[str] | None, interrupts: _Interrupts) -> int:
+    """Import the commands and run one; every outcome becomes an exit code.
+
+    Once ``interrupts`` has received a signal, any exception is the interrupt:
+    the :class:`KeyboardInterrupt` it raised may surface wrapped by the code it
+    hit (Python 3.11 wraps what ``__set_name__`` raises while a class is being
+    created in a :class:`RuntimeError`, as do some libraries' error handlers).
+    """
     import click
 
     from gate.errors import ExitCode, GateError, exit_label
@@ -96,6 +102,9 @@ def _run(argv: Sequence[str] | None) -> int:
         code = int(ExitCode.USAGE_ERROR)
         _say(f"gate: {exit_label(code)}")
     except Exception as exc:
+        if interrupts.received is not None:
+            _say(INTERRUPTED_LINE)
+            return int(ExitCode.INTERRUPTED)
         import traceback
 
         code = int(ExitCode.INTERNAL_ERROR)
@@ -109,10 +118,16 @@ def _run(argv: Sequence[str] | None) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns (and exits with) an :class:`ExitCode`."""
     interrupted = 2  # ExitCode.INTERRUPTED, before gate.errors is imported
+    interrupts: _Interrupts | None = None
     try:
-        with interrupt_handlers():
-            code = _run(argv)
+        with interrupt_handlers() as interrupts:
+            code = _run(argv, interrupts)
     except KeyboardInterrupt:  # a signal while importing or while printing the outcome
+        _say(INTERRUPTED_LINE)
+        code = interrupted
+    except Exception:  # the interrupt, wrapped by the code it hit (see _run)
+        if interrupts is None or interrupts.received is None:
+            raise
         _say(INTERRUPTED_LINE)
         code = interrupted
     if argv is None:

@@ -295,8 +295,16 @@ class ManagedServer:
             raise
 
     def _install_sigterm(self) -> None:
-        """While the server runs, SIGTERM to gate raises KeyboardInterrupt (so cleanup runs)."""
+        """While the server runs, SIGTERM to gate raises KeyboardInterrupt (so cleanup runs).
+
+        Only where SIGTERM would otherwise kill the process (its default action):
+        a handler already there (the command line's, which raises once and lets
+        the cleanup finish, or the embedding program's) and an ignored SIGTERM are
+        left alone.
+        """
         if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
             return
 
         def _on_sigterm(signum: int, frame: FrameType | None) -> None:
