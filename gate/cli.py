@@ -73,45 +73,58 @@ def _say(line: str) -> None:
 def _run(argv: Sequence[str] | None, interrupts: _Interrupts) -> int:
     """Import the commands and run one; every outcome becomes an exit code.
 
-    Once ``interrupts`` has received a signal, any exception is the interrupt:
-    the :class:`KeyboardInterrupt` it raised may surface wrapped by the code it
-    hit (Python 3.11 wraps what ``__set_name__`` raises while a class is being
-    created in a :class:`RuntimeError`, as do some libraries' error handlers).
+    Once ``interrupts`` has received a signal, the outcome is the interrupt,
+    whatever surfaced: the :class:`KeyboardInterrupt` the handler raised may
+    come up wrapped by the code it hit (Python 3.11 wraps what ``__set_name__``
+    raises while a class is being created in a :class:`RuntimeError`; a library
+    may re-raise it as its own error) or be swallowed on its way (a test that
+    errors instead of stopping pytest). A cancelled job reports no verdict.
     """
     import click
 
-    from gate.errors import ExitCode, GateError, exit_label
+    from gate.errors import ExitCode
 
     try:
         from gate.commands.group import cli
 
         result = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
         code = int(result) if isinstance(result, int) else int(ExitCode.OK)
-        if code == ExitCode.INTERRUPTED:
-            _say(INTERRUPTED_LINE)
-    except GateError as exc:
-        code = int(exc.exit_code)
-        _say(f"gate: error: {exc.format_line()} - {exit_label(code)}")
     except (click.exceptions.Abort, KeyboardInterrupt):
         code = int(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        interrupted = interrupts.received is not None
+        code = int(ExitCode.INTERRUPTED) if interrupted else _outcome_of(exc)
+    if interrupts.received is not None:
+        code = int(ExitCode.INTERRUPTED)
+    if code == ExitCode.INTERRUPTED:
         _say(INTERRUPTED_LINE)
-    except click.exceptions.Exit as exc:
+    return code
+
+
+def _outcome_of(exc: Exception) -> int:
+    """The exit code of an exception a command raised, its line printed on stderr."""
+    import click
+
+    from gate.errors import ExitCode, GateError, exit_label
+
+    if isinstance(exc, GateError):
         code = int(exc.exit_code)
-    except click.ClickException as exc:
+        _say(f"gate: error: {exc.format_line()} - {exit_label(code)}")
+        return code
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if isinstance(exc, click.ClickException):
         exc.show()
         code = int(ExitCode.USAGE_ERROR)
         _say(f"gate: {exit_label(code)}")
-    except Exception as exc:
-        if interrupts.received is not None:
-            _say(INTERRUPTED_LINE)
-            return int(ExitCode.INTERRUPTED)
+        return code
+    code = int(ExitCode.INTERNAL_ERROR)
+    _say(f"gate: internal error: {type(exc).__name__}: {exc}")
+    if _debug():
         import traceback
 
-        code = int(ExitCode.INTERNAL_ERROR)
-        _say(f"gate: internal error: {type(exc).__name__}: {exc}")
-        if _debug():
-            traceback.print_exc()
-        _say(f"gate: {exit_label(code)} (set GATE_DEBUG=1 for the traceback; please report it)")
+        traceback.print_exception(exc)
+    _say(f"gate: {exit_label(code)} (set GATE_DEBUG=1 for the traceback; please report it)")
     return code
 
 

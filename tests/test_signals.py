@@ -229,6 +229,32 @@ def test_a_wrapped_interrupt_inside_a_command_is_an_interrupt(
     assert "gate: interrupted" in err and "internal error" not in err, err
 
 
+@pytest.mark.parametrize("surfaced", ["swallowed", "as-a-gate-error"])
+def test_an_interrupt_swallowed_or_reworded_on_its_way_up_is_an_interrupt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], surfaced: str
+) -> None:
+    """A command that caught the interrupt (as pytest records a test that errored) or
+    re-raised it as its own error (a model load failing on it) still ends as an
+    interrupt: a cancelled job reports no verdict."""
+    from gate.cli import main
+    from gate.commands.group import cli
+    from gate.errors import ModelLoadError
+
+    def command_that_catches_the_signal(*args: object, **kwargs: object) -> int:
+        try:
+            _create_a_class_hit_by(signal.SIGINT)
+        except RuntimeError as exc:
+            if surfaced == "as-a-gate-error":
+                raise ModelLoadError("cannot load the model", "check it") from exc
+        return 0
+
+    monkeypatch.setattr(cli, "main", command_that_catches_the_signal)
+    assert main(["--help"]) == ExitCode.INTERRUPTED
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "gate: interrupted", err
+    assert "cannot load" not in err, err
+
+
 def test_an_error_without_a_signal_is_still_an_internal_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
