@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from gate.errors import ExitCode  # light: enum only
+
 #: Signals handled as an interrupt (exit 2): Ctrl-C and the cancellation of a CI job.
 INTERRUPT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 #: Printed (on stderr) when a command was interrupted.
@@ -80,18 +82,14 @@ def _run(argv: Sequence[str] | None, interrupts: _Interrupts) -> int:
     may re-raise it as its own error) or be swallowed on its way (a test that
     errors instead of stopping pytest). A cancelled job reports no verdict.
     """
-    import click
-
-    from gate.errors import ExitCode
-
     try:
         from gate.commands.group import cli
 
         result = cli.main(args=list(argv) if argv is not None else None, standalone_mode=False)
         code = int(result) if isinstance(result, int) else int(ExitCode.OK)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         code = int(ExitCode.INTERRUPTED)
-    except Exception as exc:
+    except Exception as exc:  # a wrapped interrupt prints no error line of its own
         interrupted = interrupts.received is not None
         code = int(ExitCode.INTERRUPTED) if interrupted else _outcome_of(exc)
     if interrupts.received is not None:
@@ -105,8 +103,10 @@ def _outcome_of(exc: Exception) -> int:
     """The exit code of an exception a command raised, its line printed on stderr."""
     import click
 
-    from gate.errors import ExitCode, GateError, exit_label
+    from gate.errors import GateError, exit_label
 
+    if isinstance(exc, click.exceptions.Abort):  # click's own Ctrl-C at a prompt
+        return int(ExitCode.INTERRUPTED)
     if isinstance(exc, GateError):
         code = int(exc.exit_code)
         _say(f"gate: error: {exc.format_line()} - {exit_label(code)}")
@@ -130,19 +130,18 @@ def _outcome_of(exc: Exception) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns (and exits with) an :class:`ExitCode`."""
-    interrupted = 2  # ExitCode.INTERRUPTED, before gate.errors is imported
     interrupts: _Interrupts | None = None
     try:
         with interrupt_handlers() as interrupts:
             code = _run(argv, interrupts)
-    except KeyboardInterrupt:  # a signal while importing or while printing the outcome
+    except KeyboardInterrupt:  # a signal while printing the outcome or restoring the handlers
         _say(INTERRUPTED_LINE)
-        code = interrupted
-    except Exception:  # the interrupt, wrapped by the code it hit (see _run)
+        code = int(ExitCode.INTERRUPTED)
+    except Exception:  # the interrupt, wrapped, where _run does not catch (see _run)
         if interrupts is None or interrupts.received is None:
             raise
         _say(INTERRUPTED_LINE)
-        code = interrupted
+        code = int(ExitCode.INTERRUPTED)
     if argv is None:
         sys.exit(code)
     return code
