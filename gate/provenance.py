@@ -242,6 +242,10 @@ class ModelProvenance:
     num_layers: int | None = _fact(_is_int)
     dtype_requested: str | None = _fact(_is_str)
     dtypes: tuple[str, ...] | None = _fact(_is_str_list)
+    #: The dtype the model computes in (transformers' ``model.dtype``: its first floating
+    #: parameter's; quantized storage such as uint8 is not it).
+    compute_dtype: str | None = _fact(_is_str)
+    #: Where the model ran (``cpu``, ``cuda:0``; with a device map, its first layer's device).
     device: str | None = _fact(_is_str)
     device_map: Mapping[str, Any] | None = _fact(_is_mapping)
     #: The quantization method the weights were loaded with.

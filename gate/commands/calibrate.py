@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from gate.commands.options import F, file_option, json_option, thresholds_option
+from gate.commands.options import (
+    F,
+    file_option,
+    json_option,
+    load_options,
+    load_settings,
+    thresholds_option,
+)
 from gate.errors import ConfigError, ExitCode
 
 
@@ -96,6 +103,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
     help="Power of the MDE and of the sample sizes (default: [gate] power of --thresholds).",
 )
 @click.option("--allow-pickle", is_flag=True, help="Load a pickle-only checkpoint (trusted only).")
+@load_options
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -123,6 +131,9 @@ def calibrate(
     quantile: float,
     power: float | None,
     allow_pickle: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
     dry_run: bool,
 ) -> int:
     """Measure the noise floor of MODEL on this machine and write thresholds derived from it.
@@ -187,6 +198,7 @@ def calibrate(
         quantile=quantile,
         power=power,
         allow_pickle=allow_pickle,
+        load=load_settings(device, dtype, trust_remote_code),
         log=log_path,
     )
     checked = check_calibration(request)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gate.commands.options import dir_option
+from gate.commands.options import dir_option, load_options, load_settings
 from gate.errors import ExitCode
 
 
@@ -64,12 +64,16 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     is_flag=True,
     help="Maintainers: re-record the committed demo baseline (ref fp32) with the demo settings.",
 )
+@load_options
 def demo(
     recipes: str | None,
     tiers: str | None,
     panel_name: str | None,
     json_dir: Path | None,
     record_baseline: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
 ) -> int:
     """Gate a panel of compressed builds of the packaged demo model.
 
@@ -84,7 +88,9 @@ def demo(
     is nonzero when a candidate run errored (3 or 4), when a candidate's
     compression acted on none of a tier's requests (5, NOT EXERCISED: its
     numbers would measure the uncompressed model) or when the control build
-    was not approved (1). Takes a few minutes on a laptop CPU.
+    was not approved (1). Takes a few minutes on a laptop CPU. The committed
+    baseline was recorded on the CPU in float32: on a GPU (--device auto picks
+    it) every build carries a device-drift warning; --device cpu matches it.
 
     \b
     Examples:
@@ -102,10 +108,13 @@ def demo(
     from gate.session.runner import parse_tiers
     from gate.store.writable import check_writable_dir
 
+    load = load_settings(device, dtype, trust_remote_code)
     if json_dir is not None:
         check_writable_dir(json_dir, "--json-dir")
     if record_baseline:
-        return int(panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS))
+        return int(
+            panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS, load=load)
+        )
     tier_list = parse_tiers(tiers) or panel.DEFAULT_TIERS
     recipe_list = _split(recipes, panel.DEFAULT_RECIPES)
     if panel_name == "paper":
@@ -133,7 +142,7 @@ def demo(
             progress.advance(task)
 
         result = panel.run_demo(
-            recipe_list, tier_list, json_dir=json_dir, on_start=start, on_done=done
+            recipe_list, tier_list, json_dir=json_dir, on_start=start, on_done=done, load=load
         )
     console.print(panel.summary_table(result.candidates))
     if panel_name == "paper":

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ExitCode
+from gate.models.load_settings import LoadSettings
 
 if TYPE_CHECKING:
     from gate.session.multirun import Outcome
@@ -222,11 +223,13 @@ def run_demo(
     store: Path | None = None,
     on_start: Callable[[str], None] | None = None,
     on_done: Callable[[CandidateResult], None] | None = None,
+    load: LoadSettings | None = None,
 ) -> DemoResult:
     """Gate every recipe against the committed baseline; returns the panel.
 
     The panel is checked like any run config before the first build loads
-    (unknown recipes, baseline refs, settings): a bad input raises.
+    (unknown recipes, baseline refs, settings, a CUDA ``load.device`` without
+    CUDA): a bad input raises.
     """
     from gate.report.outputs import ReportTargets
     from gate.session.multirun import run_candidates, session_runner
@@ -237,7 +240,8 @@ def run_demo(
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
         config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store)
-        plan = plan_run(config, CandidateOverrides(), SessionOptions(), ReportTargets())
+        overrides = CandidateOverrides(load=load or LoadSettings())
+        plan = plan_run(config, overrides, SessionOptions(), ReportTargets())
         check_plan(plan)
         if json_dir is not None:
             with writing("--json-dir", json_dir):
@@ -325,8 +329,13 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
     return table
 
 
-def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_TIERS) -> ExitCode:
+def record_baseline(
+    store: Path | None = None,
+    tiers: Sequence[str] = BASELINE_TIERS,
+    load: LoadSettings | None = None,
+) -> ExitCode:
     """Record the demo model's baseline (ref ``fp32``) with the demo settings (maintainers)."""
+    from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
     from gate.session.runner import run_pytest
 
@@ -337,5 +346,7 @@ def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_T
             ref=BASELINE_REF,
             config=write_config(Path(tmp) / "demo.toml", tiers=tiers, store=store),
             model_slug=MODEL,
+            load=load or LoadSettings(),
         )
+        prepare_session("record", MODEL, options)  # a CUDA device without CUDA: exit 4 here
         return run_pytest("record", MODEL, options, tiers=tiers)
