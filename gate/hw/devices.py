@@ -19,8 +19,9 @@ Rules:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gate.errors import UsageError
 
@@ -64,6 +65,23 @@ def resolve_device(device: str, probe: CudaProbe = TORCH_CUDA) -> str:
     return device
 
 
+def cuda_indices(device: str, device_map: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """The CUDA GPUs a model occupies: the GPU entries of its accelerate device map
+    (``{"model.layers.0": 0, ...}``, ``"cuda:1"``), else ``device``'s index; none on the CPU."""
+    found: list[int] = []
+    for where in (device_map or {}).values():
+        text = str(where)
+        if isinstance(where, int) or text.isdigit():
+            found.append(int(text))
+        elif device_kind(text) == "cuda":
+            found.append(int(text.partition(":")[2] or 0))
+    if found:
+        return tuple(sorted(set(found)))
+    if device_kind(device) != "cuda":
+        return ()
+    return (int(device.partition(":")[2] or 0),)
+
+
 def check_device(device: str, probe: CudaProbe = TORCH_CUDA) -> None:
     """Refuse a CUDA device this machine does not have (:class:`UsageError`, exit 4).
 
@@ -85,4 +103,11 @@ def check_device(device: str, probe: CudaProbe = TORCH_CUDA) -> None:
         )
 
 
-__all__ = ["TORCH_CUDA", "CudaProbe", "check_device", "device_kind", "resolve_device"]
+__all__ = [
+    "TORCH_CUDA",
+    "CudaProbe",
+    "check_device",
+    "cuda_indices",
+    "device_kind",
+    "resolve_device",
+]
