@@ -9,6 +9,7 @@ huge batch under a capped allocator).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -83,7 +84,7 @@ def test_steps_are_timed_with_cuda_events(cuda_demo: HFBackend) -> None:
     timed = cuda_demo.generate_timed(prompt, batch_size=2, new_tokens=8, clock=clock)
     steps = list(timed.step_times)
     assert len(steps) == timed.new_tokens == 8
-    assert steps[0] > 0 and all(b > a for a, b in zip(steps, steps[1:], strict=False))
+    assert steps[0] > 0 and all(b > a for a, b in itertools.pairwise(steps))
 
 
 def test_vram_is_reported_per_gpu(cuda_demo: HFBackend) -> None:
