@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,8 +110,8 @@ def test_gate_toml_keys_of_run_and_candidates(tmp_path: Path) -> None:
     # the command line wins over both
     line = CandidateOverrides(load=LoadSettings(device="auto", dtype="float32"))
     a, b = build_candidates(config, line)
-    assert a.load == b.load.__class__(device="auto", dtype="float32")
-    assert b.load.trust_remote_code is True
+    assert a.load == LoadSettings(device="auto", dtype="float32")
+    assert b.load == LoadSettings(device="auto", dtype="float32", trust_remote_code=True)
     # --candidate: [run]'s settings under the command line's
     (single,) = build_candidates(config, CandidateOverrides(candidate="demo"))
     assert single.load == LoadSettings(device="cpu", dtype="bfloat16")
@@ -259,3 +260,38 @@ def test_gate_compare_warns_on_another_device_and_strict_blocks(
         assert code == ExitCode.BLOCKED
     else:
         assert code == ExitCode.OK and results["headline"] == "APPROVED WITH WARNINGS"
+
+
+@pytest.mark.slow
+def test_gate_run_against_a_baseline_from_a_gpu_warns_and_strict_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's fp32 baseline, as if recorded on a GPU in bfloat16, against the demo
+    measured here on the CPU in float32: both drifts named, approved with warnings;
+    ``--strict`` blocks."""
+    from gate.session.plan import packaged_store
+
+    store = tmp_path / "store"
+    shutil.copytree(packaged_store(), store)
+    (path,) = store.glob("demo/*-fp32.json")
+    data = json.loads(path.read_text())
+    data["provenance"].update(device="cuda:0", compute_dtype="bfloat16")
+    path.write_text(json.dumps(data, indent=1))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GATE_PROGRESS", "plain")
+    (tmp_path / "gate.toml").write_text("[tiers.fidelity]\nlimit = 8\n")
+    argv = ["run", "--candidate", "demo", "--against", "fp32", "--tiers", "fidelity",
+            "--store", str(store), "--config", "gate.toml", "--device", "cpu",
+            "--dtype", "float32"]  # fmt: skip
+    assert main([*argv, "--json", "r.json"]) == ExitCode.OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert "baseline fp32 measured with device cuda, candidate with cpu" in out
+    assert "baseline fp32 measured with dtype bfloat16, candidate with float32" in out
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["headline"] == "APPROVED WITH WARNINGS"
+    assert results["candidate"]["device"] == "cpu"
+    assert results["candidate"]["compute_dtype"] == "float32"
+    assert {"package": "device", "baseline": "cuda", "candidate": "cpu", "against": "fp32"} in (
+        results["version_drift"]
+    )
+    assert main([*argv, "--strict"]) == ExitCode.BLOCKED
