@@ -295,3 +295,17 @@ def test_gate_run_against_a_baseline_from_a_gpu_warns_and_strict_blocks(
         results["version_drift"]
     )
     assert main([*argv, "--strict"]) == ExitCode.BLOCKED
+
+
+def test_calibrate_takes_the_device_of_its_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if _cuda_here():
+        pytest.skip("this machine has CUDA: device cuda is valid here")
+    config = tmp_path / "gate.toml"
+    config.write_text('[run]\ndevice = "cuda"\n')
+    argv = ["calibrate", "--model", "demo", "--config", str(config), "--repeats", "1"]
+    argv += ["--out", str(tmp_path / "cal.toml"), "--dry-run"]
+    assert main(argv) == ExitCode.USAGE_ERROR
+    assert "--device cuda: torch sees no CUDA GPU" in capsys.readouterr().err
+    assert main([*argv, "--device", "cpu"]) == ExitCode.OK  # the command line wins

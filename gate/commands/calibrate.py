@@ -19,6 +19,7 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import ConfigError, ExitCode
+from gate.models.load_settings import LoadSettings
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -198,7 +199,7 @@ def calibrate(
         quantile=quantile,
         power=power,
         allow_pickle=allow_pickle,
-        load=load_settings(device, dtype, trust_remote_code),
+        load=_load_settings(load_settings(device, dtype, trust_remote_code), config),
         log=log_path,
     )
     checked = check_calibration(request)
@@ -293,3 +294,12 @@ def calibrate(
             write_atomic(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     click.echo(f"gate: wrote {out} (sessions' reports: {log_path})")
     return int(ExitCode.OK)
+
+
+def _load_settings(given: LoadSettings, config: Path | None) -> LoadSettings:
+    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``."""
+    if config is None:
+        return given
+    from gate.session.run_config import load_run_config
+
+    return given.over(load_run_config(config).run.settings())
