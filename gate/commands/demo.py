@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from gate.commands.options import dir_option
+from gate.commands.options import dir_option, load_options, load_settings
 from gate.errors import ExitCode, UsageError
 
 
@@ -82,6 +82,7 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     is_flag=True,
     help="Maintainers: re-record the committed demo baseline (ref fp32) with the demo settings.",
 )
+@load_options
 def demo(
     model_name: str,
     store: Path | None,
@@ -90,6 +91,9 @@ def demo(
     panel_name: str | None,
     json_dir: Path | None,
     record_baseline: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
 ) -> int:
     """Gate a panel of compressed builds of the packaged demo model.
 
@@ -104,7 +108,9 @@ def demo(
     is nonzero when a candidate run errored (3 or 4), when a candidate's
     compression acted on none of a tier's requests (5, NOT EXERCISED: its
     numbers would measure the uncompressed model) or when the control build
-    was not approved (1). Takes a few minutes on a laptop CPU.
+    was not approved (1). Takes a few minutes on a laptop CPU. The committed
+    baseline was recorded on the CPU in float32: on a GPU (--device auto picks
+    it) every build carries a device-drift warning; --device cpu matches it.
 
     \b
     Examples:
@@ -123,6 +129,7 @@ def demo(
     from gate.session.runner import parse_tiers
     from gate.store.writable import check_writable_dir
 
+    load = load_settings(device, dtype, trust_remote_code)
     if json_dir is not None:
         check_writable_dir(json_dir, "--json-dir")
     model = panel.demo_model(model_name)
@@ -133,7 +140,7 @@ def demo(
         )
     if record_baseline:
         chosen = parse_tiers(tiers) or model.baseline_tiers
-        return int(panel.record_baseline(store, tiers=chosen, model=model))
+        return int(panel.record_baseline(store, tiers=chosen, model=model, load=load))
     tier_list = parse_tiers(tiers) or model.tiers
     recipe_list = _split(recipes, model.recipes)
     if panel_name == "paper":
@@ -168,6 +175,7 @@ def demo(
             model=model,
             on_start=start,
             on_done=done,
+            load=load,
         )
     console.print(panel.summary_table(result.candidates, model.baseline_ref))
     if panel_name == "paper":

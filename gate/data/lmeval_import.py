@@ -175,7 +175,7 @@ def join_samples(
         raise DataError(
             f"samples do not join: {len(only_cand)} candidate and {len(only_base)} baseline "
             f"document(s) have no partner (first: {side} doc {first.doc_id}, hash {first.doc_hash[:12]})",
-            "compare runs of the same task, dataset version and --limit",
+            "compare runs of the same task, dataset version and lm_eval --limit",
         )
     pairs = []
     for c in cand:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ExitCode
+from gate.models.load_settings import LoadSettings
 
 if TYPE_CHECKING:
     from gate.session.multirun import Outcome
@@ -328,16 +329,18 @@ def run_demo(
     model: DemoModel | None = None,
     on_start: Callable[[str], None] | None = None,
     on_done: Callable[[CandidateResult], None] | None = None,
+    load: LoadSettings | None = None,
 ) -> DemoResult:
     """Gate every recipe against the model's baseline; returns the panel.
 
     The panel is checked like any run config before the first build loads
-    (unknown recipes, baseline refs, settings): a bad input raises. A model
-    whose baseline is not committed has it recorded first (:func:`ensure_baseline`).
+    (unknown recipes, baseline refs, settings, a CUDA ``load.device`` without
+    CUDA): a bad input raises. A model whose baseline is not committed has it
+    recorded first (:func:`ensure_baseline`).
     """
     model = model or DEMO_MODELS[MODEL]
     if not model.committed:
-        store = ensure_baseline(model, store)
+        store = ensure_baseline(model, store, load)
     from gate.report.outputs import ReportTargets
     from gate.session.multirun import run_candidates, session_runner
     from gate.session.options import SessionOptions
@@ -347,7 +350,8 @@ def run_demo(
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
         config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store, model=model)
-        plan = plan_run(config, CandidateOverrides(), SessionOptions(), ReportTargets())
+        overrides = CandidateOverrides(load=load or LoadSettings())
+        plan = plan_run(config, overrides, SessionOptions(), ReportTargets())
         check_plan(plan)
         if json_dir is not None:
             with writing("--json-dir", json_dir):
@@ -439,9 +443,11 @@ def record_baseline(
     store: Path | None = None,
     tiers: Sequence[str] = BASELINE_TIERS,
     model: DemoModel | None = None,
+    load: LoadSettings | None = None,
 ) -> ExitCode:
     """Record the model's baseline (its ref, e.g. ``fp32`` of the demo model) with its
     panel settings (maintainers: the committed demo baseline)."""
+    from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
     from gate.session.runner import run_pytest
 
@@ -454,11 +460,15 @@ def record_baseline(
             ref=model.baseline_ref,
             config=write_config(Path(tmp) / "demo.toml", tiers=tiers, store=store, model=model),
             model_slug=model.slug,
+            load=load or LoadSettings(),
         )
+        prepare_session("record", model.name, options)  # a CUDA device without CUDA: exit 4 here
         return run_pytest("record", model.name, options, tiers=tiers)
 
 
-def ensure_baseline(model: DemoModel, store: Path | None = None) -> Path:
+def ensure_baseline(
+    model: DemoModel, store: Path | None = None, load: LoadSettings | None = None
+) -> Path:
     """The store holding ``model``'s baseline, recorded there first when it is missing
     (a failed recording raises: the panel has nothing to compare with)."""
     import sys
@@ -474,7 +484,7 @@ def ensure_baseline(model: DemoModel, store: Path | None = None) -> Path:
         file=sys.stderr,
         flush=True,
     )
-    code = record_baseline(store, model.baseline_tiers, model)
+    code = record_baseline(store, model.baseline_tiers, model, load)
     if code != ExitCode.OK or not has_baseline(store, model):
         raise ModelLoadError(
             f"recording the {model.name} baseline ended with exit {int(code)}",
