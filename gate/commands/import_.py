@@ -10,7 +10,7 @@ from gate.commands.options import json_option, strict_option, thresholds_option
 from gate.data.lmeval_runs import Imported, import_lmeval
 from gate.errors import DataError, NothingMeasuredError
 from gate.gating.compare import compare
-from gate.gating.thresholds import load_thresholds
+from gate.gating.thresholds import load_thresholds, unbounded_metrics
 from gate.gating.verdict import decide
 from gate.metrics.registry import all_metrics
 from gate.metrics.spec import MetricSpec, SampleKind
@@ -121,6 +121,8 @@ def lm_eval(
                 },
                 candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
                 environment=environment(),
+                notes=[summary.line for summary in imported.tasks],
+                unbounded=unbounded_metrics(limits, [m.name for m in imported.candidate]),
             ),
         )
     return int(outcome.exit_code)

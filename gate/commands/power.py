@@ -85,6 +85,9 @@ def check_inputs(
 
 
 def _pct(p: float) -> str:
+    """A probability for people: percent, ``> 99.99 %`` short of 1, scientific when tiny."""
+    if 0.9999 < p < 1.0:
+        return "> 99.99 %"
     if p == 0.0 or p >= 1e-4:
         return f"{p * 100:.2f} %"
     return f"{p:.1e}"
