@@ -13,6 +13,7 @@ import pytest
 
 from gate.cli import main
 from gate.gating.rule_power import PairedTest, ToleranceRule
+from tests.lmeval_support import gsm8k_pair
 
 
 def binomial_fail(n: int, p: Fraction, fails: object) -> float:
@@ -126,8 +127,6 @@ def test_paired_detection_is_mcnemar_with_lost_and_gained_from_flip_rate_and_dro
 
 
 def test_flip_rate_from_two_samples_files(tmp_path: Path) -> None:
-    from tests.lmeval_support import gsm8k_pair
-
     base, cand = gsm8k_pair(tmp_path, lost=30, gained=5)
     out = tmp_path / "p.json"
     code = main(
@@ -179,3 +178,17 @@ def test_bad_input_is_one_line_exit_4(
     assert code == 4, err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "p").exists()
+
+
+def test_missing_numbers_and_two_flip_sources_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["power", "--tolerance", "0.08"]) == 4
+    assert "--n and --baseline are required" in capsys.readouterr().err
+    base, cand = gsm8k_pair(tmp_path, lost=3, gained=1, n=40, base_right=30)
+    argv = ["power", "--tolerance", "0.08", "--flip-rate", "0.1", "--samples", str(base), str(cand)]
+    assert main(argv) == 4
+    assert "--flip-rate and --samples both given" in capsys.readouterr().err
+    same = ["power", "--tolerance", "0.08", "--samples", str(base), str(base)]
+    assert main(same) == 4
+    assert "no flips in 40 documents" in capsys.readouterr().err

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from gate.commands.options import json_option, thresholds_option
+from gate.commands.options import file_option, thresholds_option
 from gate.errors import ExitCode, UsageError
 
 #: The flip rate assumed when none is given or measured (answers lost plus gained, over n).
@@ -102,8 +102,12 @@ def _finite(x: float | None) -> float | None:
 
 
 @click.command("power")
-@click.option("--n", "n", type=int, default=None, help="Items in the benchmark (e.g. 1319).")
-@click.option("--baseline", type=float, default=None, help="Expected baseline accuracy (0-1).")
+@click.option(
+    "--n", "n", type=int, default=None, help="Items in the benchmark (e.g. 1319; or --samples)."
+)
+@click.option(
+    "--baseline", type=float, default=None, help="Expected baseline accuracy (0-1; or --samples)."
+)
 @click.option("--tolerance", type=float, required=True, help="The rule's tolerance (e.g. 0.08).")
 @click.option("--relative", is_flag=True, help="The tolerance is a fraction of the baseline.")
 @click.option(
@@ -144,7 +148,7 @@ def _finite(x: float | None) -> float | None:
     "--power", "target", type=float, default=None, help="Target power (default: thresholds)."
 )
 @thresholds_option
-@json_option
+@file_option("--json", "json_out", help="Also write the figures and the table as JSON here.")
 def power(
     n: int | None,
     baseline: float | None,
