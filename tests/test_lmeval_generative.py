@@ -67,6 +67,48 @@ def test_harness_file_against_itself_is_approved_and_names_bleu_skipped(
     assert "corpus-level bleu not compared per document" in out
 
 
+SMOLLM2 = REPO / "tests" / "lmeval" / "smollm2"
+
+
+def _count_by_hand(base: Path, cand: Path, filter_name: str) -> tuple[int, int, int]:
+    """(documents, lost, gained) of exact_match under one filter, read straight from the files."""
+
+    def scores(path: Path) -> dict[int, float]:
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return {r["doc_id"]: r["exact_match"] for r in records if r["filter"] == filter_name}
+
+    b, c = scores(base), scores(cand)
+    lost = sum(b[i] == 1.0 and c[i] == 0.0 for i in b)
+    gained = sum(b[i] == 0.0 and c[i] == 1.0 for i in b)
+    return len(b), lost, gained
+
+
+def test_real_smollm2_regression_is_blocked_under_the_filter_that_sees_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lm-eval runs of SmolLM2-135M and of it with three layers removed
+    (scripts/lmeval_generative_fixture.py): the answers the candidate lost, counted from the
+    files by hand, are what the import reports; under flexible-extract the gate blocks.
+    Under strict-match neither model ever writes '#### n', so nothing changes there - the
+    line says what the other filter saw."""
+    (base,) = (SMOLLM2 / "base").glob("samples_*.jsonl")
+    (cand,) = (SMOLLM2 / "cand").glob("samples_*.jsonl")
+    n, lost, gained = _count_by_hand(base, cand, "flexible-extract")
+    assert n == 60 and lost > 10
+    out_json = tmp_path / "r.json"
+    argv = ["import", "lm-eval", str(base), str(cand), "--filter", "flexible-extract"]
+    code, out, _ = run([*argv, "--no-color", "--json", str(out_json)], capsys)
+    assert code == 1
+    assert f"60 documents, {lost} answers lost, {gained} gained" in out
+    by = {m["name"]: m for m in json.loads(out_json.read_text())["metrics"] if m["slice"] is None}
+    assert by["accuracy.gen_exact_match"]["delta"] == pytest.approx((gained - lost) / n)
+    assert by["accuracy.gen_exact_match"]["severity"] == "critical"
+    code, out, _ = run(["import", "lm-eval", str(base), str(cand), "--no-color"], capsys)
+    assert code == 0
+    assert f"flexible-extract (not gated, --filter): {lost} lost, {gained} gained" in out
+    assert main(["import", "lm-eval", str(base), str(base), "--filter", "flexible-extract"]) == 0
+
+
 def test_thirty_lost_five_gained_blocks_and_names_the_flips(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

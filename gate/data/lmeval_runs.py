@@ -12,6 +12,7 @@ per metric with ``task:<name>`` slices), told apart by its first record.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class TaskSummary:
     lost: int
     gained: int
     corpus_level: tuple[str, ...] = ()
+    #: ``(filter, lost, gained)`` of the task's other filters, joined and counted, not gated.
+    other_filters: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def line(self) -> str:
@@ -49,6 +52,8 @@ class TaskSummary:
             f"{head}, {self.metric}): {self.n} documents, "
             f"{self.lost} answers lost, {self.gained} gained"
         )
+        for name, lost, gained in self.other_filters:
+            text += f"; {name} (not gated, --filter): {lost} lost, {gained} gained"
         if self.corpus_level:
             text += f"; corpus-level {', '.join(self.corpus_level)} not compared per document"
         return text
@@ -145,7 +150,7 @@ def _mcq_summary(task: str, base: Path, cand: Path) -> TaskSummary:
     )
 
 
-def _gen_summary(c: gen.TaskComparison) -> TaskSummary:
+def _gen_summary(c: gen.TaskComparison, others: Sequence[gen.TaskComparison] = ()) -> TaskSummary:
     lost, gained = c.lost_gained()
     m = c.primary
     return TaskSummary(
@@ -158,6 +163,7 @@ def _gen_summary(c: gen.TaskComparison) -> TaskSummary:
         lost=lost,
         gained=gained,
         corpus_level=c.corpus_level,
+        other_filters=tuple((o.filter, *o.lost_gained()) for o in others),
     )
 
 
@@ -165,6 +171,7 @@ def import_lmeval(base: Path, cand: Path, *, filter_name: str | None = None) -> 
     """Read, join and measure two runs (module docstring); bad input is a :class:`DataError`."""
     files = pair_files(base, cand)
     generative: list[gen.TaskComparison] = []
+    other_filters: list[list[gen.TaskComparison]] = []
     choice: list[tuple[str, Path, Path]] = []
     for task, b, c in files:
         kinds = (is_generative_file(b), is_generative_file(c))
@@ -174,10 +181,16 @@ def import_lmeval(base: Path, cand: Path, *, filter_name: str | None = None) -> 
                 "compare two runs of the same task",
             )
         if kinds[0]:
-            generative.append(
-                gen.compare_task(
-                    read_generative(b, task), read_generative(c, task), filter_name=filter_name
-                )
+            b_task, c_task = read_generative(b, task), read_generative(c, task)
+            chosen = gen.compare_task(b_task, c_task, filter_name=filter_name)
+            generative.append(chosen)
+            # every other filter must join too; its counts are shown, not gated
+            other_filters.append(
+                [
+                    gen.compare_task(b_task, c_task, filter_name=f)
+                    for f in b_task.by_filter
+                    if f != chosen.filter
+                ]
             )
         else:
             choice.append((task, b, c))
@@ -200,7 +213,9 @@ def import_lmeval(base: Path, cand: Path, *, filter_name: str | None = None) -> 
         got_c, got_b, binary = gen.measurements(generative)
         cand_m += got_c
         base_m += got_b
-        summaries += [_gen_summary(g) for g in generative]
+        summaries += [
+            _gen_summary(g, others) for g, others in zip(generative, other_filters, strict=True)
+        ]
         for name, is_binary in binary.items():
             specs[name] = gen.metric_spec(name.removeprefix(gen.PREFIX), binary=is_binary)
     return Imported(cand_m, base_m, specs, binary, tuple(summaries))
