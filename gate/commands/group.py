@@ -12,6 +12,7 @@ from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
 from gate.commands.merge import merge
+from gate.commands.power import power
 from gate.commands.run import run
 
 #: Every top-level command, in ``--help`` order.
@@ -24,6 +25,7 @@ COMMANDS: tuple[click.Command, ...] = (
     import_,
     audit,
     calibrate,
+    power,
 )
 
 

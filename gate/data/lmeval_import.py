@@ -66,6 +66,11 @@ class LmEvalSample:
         return base if self.filter == "none" else f"{base}#{self.filter}"
 
 
+def is_samples_name(path: Path) -> bool:
+    """Whether ``path`` is named as the harness names samples files (``samples_<task>_<time>``)."""
+    return _TASK_RE.match(path.name) is not None
+
+
 def task_name(path: Path) -> str:
     """The task from ``samples_<task>_<timestamp>.jsonl`` (else the file stem)."""
     m = _TASK_RE.match(path.name)
