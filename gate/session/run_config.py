@@ -11,6 +11,7 @@ Layout (documented with an example in docs/run-config.md)::
     thresholds = "thresholds.toml"
     strict = false
     runs_on = ["self-hosted", "linux", "x64", "gpu"]   # CI runner labels (``--matrix``)
+    watch = ["recipes/**"]       # other paths whose change the gate workflow gates
 
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
@@ -119,6 +120,9 @@ class RunDefaults:
     engine: EngineSettings | None = None
     #: Runner labels of every candidate's matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] | None = None
+    #: Globs of other repository paths the builds depend on (recipes, quantization
+    #: configs): the gate workflow gates a change to them (:mod:`gate.session.watched`).
+    watch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_tiers(self.tiers, "run.tiers")
