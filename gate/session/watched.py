@@ -95,7 +95,7 @@ def watched_paths(config_path: Path, data: Mapping[str, Any], root: Path) -> lis
         rel = _relative(path, root)
         if rel is not None:
             globs.append(f"{rel}/**")
-    extra = run.get("watch", ())
+    extra = run.get("watch", [])
     if not isinstance(extra, list) or not all(isinstance(g, str) for g in extra):
         raise ConfigError(
             f"{config_path}: run.watch must be an array of path globs",
