@@ -46,6 +46,7 @@ else
   "$VPY" -m pip install -q "${PIP_EXTRA[@]}" "$WHEEL"
 fi
 GATE="$WORK/venv/bin/gate"
+cd "$WORK"  # away from the clone: its gate/ would shadow the installed one
 where=$("$VPY" -c 'import gate; print(gate.__file__)')
 case "$where" in "$WORK"/*) ;; *) fail "gate imports from $where, not from the new venv" ;; esac
 "$GATE" --version
