@@ -301,3 +301,15 @@ def test_the_filter_command_prints_the_decision(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 4 and "not inside the repository" in done.stderr
+
+
+def test_a_write_that_fails_midway_leaves_nothing_behind(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`.github` a file: gate.toml and thresholds.toml are written, the workflows cannot be;
+    the two written files are removed again (exit 4, one line)."""
+    (repo / ".github").write_text("not a directory\n")
+    assert main(["init", "--model", "demo"]) == ExitCode.USAGE_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write" in err[0] and "nothing was written" in err[0]
+    assert _snapshot(repo) == {".github": b"not a directory\n"}
