@@ -12,6 +12,8 @@
 #   bash scripts/setup.sh                     # install or reuse .venv
 #   GATE_LOCK_DIR=out/canary GATE_VENV=.venv-latest bash scripts/setup.sh   # another lock (the canary)
 #
+# The lock, and so this set-up, is for CPython 3.11 only; the distribution
+# itself (pip install of a clone or a wheel) supports CPython 3.10-3.13.
 # A venv made from another lock (or an older setup with system packages) is
 # made anew. Prints the path of the environment's python on its last line.
 set -euo pipefail
@@ -36,7 +38,7 @@ pip_q() {
 [ $# -eq 0 ] || log "note: the lock holds every extra; arguments ($*) are no longer needed"
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || {
-  log "the lock is for CPython 3.11 and $PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'): run with PYTHON=python3.11"
+  log "the lock is for CPython 3.11 and $PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'): run with PYTHON=python3.11 (without the lock, pip installs gate under CPython 3.10-3.13: docs/github-action.md)"
   exit 4
 }
 [ -n "$TORCH_PIN" ] || { log "$LOCK_DIR/torch.txt names no torch==VERSION: run bash scripts/lock.sh"; exit 4; }

@@ -11,12 +11,14 @@ from gate.commands.calibrate import calibrate
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
+from gate.commands.init import init
 from gate.commands.merge import merge
 from gate.commands.power import power
 from gate.commands.run import run
 
 #: Every top-level command, in ``--help`` order.
 COMMANDS: tuple[click.Command, ...] = (
+    init,
     run,
     merge,
     demo,

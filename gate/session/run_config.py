@@ -14,6 +14,7 @@ Layout (documented with an example in docs/run-config.md)::
     device = "auto"              # auto (GPU when CUDA is present, else CPU), cpu, cuda, cuda:N
     dtype = "bfloat16"           # auto (the checkpoint's own), float32, bfloat16, float16
     trust_remote_code = false    # run the model repository's own code when loading
+    watch = ["recipes/**"]       # other paths whose change the gate workflow gates
 
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
@@ -126,6 +127,9 @@ class RunDefaults(LoadSettings):
     engine: EngineSettings | None = None
     #: Runner labels of every candidate's matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] | None = None
+    #: Globs of other repository paths the builds depend on (recipes, quantization
+    #: configs): the gate workflow gates a change to them (:mod:`gate.session.watched`).
+    watch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
