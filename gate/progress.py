@@ -9,19 +9,36 @@ Usage (tiers, loaders, the runner)::
             ...
             step(len(batch))          # advance by the number of items done
 
+    for question in progress.track(questions, "accuracy: MCQ"):   # one step per item
+        ...
+
+    # the backend's own batch loop counts the items (progress.advance):
+    with progress.task("fidelity: generating", total=len(prompts), counted_below=True):
+        outputs = backend.generate(prompts, max_new_tokens=64)
+
     progress.note("candidate 2/3: nf4 (bnb-nf4)")   # a one-line status message
+
+A task opened with ``counted_below=True`` is advanced by :func:`advance`, which
+the backends call from their batch loops (each leaf loop once per item done);
+outside such a task :func:`advance` does nothing, and any task shadows the
+tasks around it, so an item is never counted twice.
 
 Where it goes: the sink installed with :func:`to_stream` or :func:`terminal`
 (the runner installs :func:`terminal` around each gate pytest session, so
 progress reaches the real stderr although pytest captures it), else
-``sys.stderr`` at call time. The style is ``rich`` (a live bar, kept on screen
-when done) when that stream is a terminal, else ``plain``: a start line, at
-most one line per tenth of the total (and at most one per ``interval``
-seconds), and a done line with the elapsed time. The environment variable
-``GATE_PROGRESS=rich|plain|off`` forces a style.
+``sys.stderr`` at call time. The style is ``rich`` (a live bar with the count,
+elapsed and remaining time, kept on screen when done) when that stream is a
+terminal, else ``plain``: a start line; a line when the count crosses the next
+tenth of the total or when ``every`` seconds have passed with some work done,
+never two within ``interval`` seconds; and a done line with the elapsed time.
+The environment variable ``GATE_PROGRESS=rich|plain|off`` forces a style.
+
+The time left is ``elapsed / done * (total - done)`` (:func:`eta`): the mean
+time per item so far times the items left.
 
 The sink lives in a :class:`contextvars.ContextVar`, never in a module global,
-and progress output never raises into the work it reports on.
+and progress output never raises into the work it reports on. The clock is
+injectable (``clock=``) so that tests of the output are deterministic.
 """
 
 from __future__ import annotations
@@ -31,14 +48,21 @@ import contextvars
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO, TypeVar
 
 Style = Literal["rich", "plain", "off"]
 STYLES: tuple[Style, ...] = ("rich", "plain", "off")
 ENV_VAR = "GATE_PROGRESS"
 PREFIX = "gate: "
+#: Plain style: minimum seconds between two intermediate lines of one task.
+INTERVAL_S = 2.0
+#: Plain style: a line at least this often (seconds) while items are being done.
+EVERY_S = 30.0
+
+Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 class Step(Protocol):
@@ -63,11 +87,23 @@ def choose_style(stream: TextIO, requested: str | None = None) -> Style:
     return "plain"
 
 
-def _fmt_seconds(seconds: float) -> str:
+def eta(elapsed: float, done: int, total: int | None) -> float | None:
+    """Seconds left: ``elapsed / done * (total - done)``; ``None`` before the first item or
+    without a total (never negative: a count past the total leaves 0)."""
+    if not total or done <= 0:
+        return None
+    return max(0.0, elapsed / done * (total - done))
+
+
+def format_seconds(seconds: float) -> str:
+    """``12.3s`` below a minute, ``4m05s`` below an hour, ``1h02m`` above."""
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s"
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 @dataclass
@@ -77,31 +113,46 @@ class _PlainTask:
     sink: Sink
     description: str
     total: int | None
+    started: float
     done: int = 0
-    started: float = field(default_factory=time.monotonic)
-    last_line: float = field(default_factory=time.monotonic)
+    last_line: float = 0.0
+    done_at_last_line: int = 0
     last_tenth: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_line = self.started
 
     def __call__(self, n: int = 1) -> None:
         self.done += n
-        now = time.monotonic()
-        if now - self.last_line < self.sink.interval:
+        now = self.sink.clock()
+        since = now - self.last_line
+        if since < self.sink.interval:
             return
-        if self.total:
-            tenth = min(10, self.done * 10 // self.total)
-            if tenth <= self.last_tenth:
-                return
-            self.last_tenth = tenth
-            pct = 100 * self.done // self.total
-            self.sink.write(f"{self.description}: {self.done}/{self.total} ({pct}%)")
-        else:
-            self.sink.write(f"{self.description}: {self.done} done")
+        tenth = min(10, self.done * 10 // self.total) if self.total else 0
+        due = since >= self.sink.every and self.done > self.done_at_last_line
+        if tenth <= self.last_tenth and not due:
+            return
+        self.last_tenth = max(self.last_tenth, tenth)
+        self.sink.write(self.line(now))
         self.last_line = now
+        self.done_at_last_line = self.done
 
-    def finish(self, failed: bool) -> None:
-        elapsed = _fmt_seconds(time.monotonic() - self.started)
+    def line(self, now: float) -> str:
+        """``label: 16/64 (25%), 12.0s elapsed, ~36.0s left`` (no total: ``label: 16 done, ...``)."""
+        elapsed = now - self.started
+        if not self.total:
+            return f"{self.description}: {self.done} done, {format_seconds(elapsed)} elapsed"
+        pct = 100 * self.done // self.total
+        left = eta(elapsed, self.done, self.total)
+        tail = f", ~{format_seconds(left)} left" if left is not None else ""
+        return (
+            f"{self.description}: {self.done}/{self.total} ({pct}%), "
+            f"{format_seconds(elapsed)} elapsed{tail}"
+        )
+
+    def finish(self, state: str) -> None:
+        elapsed = format_seconds(self.sink.clock() - self.started)
         count = f"{self.done}/{self.total}" if self.total else f"{self.done}" if self.done else ""
-        state = "failed" if failed else "done"
         self.sink.write(f"{self.description}: {state}{' ' + count if count else ''} in {elapsed}")
 
 
@@ -112,7 +163,11 @@ class Sink:
     stream: TextIO
     style: Style
     #: Plain style: minimum seconds between two intermediate lines of one task.
-    interval: float = 2.0
+    interval: float = INTERVAL_S
+    #: Plain style: a line at least this often (seconds) while items are being done.
+    every: float = EVERY_S
+    #: Seconds from an arbitrary origin (``time.monotonic``; a fake one in tests).
+    clock: Clock = time.monotonic
     _progress: Any = field(default=None, repr=False)
     _active: int = 0
 
@@ -130,23 +185,36 @@ class Sink:
             pass
 
     @contextlib.contextmanager
-    def task(self, description: str, total: int | None) -> Iterator[Step]:
-        """A task shown as a bar (rich) or start/progress/done lines (plain)."""
+    def task(
+        self, description: str, total: int | None, *, counted_below: bool = False
+    ) -> Iterator[Step]:
+        """A task shown as a bar (rich) or start/progress/done lines (plain).
+
+        ``counted_below``: :func:`advance` steps this task while it is the innermost one.
+        """
         if self.style == "off":
-            yield _ignore
+            with _counting(_ignore if counted_below else None):
+                yield _ignore
             return
         if self.style == "rich":
-            with self._rich_task(description, total) as step:
+            with (
+                self._rich_task(description, total) as step,
+                _counting(step if counted_below else None),
+            ):
                 yield step
             return
         self.write(f"{description} ..." if not total else f"{description}: 0/{total}")
-        plain = _PlainTask(self, description, total)
-        failed = True
+        plain = _PlainTask(self, description, total, started=self.clock())
+        state = "failed"
         try:
-            yield plain
-            failed = False
+            with _counting(plain if counted_below else None):
+                yield plain
+            state = "done"
+        except GeneratorExit:  # a tracked iteration left early
+            state = "stopped"
+            raise
         finally:
-            plain.finish(failed)
+            plain.finish(state)
 
     @contextlib.contextmanager
     def _rich_task(self, description: str, total: int | None) -> Iterator[Step]:
@@ -179,6 +247,7 @@ class Sink:
                 SpinnerColumn,
                 TextColumn,
                 TimeElapsedColumn,
+                TimeRemainingColumn,
             )
 
             console = Console(file=self.stream, force_terminal=True, stderr=True)
@@ -188,9 +257,12 @@ class Sink:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
                 console=console,
                 transient=False,
                 refresh_per_second=4,  # a low rate keeps the refresh thread off the work's cores
+                get_time=self.clock,
             )
             self._progress.start()
         return self._progress
@@ -201,6 +273,19 @@ def _ignore(n: int = 1) -> None:
 
 
 _SINK: contextvars.ContextVar[Sink | None] = contextvars.ContextVar("gate_progress", default=None)
+#: The step :func:`advance` drives: the innermost task's, when it was opened ``counted_below``.
+_COUNTED: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
+    "gate_progress_counted", default=None
+)
+
+
+@contextlib.contextmanager
+def _counting(step: Step | None) -> Iterator[None]:
+    token = _COUNTED.set(step)
+    try:
+        yield
+    finally:
+        _COUNTED.reset(token)
 
 
 def current() -> Sink:
@@ -212,10 +297,37 @@ def current() -> Sink:
 
 
 @contextlib.contextmanager
-def task(description: str, total: int | None = None) -> Iterator[Step]:
-    """Show progress of ``total`` items (``None``: unknown, a spinner / start and done lines)."""
-    with current().task(description, total) as step:
+def task(
+    description: str, total: int | None = None, *, counted_below: bool = False
+) -> Iterator[Step]:
+    """Show progress of ``total`` items (``None``: unknown, a spinner / start and done lines).
+
+    With ``counted_below`` the work inside counts its items with :func:`advance`
+    (a backend's batch loop); the yielded step may still be called directly.
+    """
+    with current().task(description, total, counted_below=counted_below) as step:
         yield step
+
+
+def track(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+    """Each of ``items``, one step after each (``total`` defaults to ``len(items)`` if it has one)."""
+    if total is None:
+        try:
+            total = len(items)  # type: ignore[arg-type]
+        except TypeError:
+            total = None
+    with task(description, total) as step:
+        for item in items:
+            yield item
+            step()
+
+
+def advance(n: int = 1) -> None:
+    """``n`` more items done in the innermost task opened with ``counted_below`` (else nothing)."""
+    step = _COUNTED.get()
+    if step is not None:
+        with contextlib.suppress(Exception):  # progress never breaks the work
+            step(n)
 
 
 def note(message: str) -> None:
@@ -224,9 +336,16 @@ def note(message: str) -> None:
 
 
 @contextlib.contextmanager
-def to_stream(stream: TextIO, *, style: str | None = None, interval: float = 2.0) -> Iterator[Sink]:
+def to_stream(
+    stream: TextIO,
+    *,
+    style: str | None = None,
+    interval: float = INTERVAL_S,
+    every: float = EVERY_S,
+    clock: Clock = time.monotonic,
+) -> Iterator[Sink]:
     """Send progress to ``stream`` inside the block (style from :func:`choose_style`)."""
-    sink = Sink(stream, choose_style(stream, style), interval=interval)
+    sink = Sink(stream, choose_style(stream, style), interval=interval, every=every, clock=clock)
     token = _SINK.set(sink)
     try:
         yield sink
@@ -258,14 +377,21 @@ def terminal(*, style: str | None = None) -> Iterator[Sink]:
 
 __all__ = [
     "ENV_VAR",
+    "EVERY_S",
+    "INTERVAL_S",
     "STYLES",
+    "Clock",
     "Sink",
     "Step",
     "Style",
+    "advance",
     "choose_style",
     "current",
+    "eta",
+    "format_seconds",
     "note",
     "task",
     "terminal",
     "to_stream",
+    "track",
 ]
