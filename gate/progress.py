@@ -30,7 +30,8 @@ progress reaches the real stderr although pytest captures it), else
 elapsed and remaining time, kept on screen when done) when that stream is a
 terminal, else ``plain``: a start line; a line when the count crosses the next
 tenth of the total or when ``every`` seconds have passed with some work done,
-never two within ``interval`` seconds; and a done line with the elapsed time.
+never two within ``interval`` seconds (and none at the total: the done line
+follows); and a done line with the elapsed time.
 The environment variable ``GATE_PROGRESS=rich|plain|off`` forces a style.
 
 The time left is ``elapsed / done * (total - done)`` (:func:`eta`): the mean
@@ -128,7 +129,9 @@ class _PlainTask:
         since = now - self.last_line
         if since < self.sink.interval:
             return
-        tenth = min(10, self.done * 10 // self.total) if self.total else 0
+        if self.total and self.done >= self.total:
+            return  # the done line follows
+        tenth = self.done * 10 // self.total if self.total else 0
         due = since >= self.sink.every and self.done > self.done_at_last_line
         if tenth <= self.last_tenth and not due:
             return

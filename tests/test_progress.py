@@ -57,9 +57,9 @@ def test_plain_lines_every_tenth_with_elapsed_and_time_left() -> None:
     # 2 items in 6 s -> 3 s an item, 18 left -> 54 s
     assert lines[1] == "gate: fidelity: scoring: 2/20 (10%), 6.0s elapsed, ~54.0s left"
     assert lines[5] == "gate: fidelity: scoring: 10/20 (50%), 30.0s elapsed, ~30.0s left"
-    assert lines[10] == "gate: fidelity: scoring: 20/20 (100%), 1m00s elapsed, ~0.0s left"
-    assert lines[11] == "gate: fidelity: scoring: done 20/20 in 1m00s"
-    assert len(lines) == 12  # start, one per tenth, done: never one per item
+    assert lines[9] == "gate: fidelity: scoring: 18/20 (90%), 54.0s elapsed, ~6.0s left"
+    assert lines[10] == "gate: fidelity: scoring: done 20/20 in 1m00s"
+    assert len(lines) == 11  # start, one per tenth but the last, done: never one per item
 
 
 def test_plain_lines_are_rate_limited_by_time_as_well() -> None:
@@ -143,7 +143,7 @@ def test_track_counts_each_item_and_says_when_left_early() -> None:
     lines = lines_of(out)
     assert lines[0] == "gate: checking: 0/4"
     assert lines[1] == "gate: checking: 1/4 (25%), 1.0s elapsed, ~3.0s left"
-    assert lines[5] == "gate: checking: done 4/4 in 4.0s"
+    assert lines[4] == "gate: checking: done 4/4 in 4.0s"
     assert lines[-1] == "gate: generator: stopped 2/10 in 0.0s"
 
 

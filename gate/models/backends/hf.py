@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gate import progress
 from gate.measurement import TimedGeneration
 from gate.models.activity import Activity
 from gate.models.backends import tokens
@@ -202,6 +203,7 @@ class HFBackend(tokens.TokenizerMethods):
             new = out[:, ids.shape[1] :].cpu().tolist()
             for i, row in zip(batch, new, strict=True):
                 results[i] = self._cut_at_eos([int(t) for t in row])
+            progress.advance(len(batch))
         return results
 
     # -- teacher-forced scoring -----------------------------------------------
@@ -224,6 +226,7 @@ class HFBackend(tokens.TokenizerMethods):
                 batch, self._score_batch([requests[i] for i in batch], top_k, full), strict=True
             ):
                 results[i] = scores
+            progress.advance(len(batch))
         return [r for r in results if r is not None]
 
     @cached_property
