@@ -187,6 +187,12 @@ class Sink:
         except (OSError, ValueError):
             pass
 
+    def refresh(self) -> None:
+        """Redraw the live bar now (rich's own thread redraws it four times a second)."""
+        if self._progress is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._progress.refresh()
+
     @contextlib.contextmanager
     def task(
         self, description: str, total: int | None, *, counted_below: bool = False
@@ -250,7 +256,6 @@ class Sink:
                 SpinnerColumn,
                 TextColumn,
                 TimeElapsedColumn,
-                TimeRemainingColumn,
             )
 
             console = Console(file=self.stream, force_terminal=True, stderr=True)
@@ -260,8 +265,7 @@ class Sink:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                TextColumn("left"),
-                TimeRemainingColumn(),
+                _time_left_column(),
                 console=console,
                 transient=False,
                 refresh_per_second=4,  # a low rate keeps the refresh thread off the work's cores
@@ -269,6 +273,23 @@ class Sink:
             )
             self._progress.start()
         return self._progress
+
+
+def _time_left_column() -> Any:
+    """A rich column: ``~36.0s left`` from :func:`eta` (the plain lines' maths), blank
+    before the first item, without a total and once finished."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TimeLeft(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            total = int(task.total) if task.total is not None else None
+            left = eta(task.elapsed or 0.0, int(task.completed), total)
+            if left is None or task.finished:
+                return Text("")
+            return Text(f"~{format_seconds(left)} left", style="progress.remaining")
+
+    return TimeLeft()
 
 
 def _ignore(n: int = 1) -> None:

@@ -6,6 +6,7 @@ A fake clock and a ``StringIO`` make every line exact; nothing here sleeps.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import pytest
@@ -192,6 +193,22 @@ def test_style_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert progress.choose_style(io.StringIO(), "rich") == "rich"
 
 
+def test_rich_bar_shows_the_same_time_left_as_the_plain_lines() -> None:
+    clock = FakeClock()
+    out = io.StringIO()
+    with (
+        progress.to_stream(out, style="rich", clock=clock) as sink,
+        progress.task("scoring", total=8) as step,
+    ):
+        clock.tick(4.0)
+        step(2)
+        sink.refresh()
+        progress.note("mid-way")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # colours and cursor moves
+    assert "2/8" in text and "~12.0s left" in text  # 4 s / 2 items * 6 left
+    assert "8/8" in text and "gate: mid-way" in text
+
+
 def test_rich_bar_shows_count_and_time_left() -> None:
     clock = FakeClock()
     out = io.StringIO()
@@ -204,7 +221,7 @@ def test_rich_bar_shows_count_and_time_left() -> None:
         progress.note("after")
     text = out.getvalue()
     assert "outer" in text and "inner" in text and "3/3" in text and "2/2" in text
-    assert "left" in text and "\x1b[" in text  # a live display: terminal control codes
+    assert "\x1b[" in text  # a live display: terminal control codes
     assert "gate: after" in text
 
 
@@ -216,3 +233,57 @@ def test_rich_task_failure_propagates_and_closes_the_display() -> None:
             raise ValueError("bad")
         assert sink._progress is None  # the display stopped with its last task
     assert "1/4" in out.getvalue()
+
+
+# ------------------------------------------------------------ the loops that count
+
+
+def test_an_in_process_backend_counts_each_batch_into_the_phase(tiny_backend: Any) -> None:
+    from gate.models.backends.base import ScoreRequest
+
+    clock = FakeClock()
+    out, sink = plain(clock, interval=0.0)
+    with sink:
+        with progress.task("generating", total=5, counted_below=True):
+            tiny_backend.generate([[1, 2, 3]] * 5, max_new_tokens=2, batch_size=2)
+        with progress.task("scoring", total=5, counted_below=True):
+            tiny_backend.score([ScoreRequest([1, 2], [3, 4])] * 5, top_k=2, batch_size=2)
+    for phase in ("generating", "scoring"):
+        assert [line for line in lines_of(out) if line.startswith(f"gate: {phase}")] == [
+            f"gate: {phase}: 0/5",
+            f"gate: {phase}: 2/5 (40%), 0.0s elapsed, ~0.0s left",  # one line per batch of 2
+            f"gate: {phase}: 4/5 (80%), 0.0s elapsed, ~0.0s left",
+            f"gate: {phase}: done 5/5 in 0.0s",
+        ]
+
+
+def test_requests_to_a_server_count_one_item_each() -> None:
+    import asyncio
+
+    from gate.models.backends.openai_client import counted, gather_bounded
+
+    async def answer(value: int) -> int:
+        await asyncio.sleep(0)
+        return value
+
+    def factory(value: int) -> Any:
+        return lambda: answer(value)
+
+    out, sink = plain(FakeClock(), interval=0.0)
+    with sink, progress.task("requests", total=6, counted_below=True):
+        got = asyncio.run(gather_bounded([counted(factory(v)) for v in range(6)], 2))
+    assert got == list(range(6))
+    assert lines_of(out)[-1] == "gate: requests: done 6/6 in 0.0s"
+
+
+def test_quiet_turns_progress_off_for_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from gate.commands.group import cli
+
+    monkeypatch.delenv(progress.ENV_VAR, raising=False)
+    assert "-q, --quiet" in CliRunner().invoke(cli, ["--help"]).output
+    assert progress.choose_style(io.StringIO()) == "plain"
+    result = CliRunner().invoke(cli, ["-q", "baseline", "--help"])
+    assert result.exit_code == 0, result.output
+    assert progress.choose_style(io.StringIO()) == "off"  # the sessions it starts inherit it
