@@ -152,8 +152,9 @@ class CachedJudge:
         if pending:
             with progress.task(f"judge {self.judge.name}: questions", total=len(pending)) as done:
                 for start in range(0, len(pending), step):
-                    self._answer(pending[start : start + step], found)
-                    done(len(pending[start : start + step]))
+                    chunk = pending[start : start + step]
+                    self._answer(chunk, found)
+                    done(len(chunk))
         return [found[k] for k in keys]
 
     def _answer(self, chunk: Sequence[tuple[str, Question]], found: dict[str, JudgeAnswer]) -> None:
