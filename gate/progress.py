@@ -231,7 +231,7 @@ class Sink:
         task_id = progress.add_task(description, total=total)
 
         def step(n: int = 1) -> None:
-            progress.advance(task_id, n)
+            progress.update(task_id, advance=n, stepped_at=self.clock())
 
         self._active += 1
         try:
@@ -276,17 +276,23 @@ class Sink:
 
 
 def _time_left_column() -> Any:
-    """A rich column: ``~36.0s left`` from :func:`eta` (the plain lines' maths), blank
-    before the first item, without a total and once finished."""
+    """A rich column: ``~36.0s left``, the plain lines' :func:`eta` at the last step less
+    the time since (so it counts down between steps); blank before the first item,
+    without a total and once finished."""
     from rich.progress import ProgressColumn
     from rich.text import Text
 
     class TimeLeft(ProgressColumn):
         def render(self, task: Any) -> Text:
             total = int(task.total) if task.total is not None else None
-            left = eta(task.elapsed or 0.0, int(task.completed), total)
-            if left is None or task.finished:
+            stepped_at = task.fields.get("stepped_at")
+            if stepped_at is None or task.start_time is None or task.finished:
                 return Text("")
+            now = task.start_time + (task.elapsed or 0.0)
+            left = eta(stepped_at - task.start_time, int(task.completed), total)
+            if left is None:
+                return Text("")
+            left = max(0.0, left - (now - stepped_at))
             return Text(f"~{format_seconds(left)} left", style="progress.remaining")
 
     return TimeLeft()

@@ -203,9 +203,12 @@ def test_rich_bar_shows_the_same_time_left_as_the_plain_lines() -> None:
         clock.tick(4.0)
         step(2)
         sink.refresh()
+        clock.tick(3.0)  # between steps the estimate counts down
+        sink.refresh()
         progress.note("mid-way")
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # colours and cursor moves
     assert "2/8" in text and "~12.0s left" in text  # 4 s / 2 items * 6 left
+    assert "~9.0s left" in text  # 3 s later
     assert "8/8" in text and "gate: mid-way" in text
 
 
