@@ -31,7 +31,9 @@ elapsed and remaining time, kept on screen when done) when that stream is a
 terminal, else ``plain``: a start line; a line when the count crosses the next
 tenth of the total or when ``every`` seconds have passed with some work done,
 never two within ``interval`` seconds (and none at the total: the done line
-follows); and a done line with the elapsed time.
+follows); a heartbeat line from a background thread once ``every`` seconds
+have passed without a line (loading, or one long batch); and a done line with
+the elapsed time.
 The environment variable ``GATE_PROGRESS=rich|plain|off`` forces a style.
 
 The time left is ``elapsed / done * (total - done)`` (:func:`eta`): the mean
@@ -48,6 +50,7 @@ import contextlib
 import contextvars
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -119,32 +122,48 @@ class _PlainTask:
     last_line: float = 0.0
     done_at_last_line: int = 0
     last_tenth: int = 0
+    #: The heartbeat thread and the work's thread both update the counters.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.last_line = self.started
 
     def __call__(self, n: int = 1) -> None:
-        self.done += n
-        now = self.sink.clock()
-        since = now - self.last_line
-        if since < self.sink.interval:
-            return
-        if self.total and self.done >= self.total:
-            return  # the done line follows
-        tenth = self.done * 10 // self.total if self.total else 0
-        due = since >= self.sink.every and self.done > self.done_at_last_line
-        if tenth <= self.last_tenth and not due:
-            return
-        self.last_tenth = max(self.last_tenth, tenth)
+        with self.lock:
+            self.done += n
+            now = self.sink.clock()
+            since = now - self.last_line
+            if since < self.sink.interval:
+                return
+            if self.total and self.done >= self.total:
+                return  # the done line follows
+            tenth = self.done * 10 // self.total if self.total else 0
+            due = since >= self.sink.every and self.done > self.done_at_last_line
+            if tenth <= self.last_tenth and not due:
+                return
+            self.last_tenth = max(self.last_tenth, tenth)
+            self._line_at(now)
+
+    def beat(self) -> None:
+        """The heartbeat: a line once ``every`` seconds have passed without one, whether
+        or not an item was done (a model loading, or one long batch, still shows)."""
+        with self.lock:
+            now = self.sink.clock()
+            if now - self.last_line >= self.sink.every:
+                self._line_at(now)
+
+    def _line_at(self, now: float) -> None:
         self.sink.write(self.line(now))
         self.last_line = now
         self.done_at_last_line = self.done
 
     def line(self, now: float) -> str:
-        """``label: 16/64 (25%), 12.0s elapsed, ~36.0s left`` (no total: ``label: 16 done, ...``)."""
+        """``label: 16/64 (25%), 12.0s elapsed, ~36.0s left`` (no total: ``label: 16 done,
+        12.0s elapsed``, or ``label: working, ...`` before the first item)."""
         elapsed = now - self.started
         if not self.total:
-            return f"{self.description}: {self.done} done, {format_seconds(elapsed)} elapsed"
+            counted = f"{self.done} done" if self.done else "working"
+            return f"{self.description}: {counted}, {format_seconds(elapsed)} elapsed"
         pct = 100 * self.done // self.total
         left = eta(elapsed, self.done, self.total)
         tail = f", ~{format_seconds(left)} left" if left is not None else ""
@@ -154,6 +173,10 @@ class _PlainTask:
         )
 
     def finish(self, state: str) -> None:
+        with self.lock:
+            self._finish(state)
+
+    def _finish(self, state: str) -> None:
         elapsed = format_seconds(self.sink.clock() - self.started)
         count = f"{self.done}/{self.total}" if self.total else f"{self.done}" if self.done else ""
         self.sink.write(f"{self.description}: {state}{' ' + count if count else ''} in {elapsed}")
@@ -171,13 +194,20 @@ class Sink:
     every: float = EVERY_S
     #: Seconds from an arbitrary origin (``time.monotonic``; a fake one in tests).
     clock: Clock = time.monotonic
+    #: Plain style: a thread that calls each open task's heartbeat (off in unit tests).
+    heartbeat: bool = True
     _progress: Any = field(default=None, repr=False)
     _active: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def write(self, text: str) -> None:
         """One plain line (never raises: progress must not break the work)."""
         if self.style == "off":
             return
+        with self._lock:
+            self._write(text)
+
+    def _write(self, text: str) -> None:
         try:
             if self._progress is not None:
                 self._progress.console.print(PREFIX + text, markup=False, highlight=False)
@@ -216,7 +246,7 @@ class Sink:
         plain = _PlainTask(self, description, total, started=self.clock())
         state = "failed"
         try:
-            with _counting(plain if counted_below else None):
+            with _counting(plain if counted_below else None), self._beating(plain):
                 yield plain
             state = "done"
         except GeneratorExit:  # a tracked iteration left early
@@ -224,6 +254,27 @@ class Sink:
             raise
         finally:
             plain.finish(state)
+
+    @contextlib.contextmanager
+    def _beating(self, plain: _PlainTask) -> Iterator[None]:
+        """Call ``plain.beat`` from a daemon thread (every third of ``every``) inside the block."""
+        if not self.heartbeat or self.every <= 0:
+            yield
+            return
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(self.every / 3):
+                with contextlib.suppress(Exception):  # progress never breaks the work
+                    plain.beat()
+
+        thread = threading.Thread(target=run, name="gate-progress-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=1.0)
 
     @contextlib.contextmanager
     def _rich_task(self, description: str, total: int | None) -> Iterator[Step]:
@@ -373,9 +424,17 @@ def to_stream(
     interval: float = INTERVAL_S,
     every: float = EVERY_S,
     clock: Clock = time.monotonic,
+    heartbeat: bool = True,
 ) -> Iterator[Sink]:
     """Send progress to ``stream`` inside the block (style from :func:`choose_style`)."""
-    sink = Sink(stream, choose_style(stream, style), interval=interval, every=every, clock=clock)
+    sink = Sink(
+        stream,
+        choose_style(stream, style),
+        interval=interval,
+        every=every,
+        clock=clock,
+        heartbeat=heartbeat,
+    )
     token = _SINK.set(sink)
     try:
         yield sink

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any
+import threading
+from typing import Any, cast
 
 import pytest
 
@@ -28,8 +29,10 @@ class FakeClock:
 
 
 def plain(clock: FakeClock, **kwargs: float) -> tuple[io.StringIO, Any]:
+    """Plain lines into a ``StringIO`` on the fake clock; no heartbeat thread (tests call
+    ``beat()`` themselves)."""
     out = io.StringIO()
-    return out, progress.to_stream(out, style="plain", clock=clock, **kwargs)
+    return out, progress.to_stream(out, style="plain", clock=clock, heartbeat=False, **kwargs)
 
 
 def lines_of(out: io.StringIO) -> list[str]:
@@ -100,6 +103,49 @@ def test_no_line_without_work_done_and_unknown_totals() -> None:
         "gate: loading demo: 3 done, 41.0s elapsed",
         "gate: loading demo: done 3 in 41.0s",
     ]
+
+
+def test_heartbeat_shows_a_phase_without_steps_is_alive() -> None:
+    clock = FakeClock()
+    out, sink = plain(clock, every=30.0)
+    with sink:
+        with progress.task("loading demo") as step:
+            beat = cast(Any, step).beat  # what the heartbeat thread calls
+            clock.tick(29.0)
+            beat()  # under 30 s since the start line: nothing
+            clock.tick(1.0)
+            beat()
+            clock.tick(10.0)
+            beat()  # 10 s after the last line: nothing
+            clock.tick(20.0)
+            beat()
+        with progress.task("generating", total=64) as step:
+            clock.tick(45.0)
+            cast(Any, step).beat()  # inside one long first batch
+            step(8)  # 45 s after the heartbeat line: a tenth crossed
+    assert lines_of(out) == [
+        "gate: loading demo ...",
+        "gate: loading demo: working, 30.0s elapsed",
+        "gate: loading demo: working, 1m00s elapsed",
+        "gate: loading demo: done in 1m00s",
+        "gate: generating: 0/64",
+        "gate: generating: 0/64 (0%), 45.0s elapsed",
+        "gate: generating: done 8/64 in 45.0s",
+    ]
+
+
+def test_heartbeat_thread_writes_while_the_work_blocks() -> None:
+    out = io.StringIO()
+    with (
+        progress.to_stream(out, style="plain", every=0.03),
+        progress.task("one long batch", total=4),
+    ):
+        for _ in range(500):  # the work blocks; only the thread can write
+            if "one long batch: 0/4 (0%)" in out.getvalue():
+                break
+            threading.Event().wait(0.01)
+    assert "gate: one long batch: 0/4 (0%), " in out.getvalue()
+    assert not any(t.name == "gate-progress-heartbeat" for t in threading.enumerate())
 
 
 def test_zero_total_and_empty_tracks() -> None:
