@@ -320,6 +320,9 @@ class Sink:
                 console=console,
                 transient=False,
                 refresh_per_second=4,  # a low rate keeps the refresh thread off the work's cores
+                # what the work prints stays where it goes (pytest captures it in the tiers)
+                redirect_stdout=False,
+                redirect_stderr=False,
                 get_time=self.clock,
             )
             self._progress.start()
