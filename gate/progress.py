@@ -190,7 +190,8 @@ class Sink:
     style: Style
     #: Plain style: minimum seconds between two intermediate lines of one task.
     interval: float = INTERVAL_S
-    #: Plain style: a line at least this often (seconds) while items are being done.
+    #: Plain style: a line at least this often (seconds): on a step with work done since
+    #: the last line, else from the heartbeat.
     every: float = EVERY_S
     #: Seconds from an arbitrary origin (``time.monotonic``; a fake one in tests).
     clock: Clock = time.monotonic
