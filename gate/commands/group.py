@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from gate import __version__
+from gate import __version__, progress
 from gate.commands.audit import audit
 from gate.commands.baseline import baseline
 from gate.commands.calibrate import calibrate
@@ -33,7 +35,14 @@ COMMANDS: tuple[click.Command, ...] = (
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gate")
-def cli() -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (lines or live bars; same as GATE_PROGRESS=off). "
+    "Errors, warnings and the report still print. Put it before the command: gate -q run ...",
+)
+def cli(quiet: bool) -> None:
     """Regression gate for compressed LLM builds.
 
     Measures a candidate build (quantized, pruned, ...) in tiers — accuracy,
@@ -51,7 +60,13 @@ def cli() -> None:
       4 ERROR (input): usage, config, thresholds, baseline, data, store or
         an unwritable report path
       5 NOTHING MEASURED
+
+    Long work (loading, generating, scoring, probes, judging) shows progress
+    on stderr: a live bar on a terminal, plain done/total lines with the time
+    left elsewhere (CI logs). GATE_PROGRESS=rich|plain|off forces a style.
     """
+    if quiet:
+        os.environ[progress.ENV_VAR] = "off"  # also for the sessions this command starts
 
 
 for _command in COMMANDS:

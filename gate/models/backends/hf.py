@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gate import progress
 from gate.measurement import TimedGeneration
 from gate.models.activity import Activity
 from gate.models.backends import tokens
@@ -208,7 +209,9 @@ class HFBackend(tokens.TokenizerMethods):
             ids, mask = self._left_padded([prompts[i] for i in batch])
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
             new = out[:, ids.shape[1] :].cpu().tolist()
-            return [self._cut_at_eos([int(t) for t in row]) for row in new]
+            rows = [self._cut_at_eos([int(t) for t in row]) for row in new]
+            progress.advance(len(batch))
+            return rows
 
         for i, row in zip(order, self.fitter.run("generate", order, batch_size, run), strict=True):
             results[i] = row
@@ -231,7 +234,9 @@ class HFBackend(tokens.TokenizerMethods):
         results: list[TokenScores | None] = [None] * len(requests)
 
         def run(batch: list[int]) -> list[TokenScores]:
-            return self._score_batch([requests[i] for i in batch], top_k, full)
+            scores = self._score_batch([requests[i] for i in batch], top_k, full)
+            progress.advance(len(batch))
+            return scores
 
         for i, scores in zip(order, self.fitter.run("score", order, batch_size, run), strict=True):
             results[i] = scores
