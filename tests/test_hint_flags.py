@@ -23,11 +23,13 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*")
 #: Options of other programs that hints tell the user to pass to that program.
 FOREIGN: dict[str, str] = {
     "--force-reinstall": "pip install",
+    "--no-deps": "pip install",
     "--gpu-memory-utilization": "vLLM's server",
     "--max-logprobs": "vLLM's server",
     "--quantization": "the serving engine",
     "--log_samples": "lm_eval",
     "--limit": "lm_eval",
+    "--output_path": "lm_eval",
     "--max-chars": "scripts/build_long_context_set.py",
 }
 
