@@ -11,12 +11,13 @@ decoder layers (embeddings and ``lm_head`` are left alone).
   layer over all calibration tokens; in every output row ``i`` the
   ``floor(f * in_features)`` lowest-scoring weights are zeroed. As in the
   paper, decoder layers are pruned in order and the activations of layer ``l``
-  are collected on the model whose layers ``< l`` are already pruned.
+  are collected on the model whose layers ``< l`` are already pruned; they
+  are propagated layer by layer (:mod:`gate.models.compress.propagate`), so
+  the calibration costs about two forward passes whatever the depth.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -24,6 +25,7 @@ from torch import nn
 
 from gate.errors import DataError
 from gate.models.compress.layers import decoder_layers
+from gate.models.compress.propagate import Propagation
 
 
 def _decoder_linears(block: nn.Module) -> list[nn.Linear]:
@@ -43,37 +45,23 @@ def prune_magnitude(model: nn.Module, fraction: float) -> None:
             weight.view(-1)[order[:k]] = 0
 
 
-class _StopForward(Exception):
-    """Raised by a hook to end a calibration pass once the layer of interest ran."""
-
-
 @torch.no_grad()
 def _input_norms(
-    model: nn.Module,
-    block: nn.Module,
-    linears: list[nn.Linear],
-    calibration: Sequence[Sequence[int]],
+    propagation: Propagation, index: int, linears: list[nn.Linear]
 ) -> list[torch.Tensor]:
-    """``||X_j||_2`` per input channel of each linear of ``block`` over the calibration tokens."""
+    """``||X_j||_2`` per input channel of each linear of layer ``index`` over the calibration
+    tokens: the layer runs on the propagated inputs while forward pre-hooks sum ``x_j**2``."""
     sumsq = [torch.zeros(lin.in_features, dtype=torch.float64) for lin in linears]
     handles = []
-    for index, lin in enumerate(linears):
+    for position, lin in enumerate(linears):
 
-        def collect(module: nn.Module, args: tuple[torch.Tensor, ...], index: int = index) -> None:
+        def collect(module: nn.Module, args: tuple[torch.Tensor, ...], at: int = position) -> None:
             x = args[0].detach().reshape(-1, args[0].shape[-1]).to(torch.float64)
-            sumsq[index] += (x * x).sum(dim=0).cpu()
+            sumsq[at] += (x * x).sum(dim=0).cpu()
 
         handles.append(lin.register_forward_pre_hook(collect))
-
-    def stop(module: nn.Module, args: object, output: object) -> None:
-        raise _StopForward
-
-    handles.append(block.register_forward_hook(stop))
-    device = model.get_input_embeddings().weight.device  # type: ignore[operator]
     try:
-        for ids in calibration:
-            with contextlib.suppress(_StopForward):
-                model(input_ids=torch.tensor([list(ids)], device=device), use_cache=False)
+        propagation.run(index)
     finally:
         for handle in handles:
             handle.remove()
@@ -82,15 +70,23 @@ def _input_norms(
 
 @torch.no_grad()
 def prune_wanda(model: nn.Module, fraction: float, calibration: Sequence[Sequence[int]]) -> None:
-    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt)."""
+    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt).
+
+    Layer-wise (:class:`~gate.models.compress.propagate.Propagation`): the
+    norms of layer ``l`` come from running it on the outputs of the already
+    pruned layers ``< l``, then the pruned layer ``l`` produces the inputs of
+    layer ``l + 1``; about two forward passes over the calibration texts.
+    """
     calibration = [ids for ids in calibration if len(ids) > 0]
     if not calibration:
         raise DataError(
             "prune-wanda got no calibration tokens", "pass non-empty calibration prompts"
         )
-    for block in decoder_layers(model):
+    propagation = Propagation(model, calibration)
+    blocks = decoder_layers(model)
+    for index, block in enumerate(blocks):
         linears = _decoder_linears(block)
-        norms = _input_norms(model, block, linears, calibration)
+        norms = _input_norms(propagation, index, linears)
         for lin, norm in zip(linears, norms, strict=True):
             weight = lin.weight
             k = int(fraction * lin.in_features)
@@ -99,3 +95,5 @@ def prune_wanda(model: nn.Module, fraction: float, calibration: Sequence[Sequenc
             score = weight.detach().abs().to(torch.float64) * norm.to(weight.device).unsqueeze(0)
             lowest = score.argsort(dim=1)[:, :k]
             weight.scatter_(1, lowest, 0)
+        if index + 1 < len(blocks):
+            propagation.advance(index)
