@@ -260,6 +260,15 @@ class ModelProvenance:
     #: Combined digest of the tokenizer files, and each file's digest.
     tokenizer_sha256: str | None = _fact(_is_str)
     tokenizer_files: Mapping[str, str] | None = _fact(_is_str_mapping)
+    #: SHA-256 of the tokenizer's vocabulary (its ``token -> id`` table, whatever file
+    #: format held it): the same for a model's GGUF file and its Hugging Face files.
+    tokenizer_vocab_sha256: str | None = _fact(_is_str)
+    # -- a GGUF file given as the model (``gate.models.gguf``)
+    #: SHA-256 of the ``.gguf`` file, its ``general.architecture``, and
+    #: ``{ggml tensor type: tensor count}`` (e.g. ``{"F32": 61, "Q4_1": 211}``).
+    gguf_sha256: str | None = _fact(_is_str)
+    gguf_architecture: str | None = _fact(_is_str)
+    gguf_tensor_types: Mapping[str, int] | None = _fact(_is_int_mapping)
     #: Bytes of the parameters and buffers as stored (quantized ones included).
     parameter_bytes: int | None = _fact(_is_int)
     linear_classes: tuple[str, ...] | None = _fact(_is_str_list)

@@ -15,7 +15,10 @@ loads (nothing measured, nothing written):
 * a press (``kv-snapkv``, ``kv-h2o``, ``kv-streaming``) needs every decoder
   layer to be full attention: a local model whose ``config.json`` declares
   sliding-window or other layer types is refused (exit 4). Hub models are
-  checked when they load.
+  checked when they load;
+* a ``.gguf`` model must be an existing file (exit 4), and a recipe that
+  quantizes while loading (``bnb-*``) is refused on it (exit 4,
+  :func:`check_gguf_recipe`).
 
 Standard library only (no torch, no transformers).
 """
@@ -85,11 +88,24 @@ def non_full_attention(config: dict[str, Any]) -> list[str]:
     return sorted(kinds - {"full_attention"})
 
 
+def check_gguf_recipe(recipe: Recipe) -> None:
+    """Refuse a recipe that quantizes while loading (bitsandbytes) on a GGUF model: transformers
+    loads a GGUF file through its own quantizer and cannot combine it with another."""
+    if recipe.name.startswith("bnb-"):
+        raise ConfigError(
+            f"recipe {recipe} quantizes while loading, which transformers cannot combine"
+            " with a GGUF file",
+            "use a recipe applied after loading (quanto-*, prune-*, drop-layers, kv-*)",
+        )
+
+
 def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
     """Refuse a recipe that cannot run on ``model`` (see the module doc); loads nothing."""
     parsed = parse_recipe(recipe)
     definition = get_recipe(parsed.name)
     spec = ModelSpec.parse(model)
+    if spec.gguf_file is not None:  # a missing file: ConfigError
+        check_gguf_recipe(parsed)
     if definition.family == "checkpoint":
         checkpoint_dir(spec, parsed)
     if parsed.name == "kv-quant":
@@ -109,4 +125,10 @@ def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
                 )
 
 
-__all__ = ["MAKE_CHECKPOINTS", "check_recipe_runs", "checkpoint_dir", "non_full_attention"]
+__all__ = [
+    "MAKE_CHECKPOINTS",
+    "check_gguf_recipe",
+    "check_recipe_runs",
+    "checkpoint_dir",
+    "non_full_attention",
+]

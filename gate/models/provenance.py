@@ -12,6 +12,10 @@ Pure helpers used by :meth:`gate.models.backends.hf.HFBackend.provenance`:
   tensors), a bitsandbytes ``Params4bit`` its packed bytes plus the absmax of
   its ``quant_state`` (nested state included), an ``Int8Params`` its int8
   codes plus the per-row scales ``SCB``;
+* vocabulary digest — SHA-256 of the tokenizer's ``token -> id`` table
+  (the ids the model embeds), serialized as the JSON list of ``[id, token]``
+  pairs in id order: one value for a tokenizer whatever file held it (a GGUF
+  file, ``tokenizer.json``);
 * linear classes — the class name of every linear layer actually in the
   model (``Linear``, ``Linear8bitLt``, ``Linear4bit``, ``QLinear``,
   ``QuantLinear`` ...), so a silent fallback to unquantized layers shows.
@@ -20,9 +24,11 @@ Pure helpers used by :meth:`gate.models.backends.hf.HFBackend.provenance`:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -138,3 +144,16 @@ def linear_class_counts(model: nn.Module) -> dict[str, int]:
         if isinstance(module, nn.Linear) or "linear" in name.lower():
             counts[name] += 1
     return dict(sorted(counts.items()))
+
+
+def vocabulary_digest(tokenizer: Any, size: int) -> str | None:
+    """SHA-256 of the ``[[id, token], ...]`` JSON, in id order, of the tokens of
+    ``tokenizer.get_vocab()`` whose id is below ``size`` (the model's vocabulary size:
+    the tokens it has embeddings for; a loader may add a special token past them).
+    None for a tokenizer without a vocabulary table."""
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if get_vocab is None:
+        return None
+    pairs = sorted((int(i), str(t)) for t, i in get_vocab().items() if int(i) < size)
+    text = json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

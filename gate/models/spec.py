@@ -2,7 +2,9 @@
 
 A ``ModelSpec`` is frozen and validated where it is built, so code downstream
 never sees a bad dtype or device. It names a Hugging Face id, a local
-directory, or ``demo`` (the model packaged under ``gate/assets/demo_model``).
+directory, a local ``.gguf`` file (loaded dequantized by transformers'
+GGUF loader, docs/gguf.md), or ``demo`` (the model packaged under
+``gate/assets/demo_model``).
 How the model is compressed at load time is a :class:`~gate.models.recipes.Recipe`.
 Nothing here imports torch: the baseline store and config validation use it.
 """
@@ -19,6 +21,9 @@ from gate.errors import BaselineError, ConfigError, ModelLoadError
 
 #: The ``source`` that selects the packaged demo model.
 DEMO = "demo"
+
+#: The file suffix of a GGUF model (compared case-insensitively).
+GGUF_SUFFIX = ".gguf"
 
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 
@@ -82,11 +87,37 @@ class ModelSpec:
         return self.source == DEMO
 
     @property
+    def is_gguf(self) -> bool:
+        """Whether the source names a ``.gguf`` file (case-insensitive suffix)."""
+        return is_gguf_path(self.source)
+
+    @property
+    def gguf_file(self) -> Path | None:
+        """The ``.gguf`` file to load, or ``None`` when the source is not one.
+
+        A ``.gguf`` path that is not an existing file is a
+        :class:`~gate.errors.ConfigError` (exit 4): the user gave a wrong path.
+        """
+        if not self.is_gguf:
+            return None
+        path = Path(self.source).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"model file {self.source} does not exist",
+                "check the path to the .gguf file",
+            )
+        return path.resolve()
+
+    @property
     def local_dir(self) -> Path | None:
         """The local directory to load from, or ``None`` for a hub id.
 
+        For a ``.gguf`` file, the directory holding it (see :attr:`gguf_file`).
         Raises :class:`ModelLoadError` for a path that looks local but does not exist.
         """
+        gguf = self.gguf_file
+        if gguf is not None:
+            return gguf.parent
         if self.is_demo:
             path = demo_model_dir()
             if not (path / "config.json").is_file():
@@ -116,12 +147,20 @@ class ModelSpec:
         return model_slug(self.source)
 
 
+def is_gguf_path(text: str) -> bool:
+    """Whether ``text`` names a ``.gguf`` file (by its suffix, case-insensitive)."""
+    return text.strip().lower().endswith(GGUF_SUFFIX)
+
+
 def model_slug(model: str) -> str:
     """The baseline-store slug of a model id or path: ``Org/Name-7B`` -> ``org--name-7b``.
 
     ``demo`` stays ``demo``. An existing directory, or a text that starts like a
     path (``.``, ``/``, ``~``), keeps only its last component (resolved, so
-    ``.`` names the current directory); a hub id's ``/`` becomes ``--``. The
+    ``.`` names the current directory); a hub id's ``/`` becomes ``--``. A
+    ``.gguf`` file keeps its file name without that suffix, quant tag included
+    (``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``smollm2-135m-instruct.q4_1``), so
+    two quantizations of one model get two slugs unless ``--model-slug`` names one. The
     result is lower-case, runs of characters outside ``[a-z0-9._-]`` become
     ``-``, leading and trailing ``-._`` are dropped and it is cut to
     :data:`SLUG_MAX` characters. A text with nothing left is a
@@ -133,8 +172,10 @@ def model_slug(model: str) -> str:
     path = Path(text).expanduser()
     if path.exists():
         text = path.resolve().name
-    elif text.startswith((".", "/", "~")):
+    elif text.startswith((".", "/", "~")) or is_gguf_path(text):
         text = path.name
+    if is_gguf_path(text):
+        text = text[: -len(GGUF_SUFFIX)]
     slug = _SLUG_BAD.sub("-", text.lower().replace("/", "--")).strip("-._")[:SLUG_MAX]
     if not slug:
         raise BaselineError(f"cannot derive a baseline slug from {model!r}", "pass --model-slug")

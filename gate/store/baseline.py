@@ -265,13 +265,21 @@ def check_compatible(baseline: Baseline, candidate: ModelProvenance) -> None:
 
     Only what both sides record is compared (the tokenizer by
     :meth:`~gate.provenance.ModelProvenance.tokenizer_identity`, the one rule the
-    reference pack's check uses too, and ``model_family``); a measurements file
-    from another tool may lack both.
+    reference pack's check uses too, the vocabulary digest
+    ``tokenizer_vocab_sha256``, which a GGUF file and the Hugging Face files of
+    the same model share, and ``model_family``); a measurements file from
+    another tool may lack them all.
     """
     ours, theirs = baseline.provenance, candidate
     checks: tuple[tuple[str, str | None, str | None, Callable[[str | None, str | None], bool]], ...]
     checks = (
         ("tokenizer", ours.tokenizer_identity(), theirs.tokenizer_identity(), tokenizers_differ),
+        (
+            "tokenizer vocabulary",
+            ours.tokenizer_vocab_sha256,
+            theirs.tokenizer_vocab_sha256,
+            _differ,
+        ),
         ("model_family", ours.model_family, theirs.model_family, _differ),
     )
     for key, mine, other, differ in checks:

@@ -55,12 +55,14 @@ from gate.models.backends.base import (
 )
 from gate.models.backends.batch_fit import BatchFitter
 from gate.models.compress.delay import HANDLE_ATTR
+from gate.models.gguf import GGUFSummary
 from gate.models.provenance import (
     combined_digest,
     hash_files,
     linear_class_counts,
     parameter_bytes,
     tokenizer_files,
+    vocabulary_digest,
     weight_files,
 )
 from gate.models.recipes import Recipe, format_recipe
@@ -89,6 +91,7 @@ HF_FACTS: tuple[str, ...] = (
     "weight_files",
     "tokenizer_sha256",
     "tokenizer_files",
+    "tokenizer_vocab_sha256",
     "parameter_bytes",
     "linear_classes",
     "linear_class_counts",
@@ -111,6 +114,7 @@ class HFBackend(tokens.TokenizerMethods):
         files_dir: Path | None = None,
         quant_method: str | None = None,
         incomplete_weights: Mapping[str, Any] | None = None,
+        gguf: GGUFSummary | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -118,6 +122,8 @@ class HFBackend(tokens.TokenizerMethods):
         self.recipe = recipe
         self.files_dir = files_dir
         self.quant_method = quant_method
+        #: The ``.gguf`` file the weights were dequantized from (None: not a GGUF model).
+        self.gguf = gguf
         #: Tensors the checkpoint lacked / had unused / had in another shape, when the
         #: loader was told to allow that (None: the weights matched the config).
         self.incomplete_weights = dict(incomplete_weights) if incomplete_weights else None
@@ -344,6 +350,8 @@ class HFBackend(tokens.TokenizerMethods):
 
     @cached_property
     def _file_hashes(self) -> tuple[dict[str, str], dict[str, str]]:
+        if self.gguf is not None:  # weights, tokenizer and metadata in one file
+            return {self.gguf.path.name: self.gguf.sha256}, {}
         if self.files_dir is None:
             return {}, {}
         return hash_files(weight_files(self.files_dir)), hash_files(tokenizer_files(self.files_dir))
@@ -361,7 +369,9 @@ class HFBackend(tokens.TokenizerMethods):
             name=self.name,
             source=self.spec.source,
             slug=self.spec.slug,
-            path=str(self.files_dir) if self.files_dir is not None else None,
+            path=str(self.gguf.path if self.gguf is not None else self.files_dir)
+            if self.gguf is not None or self.files_dir is not None
+            else None,
             revision=self.spec.revision,
             recipe=format_recipe(self.recipe),
             model_type=model_type,
@@ -384,5 +394,9 @@ class HFBackend(tokens.TokenizerMethods):
             forward_delay=hasattr(self.model, HANDLE_ATTR),
             incomplete_weights=self.incomplete_weights,
             batch_backoffs=tuple(b.to_dict() for b in self.fitter.backoffs) or None,
+            tokenizer_vocab_sha256=vocabulary_digest(self.tokenizer, vocab),
+            gguf_sha256=self.gguf.sha256 if self.gguf is not None else None,
+            gguf_architecture=self.gguf.architecture if self.gguf is not None else None,
+            gguf_tensor_types=self.gguf.tensor_types if self.gguf is not None else None,
             document_keys=HF_FACTS,
         )

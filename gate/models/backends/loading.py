@@ -14,6 +14,13 @@ refuse the model (exit 3) unless ``allow_incomplete_weights`` is set. A
 corrupt or truncated weight file is a model-load error too, never a tier
 failure.
 
+A ``.gguf`` file loads through transformers' GGUF loader, dequantized
+(``from_pretrained(directory, gguf_file=name)`` for the config, the tokenizer
+and the model); its header is read first (:func:`gate.models.gguf.read_gguf`),
+so an unreadable file or an architecture transformers cannot load fails in one
+line before the weights load (exit 3), and a ``.gguf`` path that does not
+exist is a usage error (exit 4).
+
 Pre-quantized checkpoints (GPTQ, AWQ, compressed-tensors, FP8 ...) carry a
 ``quantization_config`` in ``config.json``; transformers picks the matching
 quantizer itself. When that quantizer's kernel package is missing, the
@@ -37,7 +44,8 @@ from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.models.activity import Activity, Counting
 from gate.models.backends.hf import HFBackend
 from gate.models.compress import CHECKPOINT, apply_recipe, load_kwargs, quantized_checkpoint_layers
-from gate.models.precheck import checkpoint_dir, require_quanto
+from gate.models.gguf import GGUFSummary, read_gguf
+from gate.models.precheck import check_gguf_recipe, checkpoint_dir, require_quanto
 from gate.models.recipes import Recipe, get_recipe, parse_recipe
 from gate.models.spec import ModelSpec
 
@@ -141,6 +149,9 @@ def _import_error(exc: ImportError, method: str | None, source: str) -> ModelLoa
 
 def _common_kwargs(spec: ModelSpec, local: Path | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
+    gguf = spec.gguf_file
+    if gguf is not None:
+        kwargs["gguf_file"] = gguf.name
     if local is None:
         kwargs["revision"] = spec.revision
         kwargs["local_files_only"] = _offline()
@@ -272,12 +283,17 @@ def _load_model(
     from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = dict(common)
-    kwargs["use_safetensors"] = None if spec.allow_pickle else True
+    kwargs["use_safetensors"] = None if spec.allow_pickle or spec.is_gguf else True
     kwargs["device_map"] = _device_map(spec)
     dtype: Any = "auto" if spec.dtype == "auto" else _DTYPES[spec.dtype]
     major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
     kwargs["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = dtype
     kwargs.update(load_kwargs(recipe))
+    if spec.is_gguf:
+        from transformers import GgufConfig
+
+        # dequantized whatever kernels are installed: the gate measures a plain dense build
+        kwargs["quantization_config"] = GgufConfig(dequantize=True)
     # transformers reports missing/unexpected/mismatched tensors instead of raising;
     # _check_weights judges them (and names them in one line), so its log table is dropped.
     kwargs["output_loading_info"] = True
@@ -427,7 +443,11 @@ def load_backend(
     definition = get_recipe(recipe.name)
     local = checkpoint_dir(spec, recipe) if definition.family == "checkpoint" else spec.local_dir
     source = str(local) if local is not None else spec.source
-    if local is not None:
+    gguf: GGUFSummary | None = None
+    if spec.gguf_file is not None:
+        check_gguf_recipe(recipe)
+        gguf = read_gguf(spec.gguf_file)
+    elif local is not None:
         _check_pickle_only(local, spec)
     common = _common_kwargs(spec, local)
     config = _load_config(source, spec, common)
@@ -452,6 +472,8 @@ def load_backend(
     for parameter in model.parameters():
         parameter.requires_grad_(False)
     files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
+    if gguf is not None:
+        files_dir = None  # the file itself is hashed (``gguf``), not its directory
     backend = HFBackend(
         model,
         tokenizer,
@@ -460,6 +482,7 @@ def load_backend(
         files_dir=files_dir,
         quant_method=method,
         incomplete_weights=None if weights.complete else weights.to_dict(),
+        gguf=gguf,
     )
     if activity is not None and activity.footprint.counting is Counting.PER_CALL:
         from gate.models.compress.attention import count_calls
@@ -481,4 +504,6 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, Any, Path | None]:
     config = _load_config(source, spec, common)
     tokenizer = _load_tokenizer(source, common)
     files_dir = local if local is not None else _hub_snapshot(spec.source, spec.revision)
+    if spec.is_gguf:
+        files_dir = None  # its directory may hold other models' files
     return tokenizer, config, files_dir

@@ -1,0 +1,114 @@
+"""A GGUF file as a model: what it holds, read before transformers loads it.
+
+transformers loads a ``.gguf`` (``from_pretrained(directory, gguf_file=name)``)
+by dequantizing every tensor to float32 (or the requested dtype), so the build
+the gate measures carries llama.cpp's weight quantization error but runs
+transformers' kernels (docs/gguf.md). What the gate records of the file:
+
+* ``sha256`` — of the whole file (weights, tokenizer and metadata in one);
+* ``architecture`` — ``general.architecture`` (``llama``, ``qwen2`` ...);
+* ``tensor_types`` — ``{ggml type name: tensor count}``, e.g.
+  ``{"F32": 61, "Q4_1": 211}`` (a "Q4_K_M" file mixes several types).
+
+The header is read with the ``gguf`` package's ``GGUFReader`` (memory-mapped,
+nothing dequantized). A file that is not GGUF, is truncated, or names an
+architecture transformers has no GGUF mapping for fails here, in one line,
+before the weights load.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from gate.errors import ModelLoadError
+from gate.provenance import sha256_file
+
+#: Keys of transformers' GGUF tables that are not architectures.
+_NOT_ARCHITECTURES = frozenset({"general", "tokenizer"})
+#: What to do about an architecture or file transformers cannot load.
+DOCS_HINT = "see docs/gguf.md for the architectures and quant types transformers loads"
+
+
+@dataclass(frozen=True)
+class GGUFSummary:
+    """What a GGUF file is: its path, digest, architecture and tensor types."""
+
+    path: Path
+    sha256: str
+    architecture: str
+    tensor_types: dict[str, int]
+
+
+def supported_architectures() -> tuple[str, ...]:
+    """The ``general.architecture`` values transformers loads: its legacy GGUF table
+    (dequantized with the ``gguf`` package) and the architectures of its newer
+    block-keeping loader (``GGUF_ARCHS``, dequantized by transformers itself)."""
+    from transformers.integrations.gguf.gguf_conversion_mapping import GGUF_ARCHS
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    names = [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in _NOT_ARCHITECTURES]
+    return tuple(dict.fromkeys([*names, *sorted(GGUF_ARCHS)]))
+
+
+def _normalized(architecture: str) -> str:
+    """transformers' own renaming of GGUF architecture names (``qwen2moe`` -> ``qwen2_moe``)."""
+    for raw, name in (
+        ("qwen2moe", "qwen2_moe"),
+        ("qwen3moe", "qwen3_moe"),
+        ("gpt-oss", "gpt_oss"),
+        ("minimax-m2", "minimax_m2"),
+        ("t5encoder", "t5"),
+    ):
+        if raw in architecture:
+            return name
+    return architecture
+
+
+def _field_text(reader: object, key: str) -> str | None:
+    field = getattr(reader, "fields", {}).get(key)
+    if field is None:
+        return None
+    return str(field.contents())
+
+
+def read_gguf(path: Path) -> GGUFSummary:
+    """The :class:`GGUFSummary` of ``path`` (:class:`ModelLoadError`, exit 3, when unreadable).
+
+    ``tensor_types`` counts each tensor's ``tensor_type`` name, sorted by name.
+    """
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise ModelLoadError(
+            f"cannot read {path.name}: the gguf package is not installed", "pip install gguf"
+        ) from None
+    try:
+        reader = GGUFReader(str(path))
+        architecture = _field_text(reader, "general.architecture")
+        counts = Counter(tensor.tensor_type.name for tensor in reader.tensors)
+    except (ValueError, OSError, IndexError, KeyError, TypeError, AssertionError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelLoadError(
+            f"cannot read {path.name}: not a GGUF file, or truncated ({first})",
+            "copy or download the .gguf file again",
+        ) from None
+    if not architecture:
+        raise ModelLoadError(
+            f"{path.name} names no general.architecture", "convert the model to GGUF again"
+        )
+    if _normalized(architecture) not in supported_architectures():
+        raise ModelLoadError(
+            f"transformers cannot load GGUF architecture {architecture!r} ({path.name})",
+            DOCS_HINT,
+        )
+    return GGUFSummary(
+        path=path,
+        sha256=sha256_file(path),
+        architecture=architecture,
+        tensor_types=dict(sorted(counts.items())),
+    )
+
+
+__all__ = ["DOCS_HINT", "GGUFSummary", "read_gguf", "supported_architectures"]
