@@ -215,7 +215,8 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 
 @baseline.command("record")
 @click.option(
-    "--model", help="Model id, local path, or 'demo' (default: [run].baseline of --config)."
+    "--model",
+    help="Model id, local directory, .gguf file, or 'demo' (default: [run].baseline of --config).",
 )
 @click.option("--label", default="fp16", show_default=True, help="Label of the new baseline.")
 @click.option("--tiers", help="Comma-separated tiers (default: every available tier).")

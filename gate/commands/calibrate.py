@@ -50,7 +50,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
 
 
 @click.command("calibrate")
-@click.option("--model", required=True, help="Model id, local path, or 'demo'.")
+@click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
 @click.option(
     "--tiers",
     default="fidelity",

@@ -84,7 +84,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
 @click.command("run")
 @click.option(
     "--candidate",
-    help="Model id, local path, or 'demo' (without it: every candidate of --config).",
+    help="Model id, local directory, .gguf file, or 'demo' (without it: every candidate of --config).",
 )
 @click.option("--recipe", help="Compression recipe applied at load time (e.g. bnb-nf4).")
 @click.option(

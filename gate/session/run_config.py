@@ -18,7 +18,7 @@ Layout (documented with an example in docs/run-config.md)::
 
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
-    model = "demo"               # id, local directory or "demo"
+    model = "demo"               # id, local directory, .gguf file or "demo"
     recipe = "bnb-nf4"           # optional; also: against, tiers, calibration, model_slug,
                                  # allow_pickle, allow_incomplete_weights (default false),
                                  # device, dtype, trust_remote_code (over [run]'s),
