@@ -222,3 +222,14 @@ def test_the_docs_list_what_the_installed_transformers_loads() -> None:
     }
     assert names == by_package
     assert starred == set(GGML_NAME.values())
+
+
+def test_a_served_builds_local_tokenizer_comes_from_the_file(tiny_gguf: Path) -> None:
+    """A GGUF named as the tokenizer of a served build: read from the file; the
+    directory around it is not hashed as the model's files."""
+    from gate.models.backends.loading import load_tokenizer
+
+    tokenizer, config, files_dir = load_tokenizer(ModelSpec.parse(str(tiny_gguf)))
+    assert files_dir is None
+    assert config.model_type == "llama" and config.num_hidden_layers == 2
+    assert tokenizer.chat_template and tokenizer.eos_token == "<|end|>"
