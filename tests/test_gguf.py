@@ -196,6 +196,12 @@ def test_cli_a_missing_gguf_is_exit_4(tmp_path: Path) -> None:
     assert run.returncode == ExitCode.USAGE_ERROR, run.stdout + run.stderr
     output = run.stdout + run.stderr
     assert "none.gguf does not exist" in output and "Traceback" not in output
+    dry = run_gate(
+        "run", "--candidate", str(tmp_path / "none.gguf"), "--model-slug", "demo",
+        "--against", "fp32", "--store", str(store), "--dry-run", cwd=tmp_path,
+    )  # fmt: skip
+    assert dry.returncode == ExitCode.USAGE_ERROR, dry.stdout + dry.stderr
+    assert "none.gguf does not exist" in dry.stderr and "loading" not in dry.stderr
 
 
 def _docs_list(marker: str) -> list[str]:

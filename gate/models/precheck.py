@@ -99,6 +99,11 @@ def check_gguf_recipe(recipe: Recipe) -> None:
         )
 
 
+def check_model_file(model: str) -> None:
+    """Refuse a ``.gguf`` model path that is not an existing file (ConfigError, exit 4)."""
+    _ = ModelSpec.parse(model).gguf_file
+
+
 def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
     """Refuse a recipe that cannot run on ``model`` (see the module doc); loads nothing."""
     parsed = parse_recipe(recipe)
@@ -128,6 +133,7 @@ def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
 __all__ = [
     "MAKE_CHECKPOINTS",
     "check_gguf_recipe",
+    "check_model_file",
     "check_recipe_runs",
     "checkpoint_dir",
     "non_full_attention",

@@ -166,7 +166,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     from gate.data.calibration import calibration_for
     from gate.gating.thresholds import require_a_bound
     from gate.metrics.registry import all_metrics
-    from gate.models.precheck import check_recipe_runs
+    from gate.models.precheck import check_model_file, check_recipe_runs
     from gate.session.engine import session_engines
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
@@ -179,6 +179,10 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
         options = plan.options_for(candidate, targets)
         inputs = prepare_session("run", candidate.model, options)
         engines = session_engines(options)  # validated, nothing started or contacted
+        try:
+            check_model_file(candidate.model)
+        except GateError as exc:
+            raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             calibration_for(candidate.recipe, candidate.calibration)
