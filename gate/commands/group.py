@@ -11,6 +11,7 @@ from gate.commands.calibrate import calibrate
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
+from gate.commands.localize import localize_command
 from gate.commands.merge import merge
 from gate.commands.run import run
 
@@ -24,6 +25,7 @@ COMMANDS: tuple[click.Command, ...] = (
     import_,
     audit,
     calibrate,
+    localize_command,
 )
 
 

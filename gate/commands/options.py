@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from gate.session.options import DEFAULT_STORE
 
@@ -79,3 +80,9 @@ def model_trust_options(command: F) -> F:
         is_flag=True,
         help="Load a pickle-only checkpoint (.bin/.pt runs code at load: trusted files only).",
     )(command)
+
+
+def explicit_store(store: Path) -> Path | None:
+    """``--store`` when the user gave it (flag or ``$GATE_STORE``), else ``None``."""
+    source = click.get_current_context().get_parameter_source("store")
+    return store if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) else None

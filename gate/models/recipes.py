@@ -27,7 +27,7 @@ Today's kinds and their ranges:
   for the recipe), written back bare when only the ratio is given;
 * ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1).
 
-**Layer selection** (docs/recipes.md "Layer-selective recipes"). After the
+**Layer selection** (docs/localize.md "Layer-selective recipes"). After the
 argument, a recipe may name the parts it acts on:
 
 * weight recipes (``bnb-*``, ``quanto-*``, ``prune-*``) take ``keep=GLOB``
