@@ -162,7 +162,7 @@ def _localize(demo: dict[str, Any], recipe: str) -> Any:
         demo["base"],
         demo["load"](recipe),
         demo["pack"],
-        bounds={"cga": 0.10, "top5": 0.04, "kl": 0.10},
+        bounds={"cga": {None: 0.10}, "top5": {None: 0.04}, "kl": {None: 0.10}},
         recipe=parse_recipe(recipe),
         candidate={"model": "demo", "recipe": recipe},
         baseline="demo#0001 (fp32)",
@@ -234,3 +234,17 @@ def test_the_suggested_recipe_parses_and_beats_the_full_recipe(demo: dict[str, A
     _, cga_repaired = _kl_and_cga(demo["base"], demo["load"](repair.recipe), demo["pack"], LIMIT)
     assert cga_repaired > cga_full
     assert not math.isnan(result.resolvable_share)
+
+
+def test_passes_checks_the_whole_set_and_every_slice() -> None:
+    losses = at.Losses(np.array([0.0, 0.2]), np.zeros(2), np.zeros(2))
+    slices = [("category:chat",), ("category:math",)]
+    assert at.slice_means(losses.cga, slices) == {
+        None: 0.1,
+        "category:chat": 0.0,
+        "category:math": 0.2,
+    }
+    assert at.passes(losses, slices, {"cga": {None: 0.25}})
+    assert not at.passes(losses, slices, {"cga": {None: 0.15}})  # the math slice is past it
+    assert at.passes(losses, slices, {"cga": {None: 0.15, "category:math": 0.3}})
+    assert not at.passes(losses, slices, {"cga": {None: 0.25, "category:math": 0.15}})

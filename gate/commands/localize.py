@@ -18,7 +18,7 @@ from gate.commands.options import (
     store_option,
     thresholds_option,
 )
-from gate.errors import ConfigError, ExitCode
+from gate.errors import ConfigError, ExitCode, exit_meaning
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -70,11 +70,9 @@ def _gate_repaired(
     with handoff.collect() as collected:
         code = execute_plan(plan, make_console())
     values: dict[str, float | None] = {"fidelity.cga": None, "fidelity.kl_mean": None}
-    verdict = ExitCode(code).name
+    verdict = exit_meaning(int(code))
     if collected:
-        results = collected[-1]
-        verdict = results.verdict
-        for v in results.verdicts:
+        for v in collected[-1].verdicts:
             if v.slice is None and v.metric in values:
                 values[v.metric] = v.value
     return Gated(verdict, int(code), values["fidelity.cga"], values["fidelity.kl_mean"])
@@ -167,11 +165,12 @@ def _localize(
     from gate.store.writable import writing
 
     started = time.perf_counter()
-    bounds = {}
+    bounds: dict[str, dict[str | None, float]] = {}
     for signal, metric in SIGNAL_METRICS.items():
         threshold = bounds_source.for_metric(metric)
         if threshold is not None:
-            bounds[signal] = threshold.bound.critical
+            bounds[signal] = {None: threshold.bound.critical}
+            bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
     parsed = parse_recipe(recipe)
     provenance = baseline.provenance
     base_source = provenance.source or candidate

@@ -84,6 +84,35 @@ class Losses:
         return Losses(self.cga[:n], self.top5[:n], self.kl[:n])
 
 
+#: Bounds on the losses: per signal, the bound of the whole set (key ``None``) and of the
+#: slices that have their own (``"category:math"``); other slices take the whole set's.
+Bounds = Mapping[str, Mapping[str | None, float]]
+
+
+def slice_means(values: np.ndarray, slices: Sequence[Sequence[str]]) -> dict[str | None, float]:
+    """The mean of per-prompt ``values`` over all prompts (key ``None``) and per slice label."""
+    values = np.asarray(values, dtype=np.float64)
+    out: dict[str | None, float] = {None: float(values.mean()) if values.size else 0.0}
+    members: dict[str, list[float]] = {}
+    for value, labels in zip(values, slices, strict=False):
+        for label in labels:
+            members.setdefault(label, []).append(float(value))
+    out.update({label: float(np.mean(v)) for label, v in members.items()})
+    return out
+
+
+def passes(losses: Losses, slices: Sequence[Sequence[str]], bounds: Bounds) -> bool:
+    """Whether every bounded signal's loss is within its bound, on the whole set and on
+    every slice (a point check: stricter than the gate's tests, which need significance)."""
+    for signal, by_slice in bounds.items():
+        default = by_slice.get(None)
+        for label, mean in slice_means(losses.of(signal), slices).items():
+            bound = by_slice.get(label, default)
+            if bound is not None and mean > bound:
+                return False
+    return True
+
+
 def share(loss_cand: float, loss_swapped: float) -> float | None:
     """``(loss_cand - loss_swapped) / loss_cand``; ``None`` when the candidate lost nothing."""
     if loss_cand <= 0.0:
@@ -187,6 +216,7 @@ def byte_cost(kept_bytes_base: int, kept_bytes_cand: int, total_cand: int) -> fl
 __all__ = [
     "MIN_SUBSET",
     "SIGNALS",
+    "Bounds",
     "Losses",
     "block_size",
     "blocks",
@@ -194,10 +224,12 @@ __all__ = [
     "byte_cost",
     "combined_score",
     "divergence_jumps",
+    "passes",
     "rank",
     "relative_errors",
     "resolvable_share",
     "share",
     "shares",
+    "slice_means",
     "subset_size",
 ]

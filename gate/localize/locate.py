@@ -10,7 +10,9 @@
    layer. Layers ranked by the combined score.
 4. The repair: the top-ranked layers restored one more at a time until the
    swapped build's losses on the subset are within the ``critical`` bounds
-   of ``thresholds.toml`` (CGA, CGA@5, mean KL: what blocks a build), at most
+   of ``thresholds.toml`` (CGA, CGA@5, mean KL: what blocks a build), on the
+   whole subset and on each category and length slice (a slice's own bound
+   where the file gives one), at most
    all layers but one (keeping every layer is the baseline); its byte cost; the repaired
    recipe (``keep=`` those layers) and the quantizers' syntax. The command
    then gates that recipe with the normal pipeline.
@@ -27,6 +29,7 @@ from torch import nn
 from gate.errors import ConfigError
 from gate.localize.attribution import (
     SIGNALS,
+    Bounds,
     Losses,
     block_size,
     blocks,
@@ -34,6 +37,7 @@ from gate.localize.attribution import (
     byte_cost,
     combined_score,
     divergence_jumps,
+    passes,
     rank,
     resolvable_share,
     shares,
@@ -66,11 +70,6 @@ class LocalizeSettings:
     direct_up_to: int = 12
     #: Reference prompts of the divergence pass (``None``: the whole pack).
     limit: int | None = None
-
-
-def passes(means: Mapping[str, float], bounds: Mapping[str, float]) -> bool:
-    """Whether every bounded signal's loss is within its bound."""
-    return all(means[s] <= bound for s, bound in bounds.items())
 
 
 def _means(losses: Losses) -> dict[str, float]:
@@ -138,7 +137,7 @@ def localize(
     cand: nn.Module,
     pack: ReferencePack,
     *,
-    bounds: Mapping[str, float],
+    bounds: Bounds,
     recipe: Recipe | None,
     candidate: Mapping[str, object],
     baseline: str,
@@ -172,14 +171,16 @@ def localize(
         for i in order
     )
     kept: list[int] = []
+    slices = [item.slices for item in probe.inputs[:n]]
+    met = passes(cand_losses.first(n), slices, bounds)
     predicted = _means(cand_losses.first(n))
-    met = passes(predicted, bounds)
     for i in order[: len(order) - 1]:  # keeping every layer is the baseline, not a repair
         if met:
             break
         kept.append(i)
-        predicted = _means(swaps(kept))
-        met = passes(predicted, bounds)
+        swapped = swaps(kept)
+        predicted = _means(swapped)
+        met = passes(swapped, slices, bounds)
     base_bytes = sum(probe.layer_bytes(i)[0] for i in kept)
     cand_bytes = sum(probe.layer_bytes(i)[1] for i in kept)
     kept_names = [names[i] for i in kept]
@@ -210,4 +211,4 @@ def localize(
     )
 
 
-__all__ = ["SIGNAL_METRICS", "LocalizeSettings", "localize", "passes"]
+__all__ = ["SIGNAL_METRICS", "LocalizeSettings", "localize"]

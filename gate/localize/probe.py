@@ -59,6 +59,8 @@ class PackInput:
     topk_ids: np.ndarray
     topk_logprobs: np.ndarray
     tail: np.ndarray
+    #: The breakdown slices the prompt belongs to (``category:code``, ``length:short``).
+    slices: tuple[str, ...] = ()
 
 
 def pack_inputs(pack: ReferencePack, limit: int | None = None) -> list[PackInput]:
@@ -70,6 +72,8 @@ def pack_inputs(pack: ReferencePack, limit: int | None = None) -> list[PackInput
         if not prompt or output.size == 0:
             continue
         ids, lps, tail = pack.topk(j)
+        prompt_info = pack.prompts[j]
+        slices = (f"category:{prompt_info.category}", f"length:{prompt_info.length}")
         out.append(
             PackInput(
                 j,
@@ -80,6 +84,7 @@ def pack_inputs(pack: ReferencePack, limit: int | None = None) -> list[PackInput
                 ids,
                 lps,
                 tail,
+                slices,
             )
         )
         if limit is not None and len(out) >= limit:
