@@ -100,6 +100,7 @@ def _load(recipe: str):  # type: ignore[no-untyped-def]
     return load_backend(ModelSpec.parse("demo"), recipe)
 
 
+@pytest.mark.slow  # the first quanto import
 def test_only_quantizes_exactly_the_matching_modules_and_counts_them() -> None:
     backend = _load("quanto-int2:only=model.layers.2.*")
     quantized = sorted(n for n, m in backend.model.named_modules() if type(m).__name__ == "QLinear")
@@ -146,6 +147,7 @@ def test_a_layer_index_the_model_lacks_is_refused_when_applied() -> None:
         _load("attn-topk:0.5,layers=7")
 
 
+@pytest.mark.slow
 def test_no_match_exits_4_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     from gate.cli import main
 
