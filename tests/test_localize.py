@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 from typing import Any
 
 import numpy as np
@@ -248,3 +249,40 @@ def test_passes_checks_the_whole_set_and_every_slice() -> None:
     assert not at.passes(losses, slices, {"cga": {None: 0.15}})  # the math slice is past it
     assert at.passes(losses, slices, {"cga": {None: 0.15, "category:math": 0.3}})
     assert not at.passes(losses, slices, {"cga": {None: 0.25, "category:math": 0.15}})
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_one_damaged_layer_is_traced_to_it(
+    demo: dict[str, Any], tmp_path: Any
+) -> None:
+    """A checkpoint candidate (a model directory, no recipe): the baseline's block swapped in."""
+    import torch
+
+    from gate.localize.locate import LocalizeSettings, localize
+    from gate.models.backends.loading import load_backend
+    from gate.models.spec import ModelSpec
+
+    damaged = load_backend(ModelSpec.parse("demo")).model
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for weight in damaged.model.layers[1].mlp.parameters():
+            weight.add_(0.5 * weight.std() * torch.randn(weight.shape, generator=generator))
+    damaged.save_pretrained(tmp_path / "damaged")
+    source = ModelSpec.parse("demo").local_dir
+    assert source is not None
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(source / name, tmp_path / "damaged" / name)
+    cand = load_backend(ModelSpec.parse(str(tmp_path / "damaged"))).model
+    result = localize(
+        demo["base"],
+        cand,
+        demo["pack"],
+        bounds={"cga": {None: 0.10}},
+        recipe=None,
+        candidate={"model": str(tmp_path / "damaged")},
+        baseline="demo#0001 (fp32)",
+        settings=LocalizeSettings(limit=LIMIT),
+    )
+    assert result.layers[0].index == 1 and result.layers[0].score > 0.9
+    assert result.repair is not None and result.repair.recipe is None
+    assert '"model.layers.1"' in result.repair.snippets["bitsandbytes"]

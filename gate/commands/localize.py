@@ -18,7 +18,7 @@ from gate.commands.options import (
     store_option,
     thresholds_option,
 )
-from gate.errors import ConfigError, ExitCode, exit_meaning
+from gate.errors import ConfigError, ExitCode, GateError, exit_meaning
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -35,10 +35,11 @@ def check_localizable(recipe: str | None) -> None:
 
     parsed = parse_recipe(recipe)
     kind = family(parsed)
-    if kind not in _LOCALIZABLE or parsed.name in ("none", "drop-layers", "delay"):
+    if kind not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         raise ConfigError(
             f"gate localize swaps decoder layers of a weight-compressed build; {parsed} is not one",
-            "localize a weight recipe (bnb-*, quanto-*, prune-*) or a checkpoint; "
+            "localize a weight recipe (bnb-*, quanto-*, prune-*) or a checkpoint (a model "
+            "directory of the baseline's architecture, --recipe none); "
             "attention and KV recipes take layers= to choose layers by hand",
         )
 
@@ -93,8 +94,10 @@ def run_localize(
     limit: int | None,
     gate_repair: bool,
     dry_run: bool = False,
+    model_slug: str | None = None,
 ) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
+    from gate.models.recipes import parse_recipe
     from gate.report.outputs import ReportTargets
     from gate.session.options import SessionOptions
     from gate.session.plan import check_plan, check_targets, plan_run
@@ -109,6 +112,7 @@ def run_localize(
         recipe=recipe,
         against=(against,) if against else (),
         tiers=("fidelity",),
+        model_slug=model_slug,
     )
     shared = SessionOptions(store=store, thresholds=thresholds)
     plan = plan_run(config, overrides, shared, ReportTargets())
@@ -116,6 +120,12 @@ def run_localize(
     inputs = checked.inputs
     ((ref, baseline),) = inputs.baselines.items()
     pack_path = baseline.artifact_path("reference")
+    same_model = baseline.provenance.source in (candidate, None)
+    if same_model and str(parse_recipe(recipe)) == (baseline.provenance.recipe or "none"):
+        raise ConfigError(
+            f"the candidate {candidate} ({parse_recipe(recipe)}) is the baseline build itself",
+            "name the compressed build: --recipe RECIPE, or a checkpoint directory as --candidate",
+        )
     if dry_run:
         click.echo(
             f"gate localize: {candidate} ({recipe or 'none'}) against {baseline.display}:"
@@ -227,25 +237,29 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
     (candidate,) = plan.candidates
     recipe = candidate.recipe
     parsed = parse_recipe(recipe)
-    if family(parsed) not in _LOCALIZABLE or parsed.name in ("none", "drop-layers", "delay"):
+    if family(parsed) not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         _echo_err(f"gate: --localize: {parsed} is not a weight-compressed build; not localized")
         return
     _echo_err(f"gate: the build is blocked; localizing {candidate.model} ({parsed})")
     target = None if json_out is None else json_out.with_suffix(".localize.json")
-    run_localize(
-        candidate=candidate.model,
-        recipe=recipe,
-        against=candidate.against[0] if candidate.against else None,
-        store=plan.shared.store,
-        config=plan.shared.config,
-        thresholds=plan.shared.thresholds,
-        json_out=target,
-        html_out=None,
-        png_out=None,
-        resolve=0.25,
-        limit=None,
-        gate_repair=True,
-    )
+    try:
+        run_localize(
+            candidate=candidate.model,
+            recipe=recipe,
+            against=candidate.against[0] if candidate.against else None,
+            store=plan.shared.store,
+            config=plan.shared.config,
+            thresholds=plan.shared.thresholds,
+            json_out=target,
+            html_out=None,
+            png_out=None,
+            resolve=0.25,
+            limit=None,
+            gate_repair=True,
+            model_slug=candidate.model_slug,
+        )
+    except GateError as exc:  # the run's verdict stands: it is blocked whatever localize says
+        _echo_err(f"gate: --localize could not run: {exc.message}")
 
 
 @click.command("localize")
@@ -275,6 +289,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
     is_flag=True,
     help="Propose the repaired build without gating it.",
 )
+@click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
 @click.option("--dry-run", is_flag=True, help="Check the inputs and exit 0; loads no model.")
 def localize_command(
     candidate: str,
@@ -289,6 +304,7 @@ def localize_command(
     resolve: float,
     limit: int | None,
     no_gate: bool,
+    model_slug: str | None,
     dry_run: bool,
 ) -> int:
     """Find the decoder layers that carry a build's loss and gate the repaired build.
@@ -327,6 +343,7 @@ def localize_command(
         limit=limit,
         gate_repair=not no_gate,
         dry_run=dry_run,
+        model_slug=model_slug,
     )
 
 
