@@ -277,7 +277,7 @@ def test_a_checkpoint_with_one_damaged_layer_is_traced_to_it(
         demo["base"],
         cand,
         demo["pack"],
-        bounds={"cga": {None: 0.10}},
+        bounds={"cga": {None: 0.0}},  # no flipped token: only the damaged layer's return does it
         recipe=None,
         candidate={"model": str(tmp_path / "damaged")},
         baseline="demo#0001 (fp32)",
@@ -285,4 +285,5 @@ def test_a_checkpoint_with_one_damaged_layer_is_traced_to_it(
     )
     assert result.layers[0].index == 1 and result.layers[0].score > 0.9
     assert result.repair is not None and result.repair.recipe is None
+    assert result.repair.kept == (1,) and result.repair.met_bounds
     assert '"model.layers.1"' in result.repair.snippets["bitsandbytes"]

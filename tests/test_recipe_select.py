@@ -167,3 +167,36 @@ def test_no_match_exits_4_through_the_cli(capsys: pytest.CaptureFixture[str]) ->
     assert code == 4, captured.err
     assert "matches none of the 28 modules" in captured.err
     assert "Traceback" not in captured.err + captured.out
+
+
+@pytest.mark.slow
+def test_an_attention_recipe_acts_and_counts_on_its_layers_only() -> None:
+    ids = torch.tensor([[1, 17, 40, 99, 5, 61, 7, 300, 12, 8, 9, 33]])
+    base = _load("none").model
+    every = _load("attn-topk:0.25")
+    one = _load("attn-topk:0.25,layers=1")
+    with torch.no_grad():
+        hb = base(input_ids=ids, output_hidden_states=True).hidden_states
+        h1 = one.model(input_ids=ids, output_hidden_states=True).hidden_states
+        every.model(input_ids=ids)
+    assert every.activity is not None and one.activity is not None
+    assert every.activity.acted == 4 and one.activity.acted == 1  # one call per layer
+    torch.testing.assert_close(h1[1], hb[1])  # layer 0 left alone: exact attention
+    assert not torch.allclose(h1[2], hb[2])  # layer 1 sparse
+
+
+def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gate run --localize``: the command's wiring (unit: both sessions replaced)."""
+    import gate.commands.localize as localize_module
+    import gate.session.multirun as multirun
+    from gate.cli import main
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(localize_module, "run_localize", lambda **kw: calls.append(kw) or 0)
+    args = ["run", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
+    for code, expected in ((ExitCode.OK, 0), (ExitCode.BLOCKED, 1)):
+        monkeypatch.setattr(multirun, "execute_plan", lambda plan, console, c=code: c)
+        assert main([*args, "--tiers", "fidelity", "--localize"]) == int(code)
+        assert len(calls) == expected
+    assert calls[0]["candidate"] == "demo" and calls[0]["recipe"] == "quanto-int2"
+    assert calls[0]["against"] == "fp32"
