@@ -104,7 +104,7 @@ def test_document_and_headline() -> None:
     doc = result.to_document()
     assert doc["layers"][0]["rank"] == 1 and doc["layers"][0]["index"] == 2
     assert doc["recipe"] == "quanto-int2:keep=model.layers.2"
-    assert doc["cost"] == {"forwards": 100, "swaps": 4, "wall_s": 1.5}
+    assert doc["cost"] == {"forwards": 100, "swaps": 4, "wall_s": 1.5, "cpu_s": 0.0}
     assert repair.headline() == "keep model.layers.2 (+3.1 % bytes): CGA 0.962, APPROVED"
 
 

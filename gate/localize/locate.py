@@ -145,7 +145,7 @@ def localize(
     progress: Callable[[str], None] = lambda line: None,
 ) -> Localization:
     """Localize the candidate's loss against the baseline (module doc)."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     probe = Probe(base, cand, pack_inputs(pack, settings.limit))
     names = probe.layer_names()
     progress(f"localize: divergence pass over {len(probe.inputs)} prompts, {probe.n_layers} layers")
@@ -207,6 +207,7 @@ def localize(
         swaps=len(swaps.done),
         forwards=probe.forwards,
         wall_s=time.perf_counter() - started,
+        cpu_s=time.process_time() - cpu_started,
         repair=repair,
     )
 

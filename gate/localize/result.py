@@ -11,7 +11,7 @@ The document (``gate localize --json``)::
      "subset": {"prompts": n, "of": N, "resolvable_share": ..},
      "recipe": "quanto-int2:keep=model.layers.2" | null,
      "repair": {...} | null,
-     "cost": {"forwards": .., "wall_s": .., "swaps": ..}}
+     "cost": {"forwards": .., "swaps": .., "wall_s": .., "cpu_s": ..}}
 """
 
 from __future__ import annotations
@@ -142,6 +142,9 @@ class Localization:
     forwards: int
     wall_s: float
     repair: Repair | None = None
+    #: CPU seconds of this process over the same span (wall time on a shared machine
+    #: includes waiting for cores; this does not).
+    cpu_s: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_document(self) -> dict[str, Any]:
@@ -165,6 +168,7 @@ class Localization:
                 "forwards": self.forwards,
                 "swaps": self.swaps,
                 "wall_s": round(self.wall_s, 2),
+                "cpu_s": round(self.cpu_s, 2),
             },
             "notes": list(self.notes),
         }
