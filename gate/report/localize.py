@@ -84,13 +84,18 @@ def sensitivity_figure(result: Localization) -> Figure:
     for bar, layer in zip(bars, layers, strict=True):
         if layer.resolution == "block":
             bar.set_hatch("//")
+    step = 1 if len(x) <= 32 else 2
+    ax.set_xticks(x[::step])
     ax.set_xlabel("decoder layer")
     ax.set_ylabel("recovered share (score)")
     ax.axhline(0.0, color="#424242", linewidth=0.6)
     twin = ax.twinx()
     twin.plot(x, [layer.divergence for layer in layers], color=DIVERGENCE_COLOUR, marker=".")
     twin.set_ylabel("relative hidden-state error", color=DIVERGENCE_COLOUR)
-    ax.set_title("Per-layer sensitivity: swap-back score (bars, red = kept), divergence (line)")
+    ax.set_title(
+        "Per-layer sensitivity: swap-back score (bars; red: kept), divergence (line)",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
