@@ -287,3 +287,43 @@ def test_a_checkpoint_with_one_damaged_layer_is_traced_to_it(
     assert result.repair is not None and result.repair.recipe is None
     assert result.repair.kept == (1,) and result.repair.met_bounds
     assert '"model.layers.1"' in result.repair.snippets["bitsandbytes"]
+
+
+# ------------------------------------------------------------------ the command's inputs
+
+
+@pytest.mark.parametrize(
+    ("recipe", "says"),
+    [
+        ("kv-snapkv:0.5", "is not one"),
+        ("drop-layers:1", "is not one"),
+        ("none", "is the baseline build itself"),
+    ],
+)
+def test_localize_refuses_what_it_cannot_localize(
+    recipe: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gate.cli import main
+
+    code = main(
+        ["localize", "--candidate", "demo", "--recipe", recipe, "--against", "fp32", "--dry-run"]
+    )
+    err = capsys.readouterr().err
+    assert code == 4 and says in err and "Traceback" not in err
+
+
+def test_localize_dry_run_loads_no_model() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from gate.cli import main\n"
+        "code = main(['localize', '--candidate', 'demo', '--recipe', 'quanto-int2',"
+        " '--against', 'fp32', '--dry-run'])\n"
+        "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "demo#0001 (fp32)" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "0 False False"
