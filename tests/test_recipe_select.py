@@ -200,3 +200,23 @@ def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch
         assert len(calls) == expected
     assert calls[0]["candidate"] == "demo" and calls[0]["recipe"] == "quanto-int2"
     assert calls[0]["against"] == "fp32"
+
+
+def test_a_kv_press_evicts_on_its_layers_only_and_counts_them() -> None:
+    from gate.models.compress.kvcache import acted_pairs, cache_argument, cache_method
+
+    model = _load("none").model
+    ids = torch.arange(3, 3 + 80).unsqueeze(0)
+    held = {}
+    for text in ("kv-snapkv:ratio=0.5,window=8", "kv-snapkv:ratio=0.5,window=8,layers=1-2"):
+        method = cache_method(parse_recipe(text))
+        method.check(model)
+        cache = method.new_cache(model)
+        with torch.no_grad(), method.active(model):
+            model(input_ids=ids, use_cache=True, **cache_argument(model, cache))
+        held[text] = ([layer.held() for layer in cache.layers], acted_pairs(cache))
+    every, some = held.values()
+    assert all(h < 80 for h in every[0])
+    assert some[0][0] == 80 and some[0][3] == 80  # layers 0 and 3 keep their whole cache
+    assert some[0][1:3] == every[0][1:3]
+    assert some[1] == every[1] // 2  # the evicted pairs of two layers of four
