@@ -172,6 +172,10 @@ def _is_mapping(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(key, str) for key in value)
 
 
+def _is_mapping_list(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_mapping(item) for item in value)
+
+
 def _is_str_mapping(value: Any) -> bool:
     return _is_mapping(value) and all(isinstance(item, str) for item in value.values())
 
@@ -242,6 +246,10 @@ class ModelProvenance:
     num_layers: int | None = _fact(_is_int)
     dtype_requested: str | None = _fact(_is_str)
     dtypes: tuple[str, ...] | None = _fact(_is_str_list)
+    #: The dtype the model computes in (transformers' ``model.dtype``: its first floating
+    #: parameter's; quantized storage such as uint8 is not it).
+    compute_dtype: str | None = _fact(_is_str)
+    #: Where the model ran (``cpu``, ``cuda:0``; with a device map, its first layer's device).
     device: str | None = _fact(_is_str)
     device_map: Mapping[str, Any] | None = _fact(_is_mapping)
     #: The quantization method the weights were loaded with.
@@ -260,6 +268,9 @@ class ModelProvenance:
     forward_delay: bool | None = _fact(_is_bool)
     #: Tensors missing, unexpected or of another shape, when measured anyway.
     incomplete_weights: Mapping[str, Any] | None = _fact(_is_mapping)
+    #: Each batch that ran out of memory and was halved (``{operation, tried, fitted,
+    #: device}``; :class:`gate.models.backends.batch_fit.BatchBackoff`); ``None``: none was.
+    batch_backoffs: tuple[Mapping[str, Any], ...] | None = _fact(_is_mapping_list)
     # -- a KV-cache recipe (the chunked backend)
     cache_method: str | None = _fact(_is_str)
     #: Scoring chunk size, or ``"exact"``.

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from gate.hw.devices import cuda_indices
 from gate.hw.fingerprint import check_fingerprint, collect
 from gate.hw.memory import MemoryTracker
 from gate.hw.nvml import open_nvml
@@ -99,6 +100,7 @@ def test_latency(gate_run: GateRun, request: pytest.FixtureRequest) -> None:
     provenance = backend.provenance()
     device = provenance.device or "cpu"
     nvml = open_nvml() if device.startswith("cuda") else None
+    gpus = cuda_indices(device, provenance.device_map)  # every GPU a device map spread it over
     fingerprint = collect(device, linear_classes=provenance.linear_classes or (), nvml=nvml)
     for ref, baseline in gate_run.baselines.items():
         if has_latency(baseline.measurements):
@@ -114,7 +116,7 @@ def test_latency(gate_run: GateRun, request: pytest.FixtureRequest) -> None:
         settings,
         fingerprint=fingerprint,
         clock_factory=lambda: make_clock(device),
-        tracker_factory=lambda: MemoryTracker(device, nvml=nvml),
+        tracker_factory=lambda: MemoryTracker(device, devices=gpus, nvml=nvml),
         runner=runner,
         baseline_build=_baseline_build(gate_run, settings),
     )

@@ -168,3 +168,21 @@ def test_thresholds_file_bounds_apply(tmp_path: Path) -> None:
     )
     args = ["audit", "latency", "--history", str(tmp_path / "h"), "--thresholds", str(toml)]
     assert main(args) == ExitCode.OK
+
+
+def test_the_working_directorys_thresholds_apply_without_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Like every other command, the audit reads ./thresholds.toml when --thresholds is not given:
+    the same 30 % step that blocks under the packaged bounds passes under 50 %/100 % ones."""
+    step_history(tmp_path / "h")
+    monkeypatch.chdir(tmp_path)
+    args = ["audit", "latency", "--history", "h"]
+    assert main(args) == ExitCode.BLOCKED
+    assert "bounds: " in capsys.readouterr().out
+    (tmp_path / "thresholds.toml").write_text(
+        '[metrics."latency.e2e_p50"]\nwarn = 0.5\ncritical = 1.0\nmode = "relative"\n'
+        '[metrics."latency.tokens_per_s"]\nwarn = 0.5\ncritical = 1.0\nmode = "relative"\n'
+    )
+    assert main(args) == ExitCode.OK
+    assert f"bounds: {tmp_path / 'thresholds.toml'}" in capsys.readouterr().out

@@ -181,3 +181,20 @@ def test_corrupted_candidate_output_is_a_loss(tmp_path: Path) -> None:
         outcomes[0].outcome is Outcome.LOSS and outcomes[0].reason == "candidate response corrupted"
     )
     assert outcomes[1].outcome is Outcome.TIE
+
+
+def test_questions_asked_show_progress_and_cached_ones_none(tmp_path: Path) -> None:
+    import io
+
+    from gate import progress
+
+    judge = CachedJudge(ScriptedJudge(lambda q: "A", concurrency=2), JudgeCache(tmp_path))
+    questions = [_q(prompt=f"p{i}") for i in range(5)]
+    shown = io.StringIO()
+    with progress.to_stream(shown, style="plain", interval=0.0):
+        judge.ask(questions)
+        judge.ask(questions)  # all cached now: nothing to show
+    lines = shown.getvalue().splitlines()
+    assert lines[0] == "gate: judge scripted: questions: 0/5"
+    assert lines[-1].startswith("gate: judge scripted: questions: done 5/5 in ")
+    assert len(lines) == 4  # start, 2/5 and 4/5 (one per batch of 2), done; none the 2nd time

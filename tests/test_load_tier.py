@@ -8,6 +8,7 @@ with numpy/scipy), and a slower candidate must block.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from gate import progress
 from gate.errors import ConfigError, DataError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path, require_a_bound
@@ -409,7 +411,11 @@ def test_run_batch_runs_every_scenario_in_one_process_and_reads_the_results(
         "    print(json.dumps({'name': job['name'], 'wall_s': 2.5}))\n"
         "EOF\n",
     )
-    done = _batch_with(exe, tmp_path)
+    shown = io.StringIO()
+    with progress.to_stream(shown, style="plain"):
+        done = _batch_with(exe, tmp_path)
+    assert shown.getvalue().splitlines()[0] == "gate: load: GuideLLM benchmarks: 0/2"
+    assert "gate: load: GuideLLM benchmarks: done 2/2 in " in shown.getvalue()
     assert [[p.offered_rate for p in points] for points, _ in done] == [[1.0, 4.0], [1.0, 4.0]]
     assert [wall for _, wall in done] == [2.5, 2.5]
     written = json.loads((tmp_path / "work" / "candidate-1-1r.scenario.json").read_text())

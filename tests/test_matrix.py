@@ -220,20 +220,22 @@ def test_a_saved_matrix_names_the_expected_candidates(tmp_path: Path) -> None:
 
 def test_the_workflow_fans_out_plan_candidates_merge() -> None:
     """.github/workflows/gate.yml has the shape docs/self-hosted-runners.md describes (actionlint,
-    run by scripts/test.sh, checks its syntax; this checks what the jobs run)."""
+    run by scripts/test.sh and tests/test_init.py, checks its syntax and the action's inputs;
+    this checks what the jobs run through the action, action.yml)."""
     import yaml
 
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "gate.yml").read_text())
     jobs = workflow["jobs"]
-    assert list(jobs) == ["plan", "candidate", "merge"]
+    assert list(jobs) == ["changes", "plan", "candidate", "merge", "verdict"]
     plan, candidate, merge = jobs["plan"], jobs["candidate"], jobs["merge"]
 
-    def script(job: dict[str, object]) -> str:
+    def action_step(job: dict[str, object]) -> dict[str, object]:
         steps = job["steps"]
         assert isinstance(steps, list)
-        return "\n".join(str(step.get("run", "")) for step in steps)
+        (step,) = [s for s in steps if s.get("uses") == "./"]
+        return step
 
-    assert "--config gate.toml --matrix" in script(plan)
+    assert action_step(plan)["with"]["command"] == "matrix"
     assert plan["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
     assert "repo.full_name == github.repository" in plan["if"]  # no fork reaches a runner
     assert candidate["needs"] == "plan"
@@ -242,12 +244,12 @@ def test_the_workflow_fans_out_plan_candidates_merge() -> None:
         "matrix": "${{ fromJSON(needs.plan.outputs.matrix) }}",
     }
     assert candidate["runs-on"] == "${{ matrix.runs_on }}"
-    assert '--only "$CANDIDATE"' in script(candidate)
-    uploads = [s for s in candidate["steps"] if "upload-artifact" in str(s.get("uses"))]
-    assert uploads[0]["with"]["name"] == "gate-results-${{ matrix.candidate }}"
+    assert action_step(candidate)["with"]["candidate"] == "${{ matrix.candidate }}"
+    assert action_step(candidate)["with"]["artifact-name"] == "gate-results-${{ matrix.candidate }}"
     assert merge["needs"] == ["plan", "candidate"] and "!cancelled()" in merge["if"]
     downloads = [s for s in merge["steps"] if "download-artifact" in str(s.get("uses"))]
     assert downloads[0]["with"]["pattern"] == "gate-results-*"
-    assert "merge results --expect-from gate.toml" in script(merge)
+    assert action_step(merge)["with"]["command"] == "merge"
     assert merge["permissions"]["pull-requests"] == "write"
     assert "permissions" not in candidate  # the default: contents read
+    assert jobs["verdict"]["if"] == "always()"

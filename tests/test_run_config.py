@@ -1,15 +1,13 @@
-"""Run config (``gate.toml``) validation, multi-candidate bookkeeping, calibration, progress."""
+"""Run config (``gate.toml``) validation, multi-candidate bookkeeping, calibration."""
 
 from __future__ import annotations
 
-import io
 import json
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from gate import progress
 from gate.cli import main
 from gate.data.calibration import (
     build_calibration_set,
@@ -314,64 +312,3 @@ def test_bad_calibration_files(tmp_path: Path, content: str, message: str) -> No
         load_calibration(path)
     with pytest.raises(DataError, match="not found"):
         calibration_for("prune-wanda:0.3", tmp_path / "missing.jsonl")
-
-
-# ---------------------------------------------------------------------------- progress
-
-
-def test_plain_progress_lines() -> None:
-    out = io.StringIO()
-    with progress.to_stream(out, style="plain", interval=0.0):
-        with progress.task("fidelity: scoring", total=20) as step:
-            for _ in range(20):
-                step()
-        progress.note("candidate 1/2: nf4")
-        with progress.task("loading demo"):
-            pass
-    lines = out.getvalue().splitlines()
-    assert lines[0] == "gate: fidelity: scoring: 0/20"
-    assert lines[1] == "gate: fidelity: scoring: 2/20 (10%)"
-    assert "gate: fidelity: scoring: 20/20 (100%)" in lines
-    assert len([line for line in lines if "(" in line]) == 10  # one line per tenth
-    assert lines[-4].startswith("gate: fidelity: scoring: done 20/20 in ")
-    assert lines[-3] == "gate: candidate 1/2: nf4"
-    assert lines[-2] == "gate: loading demo ..."
-    assert lines[-1].startswith("gate: loading demo: done in ")
-
-
-def test_progress_throttles_reports_failures_and_can_be_off() -> None:
-    out = io.StringIO()
-    with (
-        progress.to_stream(out, style="plain", interval=3600.0),
-        pytest.raises(RuntimeError, match="boom"),
-        progress.task("scoring", total=100) as step,
-    ):
-        step(50)
-        raise RuntimeError("boom")
-    lines = out.getvalue().splitlines()
-    assert lines[0] == "gate: scoring: 0/100"
-    assert len(lines) == 2 and lines[1].startswith("gate: scoring: failed 50/100 in ")
-    silent = io.StringIO()
-    with progress.to_stream(silent, style="off"), progress.task("x", total=3) as step:
-        step(3)
-    assert silent.getvalue() == ""
-
-
-def test_progress_style_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(progress.ENV_VAR, raising=False)
-    assert progress.choose_style(io.StringIO()) == "plain"  # not a terminal: CI logs
-    monkeypatch.setenv(progress.ENV_VAR, "off")
-    assert progress.choose_style(io.StringIO()) == "off"
-    assert progress.choose_style(io.StringIO(), "rich") == "rich"
-
-
-def test_rich_progress_renders_nested_tasks() -> None:
-    out = io.StringIO()
-    with progress.to_stream(out, style="rich"):
-        with progress.task("outer", total=2) as outer:
-            with progress.task("inner", total=3) as inner:
-                inner(3)
-            outer(2)
-        progress.note("after")
-    text = out.getvalue()
-    assert "outer" in text and "inner" in text and "3/3" in text and "gate: after" in text

@@ -21,6 +21,7 @@ import pytest
 from gate.errors import ConfigError, ExitCode, UsageError
 from gate.metrics.registry import TIERS, check_tier
 from gate.models.engine_settings import EngineSettings
+from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.session.flags import PYTEST_ROWS, request_from_pytest
 from gate.session.options import SESSION_FIELDS, SessionOptions, SessionRequest
@@ -36,7 +37,12 @@ from gate.tiers.registry import SETTINGS, build_settings, machine_keys, validate
 
 def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Pytester) -> None:
     """``--gate-*`` arguments -> pytest's parser -> one typed :class:`SessionRequest`."""
-    scalar = {f.name for f in dataclasses.fields(SessionOptions)} - {"verbose", "reports", "engine"}
+    scalar = {f.name for f in dataclasses.fields(SessionOptions)} - {
+        "verbose",
+        "reports",
+        "engine",
+        "load",
+    }
     assert {row.name for row in SESSION_FIELDS} == scalar
     expected = SessionOptions(
         recipe="bnb-nf4",
@@ -58,7 +64,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         paired_latency=True,
         allow_pickle=True,
         allow_incomplete_weights=True,
-        dtype="bfloat16",
+        load=LoadSettings(device="cuda:1", dtype="bfloat16", trust_remote_code=True),
         engine=EngineSettings(
             endpoint="http://h:8000/v1",
             served_model="m",
@@ -81,6 +87,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-calibration", "c.jsonl", "--gate-history", "hist"),
         *("--gate-allow-hardware-mismatch", "--gate-paired-latency"),
         *("--gate-allow-pickle", "--gate-allow-incomplete-weights", "--gate-dtype", "bfloat16"),
+        *("--gate-device", "cuda:1", "--gate-trust-remote-code"),
         *("--gate-endpoint", "http://h:8000/v1", "--gate-served-model", "m"),
         *("--gate-api-key-env", "KEY", "--gate-max-concurrency", "4"),
         *("--gate-request-timeout", "30", "--gate-startup-timeout", "60"),

@@ -44,7 +44,8 @@ def audit() -> None:
     "thresholds_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="thresholds.toml whose latency bounds apply (default 10 %/20 % relative).",
+    help="thresholds.toml whose latency bounds apply (default: ./thresholds.toml, else the "
+    "packaged defaults; a metric without a bound: 10 %/20 % relative).",
 )
 @click.option("--permutations", default=999, show_default=True, help="Permutations per test.")
 def latency(
@@ -73,7 +74,8 @@ def latency(
     files = history.histories(history_dir)
     if not files:
         raise DataError(f"no *.jsonl history in {history_dir}", "gated runs append to it")
-    thresholds: Thresholds | None = load_thresholds(thresholds_path) if thresholds_path else None
+    thresholds: Thresholds = load_thresholds(thresholds_path)
+    click.echo(f"bounds: {thresholds.source}")
     specs = all_metrics()
     worst, tested = Severity.PASS, False
     for path in files:

@@ -9,7 +9,13 @@ import click
 from rich import box
 from rich.table import Table
 
-from gate.commands.options import color_option, model_trust_options, store_option
+from gate.commands.options import (
+    color_option,
+    load_options,
+    load_settings,
+    model_trust_options,
+    store_option,
+)
 from gate.commands.run import engine_options
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
@@ -222,6 +228,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
     help="Run config (gate.toml): records [run].baseline with its [run] and [tiers] settings.",
 )
 @model_trust_options
+@load_options
 @store_option
 @engine_options
 def record(
@@ -234,14 +241,18 @@ def record(
     config: Path | None,
     allow_pickle: bool,
     allow_incomplete_weights: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
     store: Path,
     **engine: Any,
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
 
     With --config, the model is [run].baseline of the run config (unless
-    --model is given), and its [run] tiers, store, model_slug, thresholds and
-    calibration and its [tiers.<name>] settings apply; flags override them.
+    --model is given), and its [run] tiers, store, model_slug, thresholds,
+    calibration, device, dtype and trust_remote_code and its [tiers.<name>]
+    settings apply; flags override them.
     The candidates of the config are not recorded: they are what `gate run
     --config` compares with this baseline.
 
@@ -290,6 +301,7 @@ def record(
         allow_pickle=allow_pickle,
         allow_incomplete_weights=allow_incomplete_weights,
         engine=engine_override(engine),
+        load=load_settings(device, dtype, trust_remote_code).over(defaults.settings()),
     )
     if options.engine is not None and options.engine.paired:
         raise UsageError(

@@ -10,8 +10,16 @@ from typing import Any
 
 import click
 
-from gate.commands.options import F, file_option, json_option, thresholds_option
+from gate.commands.options import (
+    F,
+    file_option,
+    json_option,
+    load_options,
+    load_settings,
+    thresholds_option,
+)
 from gate.errors import ConfigError, ExitCode
+from gate.models.load_settings import LoadSettings
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -96,6 +104,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
     help="Power of the MDE and of the sample sizes (default: [gate] power of --thresholds).",
 )
 @click.option("--allow-pickle", is_flag=True, help="Load a pickle-only checkpoint (trusted only).")
+@load_options
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -123,6 +132,9 @@ def calibrate(
     quantile: float,
     power: float | None,
     allow_pickle: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
     dry_run: bool,
 ) -> int:
     """Measure the noise floor of MODEL on this machine and write thresholds derived from it.
@@ -187,6 +199,7 @@ def calibrate(
         quantile=quantile,
         power=power,
         allow_pickle=allow_pickle,
+        load=_load_settings(load_settings(device, dtype, trust_remote_code), config),
         log=log_path,
     )
     checked = check_calibration(request)
@@ -281,3 +294,12 @@ def calibrate(
             write_atomic(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     click.echo(f"gate: wrote {out} (sessions' reports: {log_path})")
     return int(ExitCode.OK)
+
+
+def _load_settings(given: LoadSettings, config: Path | None) -> LoadSettings:
+    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``."""
+    if config is None:
+        return given
+    from gate.session.run_config import load_run_config
+
+    return given.over(load_run_config(config).run.settings())

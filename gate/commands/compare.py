@@ -17,6 +17,7 @@ from gate.commands.options import (
 )
 from gate.errors import NothingMeasuredError, UsageError
 from gate.gating.compare import compare_many, unmeasured
+from gate.gating.placement import placement_drift, placement_notes
 from gate.gating.thresholds import load_thresholds, require_a_bound, unbounded_metrics
 from gate.gating.verdict import decide
 from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
@@ -104,16 +105,20 @@ def compare(
         {ref: measured_with(b.environment, b.provenance) for ref, b in baselines.items()},
         measured_with(candidate.environment, candidate.model),
     )
+    placement = placement_drift(
+        {ref: b.provenance for ref, b in baselines.items()}, candidate.model
+    )
     outcome = decide(
         verdicts,
         strict=strict,
         unmeasured=missing,
-        version_drift=drift_of(versions),
+        version_drift=drift_of(versions) + placement,
         require_power=limits.require_power,
     )
     unbounded = unbounded_metrics(limits, names)
     notes = coverage_notes(missing, unbounded, limits.source, strict)
     notes += version_notes(versions, strict=strict)
+    notes += placement_notes(placement, strict=strict)
     render(
         outcome,
         make_console(color=color),

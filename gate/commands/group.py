@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from gate import __version__
+from gate import __version__, progress
 from gate.commands.audit import audit
 from gate.commands.baseline import baseline
 from gate.commands.calibrate import calibrate
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
+from gate.commands.init import init
 from gate.commands.localize import localize_command
 from gate.commands.merge import merge
+from gate.commands.power import power
 from gate.commands.run import run
 
 #: Every top-level command, in ``--help`` order.
 COMMANDS: tuple[click.Command, ...] = (
+    init,
     run,
     merge,
     demo,
@@ -26,12 +31,20 @@ COMMANDS: tuple[click.Command, ...] = (
     audit,
     calibrate,
     localize_command,
+    power,
 )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gate")
-def cli() -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (lines or live bars; same as GATE_PROGRESS=off). "
+    "Errors, warnings and the report still print. Put it before the command: gate -q run ...",
+)
+def cli(quiet: bool) -> None:
     """Regression gate for compressed LLM builds.
 
     Measures a candidate build (quantized, pruned, ...) in tiers — accuracy,
@@ -49,7 +62,13 @@ def cli() -> None:
       4 ERROR (input): usage, config, thresholds, baseline, data, store or
         an unwritable report path
       5 NOTHING MEASURED
+
+    Long work (loading, generating, scoring, probes, judging) shows progress
+    on stderr: a live bar on a terminal, plain done/total lines with the time
+    left elsewhere (CI logs). GATE_PROGRESS=rich|plain|off forces a style.
     """
+    if quiet:
+        os.environ[progress.ENV_VAR] = "off"  # also for the sessions this command starts
 
 
 for _command in COMMANDS:

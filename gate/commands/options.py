@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from gate.errors import UsageError
+from gate.models.load_settings import LoadSettings, load_setting_options
+from gate.models.spec import DEVICE_RE
 from gate.session.options import DEFAULT_STORE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,6 +83,34 @@ def model_trust_options(command: F) -> F:
         is_flag=True,
         help="Load a pickle-only checkpoint (.bin/.pt runs code at load: trusted files only).",
     )(command)
+
+
+def load_options(command: F) -> F:
+    """Options ``--device``, ``--dtype``, ``--trust-remote-code`` (parameters named as the
+    fields of :class:`~gate.models.load_settings.LoadSettings`, from whose declaration they
+    come; read back with :func:`load_settings`)."""
+    for name, option in reversed(load_setting_options()):
+        if option.kind == "flag":
+            command = click.option(option.flag, name, is_flag=True, default=None, help=option.help)(
+                command
+            )
+        elif option.kind == "choice":
+            command = click.option(
+                option.flag, name, type=click.Choice(option.choices), help=option.help
+            )(command)
+        else:
+            command = click.option(option.flag, name, metavar="DEVICE", help=option.help)(command)
+    return command
+
+
+def load_settings(
+    device: str | None, dtype: str | None, trust_remote_code: bool | None
+) -> LoadSettings:
+    """The :class:`~gate.models.load_settings.LoadSettings` the command line gives (a bad
+    ``--device`` is a one-line :class:`~gate.errors.UsageError`, exit 4)."""
+    if device is not None and not DEVICE_RE.match(device):
+        raise UsageError(f"unknown --device {device!r}", "pass --device auto, cpu, cuda or cuda:N")
+    return LoadSettings(device=device, dtype=dtype, trust_remote_code=trust_remote_code or None)
 
 
 def explicit_store(store: Path) -> Path | None:

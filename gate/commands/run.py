@@ -13,6 +13,8 @@ from gate.commands.options import (
     explicit_store,
     file_option,
     json_option,
+    load_options,
+    load_settings,
     model_trust_options,
     report_options,
     store_option,
@@ -113,6 +115,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     help="Time the baseline build in this session too, alternating runs (noisy runners).",
 )
 @model_trust_options
+@load_options
 @engine_options
 @store_option
 @report_options
@@ -158,6 +161,9 @@ def run(
     paired_latency: bool,
     allow_pickle: bool,
     allow_incomplete_weights: bool,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
     store: Path,
     html_out: Path | None,
     junit_out: Path | None,
@@ -181,10 +187,12 @@ def run(
     \b
     Run config (gate.toml; docs/run-config.md):
       [run]                       defaults: baseline, against, tiers, calibration,
-                                  store, thresholds, strict, model_slug, runs_on
+                                  store, thresholds, strict, model_slug, runs_on,
+                                  device, dtype, trust_remote_code
       [[candidates]]              name, model, recipe (+ against, tiers,
                                   calibration, model_slug, allow_pickle,
-                                  allow_incomplete_weights, runs_on)
+                                  allow_incomplete_weights, runs_on, device,
+                                  dtype, trust_remote_code)
       [tiers.<tier>]              tier settings (e.g. max_new_tokens)
     Without --candidate every [[candidates]] entry runs in its own session, then
     a summary table follows; the exit code is the worst one (an error, 3 4 5,
@@ -209,6 +217,7 @@ def run(
       gate run --config gate.toml --matrix
       gate run --config gate.toml --only int8 --json out/results-int8.json
       gate run --candidate demo --recipe bnb-nf4
+      gate run --candidate ./llama-8b --device cuda:1 --dtype bfloat16 --recipe bnb-nf4
       gate run --candidate ./llama-8b --recipe quanto-int4 --against fp16 --against prod
       gate run --candidate demo --recipe prune-magnitude:0.3 --tiers fidelity --json out.json
       gate run --candidate demo --recipe prune-wanda:0.5 --calibration my-prompts.jsonl
@@ -238,6 +247,7 @@ def run(
         model_slug=model_slug,
         engine=engine_override(engine),
         only=only,
+        load=load_settings(device, dtype, trust_remote_code),
     )
     shared = SessionOptions(
         store=explicit_store(store),

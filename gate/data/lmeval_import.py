@@ -66,6 +66,11 @@ class LmEvalSample:
         return base if self.filter == "none" else f"{base}#{self.filter}"
 
 
+def is_samples_name(path: Path) -> bool:
+    """Whether ``path`` is named as the harness names samples files (``samples_<task>_<time>``)."""
+    return _TASK_RE.match(path.name) is not None
+
+
 def task_name(path: Path) -> str:
     """The task from ``samples_<task>_<timestamp>.jsonl`` (else the file stem)."""
     m = _TASK_RE.match(path.name)
@@ -175,7 +180,7 @@ def join_samples(
         raise DataError(
             f"samples do not join: {len(only_cand)} candidate and {len(only_base)} baseline "
             f"document(s) have no partner (first: {side} doc {first.doc_id}, hash {first.doc_hash[:12]})",
-            "compare runs of the same task, dataset version and --limit",
+            "compare runs of the same task, dataset version and lm_eval --limit",
         )
     pairs = []
     for c in cand:

@@ -7,6 +7,11 @@ device-wide VRAM. On exit it synchronizes the device, stops the poller and
 reads the peaks. docs/metrics.md "Latency and memory": peak allocated/reserved
 (torch), process/global VRAM (pynvml), CPU RSS.
 
+A model spread over several GPUs (a device map) is tracked on each of them
+(``devices=``): every figure is kept per GPU (:class:`GpuMemory`) and the
+report's totals are their sums (for NVML's polled figures, the sum of each
+GPU's own peak: an upper bound on the simultaneous total).
+
 The torch.cuda memory functions and NVML are reached through small seams
 (``cuda=`` and ``nvml=``) so tests can drive every branch with fakes.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -25,8 +31,30 @@ from gate.hw.nvml import Nvml
 
 
 @dataclass(frozen=True)
+class GpuMemory:
+    """The peaks of one GPU inside a tracked region (``None``: NVML not available)."""
+
+    index: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    process_vram_bytes: int | None
+    global_vram_bytes: int | None
+
+    def to_dict(self) -> dict[str, int | None]:
+        """JSON form (a measurement's ``details``)."""
+        return {
+            "index": self.index,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "process_vram_bytes": self.process_vram_bytes,
+            "global_vram_bytes": self.global_vram_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class MemoryReport:
-    """Peaks observed inside one tracked region (``None`` when not measurable here)."""
+    """Peaks observed inside one tracked region (``None`` when not measurable here); the
+    VRAM figures are the sums over :attr:`per_gpu`."""
 
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
@@ -34,6 +62,8 @@ class MemoryReport:
     global_vram_bytes: int | None
     rss_start_bytes: int
     peak_rss_bytes: int
+    #: Each tracked GPU's own peaks (empty on the CPU).
+    per_gpu: tuple[GpuMemory, ...] = ()
 
     @property
     def rss_delta_bytes(self) -> int:
@@ -44,7 +74,8 @@ class MemoryReport:
 class MemoryTracker:
     """``with MemoryTracker("cuda:0") as t: ...`` then ``t.report``.
 
-    ``device``: ``"cpu"`` or ``"cuda[:N]"``. ``nvml``: an opened
+    ``device``: ``"cpu"`` or ``"cuda[:N]"``; ``devices``: the CUDA indices to track
+    (a model spread over several GPUs; default: ``N`` of ``device``). ``nvml``: an opened
     :class:`gate.hw.nvml.Nvml` (or ``None``: no VRAM figures). ``cuda``: the
     ``torch.cuda`` module or a stand-in with ``reset_peak_memory_stats``,
     ``synchronize``, ``max_memory_allocated`` and ``max_memory_reserved``.
@@ -55,13 +86,19 @@ class MemoryTracker:
         self,
         device: str = "cpu",
         *,
+        devices: Sequence[int] | None = None,
         nvml: Nvml | None = None,
         cuda: Any | None = None,
         interval_s: float = 0.005,
     ) -> None:
         kind, _, index = device.partition(":")
         self._is_cuda = kind == "cuda"
-        self._index = int(index) if index else 0
+        first = int(index) if index else 0
+        self._indices: tuple[int, ...] = (
+            (tuple(dict.fromkeys(devices)) or (first,)) if devices else (first,)
+        )
+        if not self._is_cuda:
+            self._indices = ()
         self._nvml = nvml if self._is_cuda else None
         if self._is_cuda and cuda is None:
             import torch
@@ -75,8 +112,8 @@ class MemoryTracker:
         self._lock = threading.Lock()
         self._rss_start = 0
         self._rss_peak = 0
-        self._proc_vram: int | None = None
-        self._global_vram: int | None = None
+        self._proc_vram: dict[int, int] = {}
+        self._global_vram: dict[int, int] = {}
         self._report: MemoryReport | None = None
         self._samples = 0
 
@@ -95,26 +132,28 @@ class MemoryTracker:
 
     def _sample(self) -> None:
         rss = int(self._process.memory_info().rss)
-        proc = glob = None
+        readings: list[tuple[int, int, int]] = []
         if self._nvml is not None:
-            proc = self._nvml.process_used_bytes(self._index, os.getpid())
-            glob = self._nvml.used_bytes(self._index)
+            pid = os.getpid()
+            readings = [
+                (i, self._nvml.process_used_bytes(i, pid), self._nvml.used_bytes(i))
+                for i in self._indices
+            ]
         with self._lock:
             self._samples += 1
             self._rss_peak = max(self._rss_peak, rss)
-            if proc is not None:
-                self._proc_vram = max(self._proc_vram or 0, proc)
-            if glob is not None:
-                self._global_vram = max(self._global_vram or 0, glob)
+            for i, proc, glob in readings:
+                self._proc_vram[i] = max(self._proc_vram.get(i, 0), proc)
+                self._global_vram[i] = max(self._global_vram.get(i, 0), glob)
 
     def _poll(self) -> None:
         while not self._stop.wait(self._interval):
             self._sample()
 
     def __enter__(self) -> MemoryTracker:
-        if self._is_cuda:
-            self._cuda.synchronize(self._index)
-            self._cuda.reset_peak_memory_stats(self._index)
+        for i in self._indices:
+            self._cuda.synchronize(i)
+            self._cuda.reset_peak_memory_stats(i)
         self._rss_start = int(self._process.memory_info().rss)
         self._rss_peak = self._rss_start
         self._sample()
@@ -129,21 +168,34 @@ class MemoryTracker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._is_cuda:
-            self._cuda.synchronize(self._index)
+        for i in self._indices:
+            self._cuda.synchronize(i)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._sample()
-        allocated = reserved = None
-        if self._is_cuda:
-            allocated = int(self._cuda.max_memory_allocated(self._index))
-            reserved = int(self._cuda.max_memory_reserved(self._index))
+        gpus = tuple(
+            GpuMemory(
+                index=i,
+                peak_allocated_bytes=int(self._cuda.max_memory_allocated(i)),
+                peak_reserved_bytes=int(self._cuda.max_memory_reserved(i)),
+                process_vram_bytes=self._proc_vram.get(i),
+                global_vram_bytes=self._global_vram.get(i),
+            )
+            for i in self._indices
+        )
         self._report = MemoryReport(
-            peak_allocated_bytes=allocated,
-            peak_reserved_bytes=reserved,
-            process_vram_bytes=self._proc_vram,
-            global_vram_bytes=self._global_vram,
+            peak_allocated_bytes=_total(g.peak_allocated_bytes for g in gpus),
+            peak_reserved_bytes=_total(g.peak_reserved_bytes for g in gpus),
+            process_vram_bytes=_total(g.process_vram_bytes for g in gpus),
+            global_vram_bytes=_total(g.global_vram_bytes for g in gpus),
             rss_start_bytes=self._rss_start,
             peak_rss_bytes=self._rss_peak,
+            per_gpu=gpus,
         )
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values (``None`` when none is known)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gate import progress
 from gate.judge.judges import Judge, JudgeAnswer
 from gate.store.atomic import write_atomic
 
@@ -148,17 +149,24 @@ class CachedJudge:
         self.stats.hits += len(questions) - len(todo)
         pending = list(todo.items())
         step = max(1, self.judge.concurrency)
-        for start in range(0, len(pending), step):
-            chunk = pending[start : start + step]
-            fresh = self.judge.ask_batch([q.text for _, q in chunk])
-            if len(fresh) != len(chunk):
-                raise RuntimeError(
-                    f"judge {self.judge.name} answered {len(fresh)} of {len(chunk)} questions"
-                )
-            for (key, _), answer in zip(chunk, fresh, strict=True):
-                self.cache.put(key, answer)
-                found[key] = answer
-                self.stats.calls += 1
-                self.stats.prompt_tokens += answer.prompt_tokens
-                self.stats.completion_tokens += answer.completion_tokens
+        if pending:
+            with progress.task(f"judge {self.judge.name}: questions", total=len(pending)) as done:
+                for start in range(0, len(pending), step):
+                    chunk = pending[start : start + step]
+                    self._answer(chunk, found)
+                    done(len(chunk))
         return [found[k] for k in keys]
+
+    def _answer(self, chunk: Sequence[tuple[str, Question]], found: dict[str, JudgeAnswer]) -> None:
+        """Ask the judge ``chunk`` at once; store and count each answer."""
+        fresh = self.judge.ask_batch([q.text for _, q in chunk])
+        if len(fresh) != len(chunk):
+            raise RuntimeError(
+                f"judge {self.judge.name} answered {len(fresh)} of {len(chunk)} questions"
+            )
+        for (key, _), answer in zip(chunk, fresh, strict=True):
+            self.cache.put(key, answer)
+            found[key] = answer
+            self.stats.calls += 1
+            self.stats.prompt_tokens += answer.prompt_tokens
+            self.stats.completion_tokens += answer.completion_tokens

@@ -31,11 +31,13 @@ import json
 import math
 import os
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gate import progress
 from gate.errors import ConfigError, DataError, ModelLoadError
 from gate.metrics.load import Latencies, RatePoint, Slo
 
@@ -212,32 +214,64 @@ def run_batch(
     # like GuideLLM's package) is not on the path
     argv = [str(interpreter(executable)), "-I", str(BATCH_SCRIPT), str(listing)]
     log, out = workdir / "batch.log", workdir / "batch.out"
-    try:
-        with log.open("w") as err, out.open("w") as progress:
-            done = subprocess.run(
-                argv,
-                stdout=progress,
-                stderr=err,
-                env=batch_env(),
-                cwd=workdir,
-                timeout=timeout_s * max(1, len(benchmarks)),
-                check=False,
-            )
-    except subprocess.TimeoutExpired:
+    with log.open("w") as err, out.open("w") as lines:
+        returncode = _run_watched(
+            subprocess.Popen(argv, stdout=lines, stderr=err, env=batch_env(), cwd=workdir),
+            out,
+            len(benchmarks),
+            timeout_s * max(1, len(benchmarks)),
+        )
+    if returncode is None:
         raise ModelLoadError(
             f"GuideLLM did not finish {len(benchmarks)} benchmarks within"
             f" {len(benchmarks)} x {timeout_s:g} s (log: {log})",
             "raise [tiers.load] sweep_timeout_s or shorten the sweep",
-        ) from None
+        )
     walls = _walls(out.read_text())
     missing = [b.name for b in benchmarks if b.name not in walls]
-    if done.returncode != 0 or missing:
+    if returncode != 0 or missing:
         where = f" at {missing[0]}" if missing else ""
         raise ModelLoadError(
-            f"GuideLLM failed{where} (exit {done.returncode}): {_last_error(log.read_text())}",
+            f"GuideLLM failed{where} (exit {returncode}): {_last_error(log.read_text())}",
             f"its log: {log}",
         )
     return [(read_results(workdir / f"{b.name}.json"), walls[b.name]) for b in benchmarks]
+
+
+#: Seconds between two looks at the batch's progress lines while it runs.
+POLL_S = 1.0
+
+
+def _run_watched(
+    process: subprocess.Popen[bytes], out: Path, count: int, timeout_s: float
+) -> int | None:
+    """Wait for the batch ``process``, showing its finished benchmarks (the progress lines
+    it writes to ``out``) as done/total; its exit code, or ``None`` past ``timeout_s``
+    (the process killed). Any exception here (an interrupt) kills the process too."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with progress.task("load: GuideLLM benchmarks", total=count) as step:
+            seen = 0
+            while True:
+                try:
+                    code = process.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    code = None
+                finished = len(_walls(out.read_text()))
+                if finished > seen:
+                    step(finished - seen)
+                    seen = finished
+                if code is not None:
+                    return code
+                if time.monotonic() > deadline:
+                    process.kill()
+                    process.wait()
+                    return None
+    except BaseException:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        raise
 
 
 def _walls(text: str) -> dict[str, float]:

@@ -22,7 +22,8 @@ DEMO = "demo"
 
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 
-_DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
+#: A device name: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
 #: Longest store slug (the store's directory-name rule allows 100 characters).
@@ -38,9 +39,11 @@ def demo_model_dir() -> Path:
 class ModelSpec:
     """Where a model comes from and how it is placed.
 
-    ``device`` is ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; ``auto`` spreads the
-    model over all visible GPUs with accelerate's ``device_map="auto"``.
-    ``dtype`` ``auto`` keeps the checkpoint's own dtype.
+    ``device`` is ``cpu``, ``cuda`` (GPU 0), ``cuda:N`` or ``auto``; ``auto`` is
+    the GPU when torch sees CUDA, placed with accelerate's sequential device map
+    (GPU 0 while the model fits it, then the next GPUs), and the CPU when it sees
+    none (:func:`gate.hw.devices.resolve_device`). ``dtype`` ``auto`` keeps the
+    checkpoint's own dtype.
     """
 
     source: str
@@ -55,8 +58,10 @@ class ModelSpec:
             raise ConfigError("empty model name", "give a Hugging Face id, a directory or 'demo'")
         if self.dtype not in DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", f"choose one of {', '.join(DTYPES)}")
-        if not _DEVICE_RE.match(self.device):
-            raise ConfigError(f"unknown device {self.device!r}", "choose cpu, cuda, cuda:N or auto")
+        if not DEVICE_RE.match(self.device):
+            raise ConfigError(
+                f"unknown device {self.device!r}", "pass --device auto, cpu, cuda or cuda:N"
+            )
 
     @classmethod
     def parse(cls, text: str, **opts: Any) -> ModelSpec:

@@ -1,8 +1,8 @@
 """The results JSON file (docs/contracts.md "Results JSON"): written by ``--json`` and the plugin.
 
-Shape (``schema_version`` 1)::
+Shape (``schema_version`` 2, :data:`~gate.report.results.SCHEMA_VERSION`)::
 
-    {"schema_version": 1, "kind": "results", "verdict": "pass|warn|block|not_exercised",
+    {"schema_version": 2, "kind": "results", "verdict": "pass|warn|block|not_exercised",
      "headline": "APPROVED", "exit_code": 0,
      "baseline": {provenance of the first ref}, "baselines": {ref: {...}},
      "candidate": {provenance}, "environment": {...}, "notes": [...],

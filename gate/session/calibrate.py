@@ -58,6 +58,7 @@ from gate.gating.verdict import Bound
 from gate.measurement import Measurement
 from gate.metrics.spec import MetricSpec, SampleKind
 from gate.models.engine_settings import EngineSettings
+from gate.models.load_settings import LoadSettings
 from gate.session.options import SessionOptions
 
 #: Tiers whose noise ``gate calibrate`` measures (timings have their own paired mode; the
@@ -96,6 +97,8 @@ class CalibrationRequest:
     #: Power of the MDE and sample sizes (``None``: the declared file's ``[gate] power``).
     power: float | None = None
     allow_pickle: bool = False
+    #: Device, dtype and remote-code trust of every session (``--device`` ...).
+    load: LoadSettings = field(default_factory=LoadSettings)
     #: Where the sessions' reports go (``None``: discarded).
     log: Path | None = None
 
@@ -221,6 +224,7 @@ def plan_perturbations(
 def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     """Validate every input (loads no model, starts no server); raises a ``GateError``."""
     from gate.gating.thresholds import load_thresholds
+    from gate.hw.devices import check_device
     from gate.models.spec import ModelSpec
     from gate.session.engine import session_engines
     from gate.session.runner import select_tiers
@@ -240,6 +244,8 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     if not 0.0 < request.quantile < 1.0:
         raise ConfigError(f"--quantile {request.quantile}: outside (0, 1)", "e.g. 0.95")
     ModelSpec.parse(request.model, dtype=request.dtype_control or "auto")
+    if request.engine is None:
+        check_device(request.load.effective_device)  # --device cuda without CUDA: exit 4 now
     thresholds = load_thresholds(request.thresholds)
     if request.power is None:
         request = replace(request, power=thresholds.power)
@@ -357,6 +363,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
             thresholds=request.thresholds,
             model_slug=slug,
             allow_pickle=request.allow_pickle,
+            load=request.load,
         )
         with progress.task("calibrate: sessions", total=checked.sessions) as step:
             base_config = _write_config(root / "base.toml", checked.tables)
@@ -394,7 +401,9 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                     common,
                     against=(pert.against,),
                     config=config,
-                    dtype=pert.dtype,
+                    load=replace(common.load, dtype=pert.dtype)
+                    if pert.dtype is not None
+                    else common.load,
                     engine=pert.engine,
                 )
                 started = time.perf_counter()

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ExitCode
+from gate.models.load_settings import LoadSettings
 
 if TYPE_CHECKING:
     from gate.session.multirun import Outcome
@@ -98,11 +99,113 @@ HEADLINES: tuple[tuple[str, str], ...] = (
 )
 
 
-def store_dir() -> Path:
-    """The packaged baseline store holding the demo model's committed baseline (gate/assets)."""
+@dataclass(frozen=True)
+class DemoModel:
+    """A model ``gate demo`` can gate a panel of: where its baseline lives and how it is measured.
+
+    The packaged demo model has a committed baseline; a real model's baseline is
+    recorded on the first run (:func:`ensure_baseline`) into a store of its own,
+    named after the settings, and reused by the runs after it.
+    """
+
+    #: The model source (``demo`` or a packaged model's name, :mod:`gate.models.packaged`).
+    name: str
+    #: Ref and label of its baseline.
+    baseline_ref: str
+    settings: Mapping[str, Mapping[str, Any]]
+    recipes: tuple[str, ...]
+    tiers: tuple[str, ...]
+    #: Tiers recorded in its baseline.
+    baseline_tiers: tuple[str, ...]
+    #: Whether the baseline ships in the packaged store (else it is recorded on first use).
+    committed: bool
+
+    @property
+    def slug(self) -> str:
+        """The baseline store slug (the model's name)."""
+        return self.name
+
+
+#: SmolLM2's panel settings: 64 prompts of the packaged set through its chat template,
+#: 64 greedy tokens each; perplexity on 4096 tokens and 180 multiple-choice questions.
+SMOLLM2_SETTINGS: Mapping[str, Mapping[str, Any]] = {
+    "fidelity": {"limit": 64, "max_new_tokens": 64, "batch_size": 16},
+    "accuracy": {"perplexity_max_tokens": 4096, "mcq_limit": 180, "batch_size": 16},
+}
+
+#: The models of ``gate demo --model``.
+DEMO_MODELS: Mapping[str, DemoModel] = {
+    MODEL: DemoModel(
+        name=MODEL,
+        baseline_ref=BASELINE_REF,
+        settings=DEMO_SETTINGS,
+        recipes=DEFAULT_RECIPES,
+        tiers=DEFAULT_TIERS,
+        baseline_tiers=BASELINE_TIERS,
+        committed=True,
+    ),
+    "smollm2": DemoModel(
+        name="smollm2",
+        baseline_ref="q41",
+        settings=SMOLLM2_SETTINGS,
+        recipes=(
+            "none",
+            "bnb-int8",
+            "quanto-int8",
+            "bnb-nf4",
+            "quanto-int4",
+            "quanto-int2",
+            "prune-wanda:0.5",
+            "kv-snapkv:0.5",
+            "drop-layers:2",
+        ),
+        tiers=("fidelity", "accuracy"),
+        baseline_tiers=("fidelity", "accuracy"),
+        committed=False,
+    ),
+}
+
+
+def demo_model(name: str) -> DemoModel:
+    """The panel model called ``name``; an unknown one is a one-line ConfigError."""
+    from gate.errors import ConfigError
+
+    if name not in DEMO_MODELS:
+        raise ConfigError(
+            f"gate demo has no model {name!r}", f"choose one of {', '.join(DEMO_MODELS)}"
+        )
+    return DEMO_MODELS[name]
+
+
+def store_dir(model: DemoModel | None = None) -> Path:
+    """Where the panel's baseline lives: the packaged store for the demo model (committed),
+    else a cache directory per model and settings (``$XDG_CACHE_HOME/gate/demo/<slug>-<hash>``),
+    recorded on the first run."""
+    import hashlib
+    import os
+
     from gate.session.plan import packaged_store
 
-    return packaged_store()
+    if model is None or model.committed:
+        return packaged_store()
+    digest = hashlib.sha256(
+        json.dumps(
+            {"settings": model.settings, "tiers": model.baseline_tiers}, sort_keys=True
+        ).encode()
+    ).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "gate" / "demo" / f"{model.slug}-{digest}"
+
+
+def has_baseline(store: Path, model: DemoModel) -> bool:
+    """Whether ``store`` holds ``model``'s baseline ref."""
+    refs = store / model.slug / "refs.json"
+    if not refs.is_file():
+        return False
+    try:
+        return model.baseline_ref in json.loads(refs.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
 
 
 def candidate_name(recipe: str) -> str:
@@ -117,25 +220,28 @@ def write_config(
     tiers: Sequence[str] = DEFAULT_TIERS,
     *,
     store: Path | None = None,
-    settings: Mapping[str, Mapping[str, Any]] = DEMO_SETTINGS,
+    model: DemoModel | None = None,
 ) -> Path:
     """Write the demo's run config (``gate.toml``) at ``path``.
 
-    ``[run]``: the demo model's store slug, ``against = ["fp32"]``, ``tiers``
-    and ``store`` (default: the packaged store); one ``[[candidates]]`` entry per
-    recipe (the control, ``none``, has no recipe); ``[tiers.<name>]`` tables.
+    ``[run]``: the model's store slug, ``against`` its baseline ref, ``tiers``
+    and ``store`` (default: :func:`store_dir`); one ``[[candidates]]`` entry per
+    recipe (the control, ``none``, has no recipe); ``[tiers.<name>]`` tables of
+    the model's settings.
     """
+    model = model or DEMO_MODELS[MODEL]
+    settings = model.settings
     run = {
-        "model_slug": MODEL,
-        "against": [BASELINE_REF],
+        "model_slug": model.slug,
+        "against": [model.baseline_ref],
         "tiers": list(tiers),
-        "store": str(store if store is not None else store_dir()),
+        "store": str(store if store is not None else store_dir(model)),
     }
     lines = ["# gate demo run config (generated by gate.session.demo)", "[run]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in run.items()]
     for recipe in recipes:
         lines += ["", "[[candidates]]", f"name = {json.dumps(candidate_name(recipe))}"]
-        lines.append(f"model = {json.dumps(MODEL)}")
+        lines.append(f"model = {json.dumps(model.name)}")
         if recipe != CONTROL:
             lines.append(f"recipe = {json.dumps(recipe)}")
     for tier, table in settings.items():
@@ -177,7 +283,7 @@ class DemoResult:
     problem: str | None = None
 
 
-def candidate_result(outcome: Outcome) -> CandidateResult:
+def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> CandidateResult:
     """One row of the panel from the outcome of its gate session."""
     recipe = outcome.candidate.recipe_label
     code = int(outcome.exit_code)
@@ -187,7 +293,7 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
     if results is None:
         return CandidateResult(recipe, code, "error", error="no results were written")
     whole = [
-        v for v in results.verdicts if v.slice is None and v.against in (BASELINE_REF, "baseline")
+        v for v in results.verdicts if v.slice is None and v.against in (baseline_ref, "baseline")
     ]
     idle = frozenset(line.partition(" NOT EXERCISED")[0] for line in results.not_exercised)
     values = {v.metric: v.value for v in whole if v.tier not in idle}
@@ -220,14 +326,21 @@ def run_demo(
     *,
     json_dir: Path | None = None,
     store: Path | None = None,
+    model: DemoModel | None = None,
     on_start: Callable[[str], None] | None = None,
     on_done: Callable[[CandidateResult], None] | None = None,
+    load: LoadSettings | None = None,
 ) -> DemoResult:
-    """Gate every recipe against the committed baseline; returns the panel.
+    """Gate every recipe against the model's baseline; returns the panel.
 
     The panel is checked like any run config before the first build loads
-    (unknown recipes, baseline refs, settings): a bad input raises.
+    (unknown recipes, baseline refs, settings, a CUDA ``load.device`` without
+    CUDA): a bad input raises. A model whose baseline is not committed has it
+    recorded first (:func:`ensure_baseline`).
     """
+    model = model or DEMO_MODELS[MODEL]
+    if not model.committed:
+        store = ensure_baseline(model, store, load)
     from gate.report.outputs import ReportTargets
     from gate.session.multirun import run_candidates, session_runner
     from gate.session.options import SessionOptions
@@ -236,8 +349,9 @@ def run_demo(
     from gate.store.writable import writing
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
-        config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store)
-        plan = plan_run(config, CandidateOverrides(), SessionOptions(), ReportTargets())
+        config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store, model=model)
+        overrides = CandidateOverrides(load=load or LoadSettings())
+        plan = plan_run(config, overrides, SessionOptions(), ReportTargets())
         check_plan(plan)
         if json_dir is not None:
             with writing("--json-dir", json_dir):
@@ -254,7 +368,7 @@ def run_demo(
                 on_start(candidate.recipe_label)
 
         def finished(outcome: Outcome) -> None:
-            results.append(candidate_result(outcome))
+            results.append(candidate_result(outcome, model.baseline_ref))
             if on_done is not None:
                 on_done(results[-1])
 
@@ -299,14 +413,14 @@ def write_summary(
         write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
-def summary_table(candidates: Sequence[CandidateResult]) -> Any:
+def summary_table(candidates: Sequence[CandidateResult], baseline_ref: str = BASELINE_REF) -> Any:
     """A rich table: candidate, headline metrics that any candidate has, verdict."""
     from rich.table import Table
 
     shown = [
         (name, label) for name, label in HEADLINES if any(name in c.values for c in candidates)
     ]
-    table = Table(title=f"gate demo: candidates against the {BASELINE_REF} baseline")
+    table = Table(title=f"gate demo: candidates against the {baseline_ref} baseline")
     table.add_column("candidate")
     for _, label in shown:
         table.add_column(label, justify="right")
@@ -325,17 +439,55 @@ def summary_table(candidates: Sequence[CandidateResult]) -> Any:
     return table
 
 
-def record_baseline(store: Path | None = None, tiers: Sequence[str] = BASELINE_TIERS) -> ExitCode:
-    """Record the demo model's baseline (ref ``fp32``) with the demo settings (maintainers)."""
+def record_baseline(
+    store: Path | None = None,
+    tiers: Sequence[str] = BASELINE_TIERS,
+    model: DemoModel | None = None,
+    load: LoadSettings | None = None,
+) -> ExitCode:
+    """Record the model's baseline (its ref, e.g. ``fp32`` of the demo model) with its
+    panel settings (maintainers: the committed demo baseline)."""
+    from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
     from gate.session.runner import run_pytest
 
+    model = model or DEMO_MODELS[MODEL]
+    store = store if store is not None else store_dir(model)
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
         options = SessionOptions(
-            store=store if store is not None else store_dir(),
-            label=BASELINE_REF,
-            ref=BASELINE_REF,
-            config=write_config(Path(tmp) / "demo.toml", tiers=tiers, store=store),
-            model_slug=MODEL,
+            store=store,
+            label=model.baseline_ref,
+            ref=model.baseline_ref,
+            config=write_config(Path(tmp) / "demo.toml", tiers=tiers, store=store, model=model),
+            model_slug=model.slug,
+            load=load or LoadSettings(),
         )
-        return run_pytest("record", MODEL, options, tiers=tiers)
+        prepare_session("record", model.name, options)  # a CUDA device without CUDA: exit 4 here
+        return run_pytest("record", model.name, options, tiers=tiers)
+
+
+def ensure_baseline(
+    model: DemoModel, store: Path | None = None, load: LoadSettings | None = None
+) -> Path:
+    """The store holding ``model``'s baseline, recorded there first when it is missing
+    (a failed recording raises: the panel has nothing to compare with)."""
+    import sys
+
+    from gate.errors import ModelLoadError
+
+    store = store if store is not None else store_dir(model)
+    if has_baseline(store, model):
+        return store
+    print(
+        f"gate demo: recording the {model.name} baseline ({model.baseline_ref}, tiers "
+        f"{','.join(model.baseline_tiers)}) into {store}; later runs reuse it",
+        file=sys.stderr,
+        flush=True,
+    )
+    code = record_baseline(store, model.baseline_tiers, model, load)
+    if code != ExitCode.OK or not has_baseline(store, model):
+        raise ModelLoadError(
+            f"recording the {model.name} baseline ended with exit {int(code)}",
+            "see the session's report above",
+        )
+    return store

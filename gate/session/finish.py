@@ -127,7 +127,10 @@ def _store(
         run.artifacts,
         refs=(options.ref,) if options.ref else (),
     )
-    out = [*lines, f"gate: stored baseline {stored.display} at {stored.path}"]
+    from gate.models.backends.batch_fit import backoff_notes
+
+    backoffs = [f"gate: {note}" for note in backoff_notes(candidate.batch_backoffs)]
+    out = [*lines, *backoffs, f"gate: stored baseline {stored.display} at {stored.path}"]
     if options.ref:
         out.append(f"gate: ref {options.ref} -> #{stored.number:04d}")
     return SessionEnd(int(ExitCode.OK), out)
@@ -144,9 +147,11 @@ def _compare(
     tiers: Sequence[str] | None,
 ) -> SessionEnd:
     from gate.gating.compare import compare_many, unmeasured
+    from gate.gating.placement import placement_drift, placement_notes
     from gate.gating.thresholds import require_a_bound, unbounded_metrics
     from gate.gating.verdict import decide
     from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
+    from gate.models.backends.batch_fit import backoff_notes
     from gate.report.console import render
     from gate.report.results_json import build_results
     from gate.session.handoff import publish, publish_measurements
@@ -173,13 +178,14 @@ def _compare(
         {ref: measured_with(b.environment, b.provenance) for ref, b in run.baselines.items()},
         measured_with(env, candidate),
     )
+    placement = placement_drift({ref: b.provenance for ref, b in run.baselines.items()}, candidate)
     strict = inputs.options.strict
     idle = [reason(tier, e) for tier, e in not_exercised(measured).items()]
     outcome = decide(
         verdicts,
         strict=strict,
         unmeasured=missing,
-        version_drift=drift_of(versions),
+        version_drift=drift_of(versions) + placement,
         not_exercised=idle,
         require_power=inputs.thresholds.require_power,
     )
@@ -188,6 +194,8 @@ def _compare(
     notes = [line.removeprefix("gate: ") for line in lines]
     notes += coverage_notes(missing, unbounded, inputs.thresholds.source, strict)
     notes += version_notes(versions, strict=strict)
+    notes += placement_notes(placement, strict=strict)
+    notes += backoff_notes(candidate.batch_backoffs)
     notes += exercised_notes(measured) + narrowed
     title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
         f"{ref} = {b.display}" for ref, b in run.baselines.items()

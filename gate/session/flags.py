@@ -6,7 +6,8 @@ strings. A plain ``pytest suites/ --gate-model demo ...`` gives the same
 session through the options declared here, which come from the declarations
 of the typed objects: the rows of :class:`~gate.session.options.SessionOptions`
 (:data:`~gate.session.options.SESSION_FIELDS`), the report files
-(:data:`REPORT_ROWS`) and the engine settings
+(:data:`REPORT_ROWS`), the load settings
+(:func:`~gate.models.load_settings.load_setting_options`) and the engine settings
 (:func:`~gate.models.engine_settings.engine_setting_options`). They are read ONCE, at
 this edge, by :func:`request_from_pytest`.
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from gate.errors import ConfigError
 from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
+from gate.models.load_settings import LoadSettings, load_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.options import (
     SESSION_FIELDS,
@@ -51,6 +53,16 @@ ENGINE_ROWS: tuple[OptionField, ...] = tuple(
     )
     for name, option in engine_setting_options()
 )
+#: The load rows (``--gate-device``, ``--gate-dtype``, ``--gate-trust-remote-code``).
+LOAD_ROWS: tuple[OptionField, ...] = tuple(
+    OptionField(
+        name,
+        "flag" if option.kind == "flag" else "str",
+        option.help,
+        option=option.pytest_flag,
+    )
+    for name, option in load_setting_options()
+)
 _ENGINE_KINDS: dict[str, OptionKind] = {
     name: option.kind for name, option in engine_setting_options()
 }
@@ -67,6 +79,8 @@ def _ordered() -> tuple[OptionField, ...]:
             rows += REPORT_ROWS
         elif item.name == "engine":
             rows += ENGINE_ROWS
+        elif item.name == "load":
+            rows += LOAD_ROWS
         elif item.name in by_name:
             rows.append(by_name[item.name])
     return tuple(rows)
@@ -114,6 +128,14 @@ def _engine(given: dict[str, Any]) -> EngineSettings | None:
     return build_dataclass(EngineSettings, table, where="engine options")
 
 
+def _load(given: dict[str, Any]) -> LoadSettings:
+    """The load settings the ``--gate-*`` load options give (a switch not given: unset)."""
+    from gate.config import build_dataclass
+
+    table = {k: v for k, v in given.items() if v is not None and v is not False}
+    return build_dataclass(LoadSettings, table, where="load options")
+
+
 def request_from_pytest(option: Any) -> SessionRequest | None:
     """The session pytest's parsed options (``config.option``) ask for, defaults applied;
     ``None`` without ``--gate-model``. Bad engine options: :class:`ConfigError`."""
@@ -129,8 +151,16 @@ def request_from_pytest(option: Any) -> SessionRequest | None:
         **{row.name: value(row) for row in SESSION_FIELDS},
         reports=reports,
         engine=_engine({row.name: value(row) for row in ENGINE_ROWS}),
+        load=_load({row.name: value(row) for row in LOAD_ROWS}),
     )
     return SessionRequest(mode=option.gate_mode, model=str(model), options=options.with_defaults())
 
 
-__all__ = ["ENGINE_ROWS", "PYTEST_ROWS", "REPORT_ROWS", "add_options", "request_from_pytest"]
+__all__ = [
+    "ENGINE_ROWS",
+    "LOAD_ROWS",
+    "PYTEST_ROWS",
+    "REPORT_ROWS",
+    "add_options",
+    "request_from_pytest",
+]

@@ -1,6 +1,7 @@
 """What a gate session reads before it measures anything: :func:`prepare_session`.
 
-Thresholds, the run config, the baseline store and the baselines compared
+The device (a CUDA device this machine lacks is refused), thresholds, the run config,
+the baseline store and the baselines compared
 with, and every tier's settings (:mod:`gate.session.settings`), all validated,
 nothing loaded: a bad input is a :class:`~gate.errors.GateError` (exit 4, one
 line) before any model library is imported. The pytest plugin calls it when a
@@ -56,6 +57,10 @@ def prepare_session(mode: Mode, model: str, options: SessionOptions) -> SessionI
     from gate.tiers.registry import validate_tables
 
     options = options.with_defaults()
+    if options.engine is None:  # a served model runs where its server put it
+        from gate.hw.devices import check_device
+
+        check_device(options.load.effective_device)  # --device cuda without CUDA: exit 4 here
     thresholds = load_thresholds(options.thresholds)
     validate_tables(thresholds.tiers, source=thresholds.source)
     run_config = load_run_config(options.config) if options.config is not None else None

@@ -7,10 +7,12 @@ the way. Each scalar field is one row of the table (:data:`SESSION_FIELDS`):
 its name, kind, help text, the pytest option it becomes for people who run
 the suites with pytest directly (``--gate-<name>`` unless named), the
 plugin's default and, for a flag that overrides a tier setting, that setting.
-Two fields group others: :attr:`SessionOptions.reports` (the report files,
-:class:`~gate.report.outputs.ReportTargets`) and :attr:`SessionOptions.engine`
-(the serving engine, :class:`~gate.models.engine_settings.EngineSettings`,
-whose fields declare their own options). From the rows come
+Three fields group others: :attr:`SessionOptions.reports` (the report files,
+:class:`~gate.report.outputs.ReportTargets`), :attr:`SessionOptions.load` (device,
+dtype and remote-code trust, :class:`~gate.models.load_settings.LoadSettings`)
+and :attr:`SessionOptions.engine` (the serving engine,
+:class:`~gate.models.engine_settings.EngineSettings`); the last two declare their
+own options. From the rows come
 
 * the ``--gate-*`` pytest options and their one typed reading
   (:mod:`gate.session.flags`);
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gate.models.engine_settings import EngineSettings
+from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 
 Kind = Literal["flag", "path", "str", "append"]
@@ -168,10 +171,10 @@ class SessionOptions:
         "measure a model whose weights miss tensors of its config (freshly initialized), "
         "have unused ones or ones of another shape (refused by default, exit 3)",
     )
-    dtype: str | None = option_row(
-        "str",
-        "load the model in this dtype (float32, bfloat16, float16; default: the checkpoint's own)",
-    )
+    #: Device, dtype and remote-code trust of an in-process model (``--device``,
+    #: ``--dtype``, ``--trust-remote-code``; :class:`~gate.models.load_settings.LoadSettings`,
+    #: whose fields declare their own options).
+    load: LoadSettings = field(default_factory=LoadSettings)
     #: The serving engine the build is gated on (``None``: loaded in process;
     #: docs/serving.md, :mod:`gate.session.engine`).
     engine: EngineSettings | None = None

@@ -110,6 +110,7 @@ class RunPlan:
                 self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
             ),
             engine=engine,
+            load=candidate.load,
             # a baseline engine turns the paired latency mode on
             paired_latency=self.shared.paired_latency or (engine is not None and engine.paired),
             reports=targets,
@@ -239,6 +240,11 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
             f"  thresholds: {inputs.thresholds.source}",
         ]
         engine = c.engine
+        if engine is None:
+            trust = ", trust_remote_code" if c.load.trust_remote_code else ""
+            lines.append(
+                f"  device:     {c.load.effective_device}, dtype {c.load.dtype or 'auto'}{trust}"
+            )
         if engine is not None and engine.replicas == 1:
             lines.append(f"  engine:     {engine.describe()[0]}")
         elif engine is not None:

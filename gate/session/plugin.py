@@ -195,7 +195,8 @@ class GatePlugin:
 
     def _backend_loader(self, options: SessionOptions) -> Callable[[str, str | None], Backend]:
         """Loads ``(model, recipe)``: the ``pytest_gate_make_backend`` hook, else transformers
-        (with the session's calibration texts, ``allow_pickle`` and ``allow_incomplete_weights``)."""
+        (with the session's calibration texts, device, dtype, remote-code trust, ``allow_pickle``
+        and ``allow_incomplete_weights``)."""
         config = self.config
 
         def load(model: str, recipe: str | None) -> Backend:
@@ -206,12 +207,9 @@ class GatePlugin:
                 return backend
             from gate.data.calibration import calibration_for
             from gate.models.backends.loading import load_candidate
-            from gate.models.spec import ModelSpec
 
             texts = calibration_for(recipe, options.calibration)
-            spec = ModelSpec.parse(
-                model, allow_pickle=options.allow_pickle, dtype=options.dtype or "auto"
-            )
+            spec = options.load.spec(model, allow_pickle=options.allow_pickle)
             return load_candidate(
                 spec,
                 recipe,

@@ -11,12 +11,17 @@ Layout (documented with an example in docs/run-config.md)::
     thresholds = "thresholds.toml"
     strict = false
     runs_on = ["self-hosted", "linux", "x64", "gpu"]   # CI runner labels (``--matrix``)
+    device = "auto"              # auto (GPU when CUDA is present, else CPU), cpu, cuda, cuda:N
+    dtype = "bfloat16"           # auto (the checkpoint's own), float32, bfloat16, float16
+    trust_remote_code = false    # run the model repository's own code when loading
+    watch = ["recipes/**"]       # other paths whose change the gate workflow gates
 
     [[candidates]]               # one table per build to gate
     name = "nf4"                 # unique; used in report file names
     model = "demo"               # id, local directory or "demo"
     recipe = "bnb-nf4"           # optional; also: against, tiers, calibration, model_slug,
                                  # allow_pickle, allow_incomplete_weights (default false),
+                                 # device, dtype, trust_remote_code (over [run]'s),
                                  # runs_on (the runner labels of its matrix job)
 
     [candidates.engine]          # optional: gate the build as a serving engine serves it
@@ -57,6 +62,7 @@ from gate.config import build_dataclass, check_keys, load_toml
 from gate.errors import ConfigError, UsageError
 from gate.metrics.registry import TIERS, check_tier
 from gate.models.engine_settings import EngineSettings
+from gate.models.load_settings import LoadSettings
 
 TOP_KEYS = ("run", "candidates", "tiers", "judges")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -105,8 +111,10 @@ def canonical_recipe(text: str, where: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class RunDefaults:
-    """``[run]``: defaults for every candidate."""
+class RunDefaults(LoadSettings):
+    """``[run]``: defaults for every candidate (with the keys of
+    :class:`~gate.models.load_settings.LoadSettings`: ``device``, ``dtype``,
+    ``trust_remote_code``)."""
 
     baseline: str | None = None
     model_slug: str | None = None
@@ -119,15 +127,20 @@ class RunDefaults:
     engine: EngineSettings | None = None
     #: Runner labels of every candidate's matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] | None = None
+    #: Globs of other repository paths the builds depend on (recipes, quantization
+    #: configs): the gate workflow gates a change to them (:mod:`gate.session.watched`).
+    watch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_tiers(self.tiers, "run.tiers")
         _check_runs_on(self.runs_on)
 
 
 @dataclass(frozen=True)
-class CandidateConfig:
-    """One ``[[candidates]]`` table as written (``None``: use the ``[run]`` default)."""
+class CandidateConfig(LoadSettings):
+    """One ``[[candidates]]`` table as written (``None``: use the ``[run]`` default); its
+    ``device``, ``dtype`` and ``trust_remote_code`` keys override ``[run]``'s."""
 
     name: str
     model: str
@@ -145,6 +158,7 @@ class CandidateConfig:
     runs_on: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_runs_on(self.runs_on)
         if not NAME_RE.match(self.name):
             raise ValueError(
@@ -173,6 +187,8 @@ class Candidate:
     engine: EngineSettings | None = None
     #: The runner labels of its matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] = DEFAULT_RUNS_ON
+    #: Device, dtype and remote-code trust (command line over the candidate over ``[run]``).
+    load: LoadSettings = field(default_factory=LoadSettings)
 
     @property
     def recipe_label(self) -> str:
@@ -216,6 +232,7 @@ class RunConfig:
             allow_incomplete_weights=candidate.allow_incomplete_weights,
             engine=candidate.engine or self.run.engine,
             runs_on=candidate.runs_on or self.run.runs_on or DEFAULT_RUNS_ON,
+            load=candidate.settings().over(self.run.settings()),
         )
 
     def resolved(self) -> list[Candidate]:
@@ -296,6 +313,8 @@ class CandidateOverrides:
     engine: EngineSettings | None = None
     #: ``--only NAME``: just that ``[[candidates]]`` entry (one job of the CI matrix).
     only: str | None = None
+    #: ``--device``, ``--dtype``, ``--trust-remote-code`` (each over the config's).
+    load: LoadSettings = field(default_factory=LoadSettings)
 
 
 def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) -> list[Candidate]:
@@ -336,6 +355,7 @@ def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) ->
             tiers=overrides.tiers or c.tiers,
             calibration=overrides.calibration or c.calibration,
             engine=overrides.engine or c.engine,
+            load=overrides.load.over(c.load),
         )
         for c in chosen
     ]
@@ -368,6 +388,7 @@ def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
         model_slug=overrides.model_slug or defaults.model_slug or baseline_slug,
         engine=overrides.engine or defaults.engine,
         runs_on=defaults.runs_on or DEFAULT_RUNS_ON,
+        load=overrides.load.over(defaults.settings()),
     )
 
 

@@ -664,7 +664,10 @@ class BaselineStore:
             if model_slug not in slugs:
                 raise BaselineError(
                     f"no baselines for model {model_slug!r} in {self.root}",
-                    suggest(model_slug, slugs) if slugs else "record one first",
+                    (f"{suggest(model_slug, slugs)}; " if slugs else "record one first; ")
+                    + "a build made from another model (a pre-quantized checkpoint) is judged"
+                    " against that model's baselines: pass --model-slug SLUG, or name the model"
+                    " as [run].baseline in gate.toml",
                 )
             return model_slug
         if len(slugs) == 1:

@@ -43,6 +43,7 @@ from gate.measurement import Measurement
 from gate.metrics import accuracy as am
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.models.backends.capabilities import exact_full_rows
+from gate.progress import task as progress_task
 from gate.tiers import exercised
 
 TIER = "accuracy"
@@ -127,7 +128,8 @@ def score_windows(
         )
         for w in windows
     ]
-    scores = backend.score(requests, top_k=1, batch_size=batch_size)
+    with progress_task("accuracy: perplexity windows", total=len(requests), counted_below=True):
+        scores = backend.score(requests, top_k=1, batch_size=batch_size)
     out: list[WindowScore] = []
     for w, s in zip(windows, scores, strict=True):
         lp = np.asarray(s.target_logprobs, dtype=np.float64)
@@ -257,21 +259,24 @@ def score_questions(
     lls: dict[str, list[float]] = {}
     exact_rows = exact_full_rows(backend)
     single = [e for e in encoded if e.single_token and exact_rows]
-    for start in range(0, len(single), _FULL_CHUNK):
-        chunk = single[start : start + _FULL_CHUNK]
-        reqs = [ScoreRequest(context=e.context, continuation=e.options[0]) for e in chunk]
-        scores = backend.score(reqs, top_k=1, full=True, batch_size=batch_size)
-        for e, s in zip(chunk, scores, strict=True):
-            if s.full_logprobs is None:
-                raise DataError(
-                    f"backend {backend.name!r} returned no full distribution",
-                    "the MCQ single-token path needs score(..., full=True)",
-                )
-            row = np.asarray(s.full_logprobs[0], dtype=np.float64)
-            lls[e.qid] = [float(row[o[0]]) for o in e.options]
     multi = [e for e in encoded if not (e.single_token and exact_rows)]
-    reqs = [ScoreRequest(context=e.context, continuation=o) for e in multi for o in e.options]
-    flat = iter(backend.score(reqs, top_k=1, batch_size=batch_size)) if reqs else iter(())
+    options = [ScoreRequest(context=e.context, continuation=o) for e in multi for o in e.options]
+    label = f"accuracy: MCQ {prefix.rstrip('/')}" if prefix else "accuracy: MCQ"
+    with progress_task(f"{label} requests", total=len(single) + len(options), counted_below=True):
+        for start in range(0, len(single), _FULL_CHUNK):
+            chunk = single[start : start + _FULL_CHUNK]
+            reqs = [ScoreRequest(context=e.context, continuation=e.options[0]) for e in chunk]
+            scores = backend.score(reqs, top_k=1, full=True, batch_size=batch_size)
+            for e, s in zip(chunk, scores, strict=True):
+                if s.full_logprobs is None:
+                    raise DataError(
+                        f"backend {backend.name!r} returned no full distribution",
+                        "the MCQ single-token path needs score(..., full=True)",
+                    )
+                row = np.asarray(s.full_logprobs[0], dtype=np.float64)
+                lls[e.qid] = [float(row[o[0]]) for o in e.options]
+        scored = backend.score(options, top_k=1, batch_size=batch_size) if options else []
+    flat = iter(scored)
     for e in multi:
         lls[e.qid] = [
             float(np.asarray(next(flat).target_logprobs, dtype=np.float64).sum()) for _ in e.options

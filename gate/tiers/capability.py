@@ -24,6 +24,8 @@ from gate.data.probes import code as code_probes
 from gate.data.probes.sandbox import SandboxLimits
 from gate.measurement import Measurement
 from gate.metrics.capability import ProbeOutcome, pass_rate_measurement
+from gate.progress import task as progress_task
+from gate.progress import track
 
 __all__ = [
     "TIER",
@@ -135,12 +137,21 @@ def _replies(
             budget = settings.code_max_new_tokens
         budgets.setdefault(budget, []).append(i)
     out = [""] * len(probes)
-    for budget, indices in budgets.items():
-        prompts = [backend.encode_prompt(probes[i].prompt, chat=True) for i in indices]
-        generated = backend.generate(prompts, max_new_tokens=budget, batch_size=settings.batch_size)
-        for i, ids in zip(indices, generated, strict=True):
-            out[i] = backend.decode(ids)
+    label = f"capability: {_families_of(probes)} probes: generating replies"
+    with progress_task(label, total=len(probes), counted_below=True):
+        for budget, indices in budgets.items():
+            prompts = [backend.encode_prompt(probes[i].prompt, chat=True) for i in indices]
+            generated = backend.generate(
+                prompts, max_new_tokens=budget, batch_size=settings.batch_size
+            )
+            for i, ids in zip(indices, generated, strict=True):
+                out[i] = backend.decode(ids)
     return out
+
+
+def _families_of(probes: Sequence[Probe]) -> str:
+    """The probes' family names, for a progress label (``math``, ``code+math``)."""
+    return "+".join(sorted({p.family for p in probes})) or "no"
 
 
 def run_probes(
@@ -153,11 +164,14 @@ def run_probes(
         return probe.checker.check(reply)
 
     pairs = list(zip(probes, replies, strict=True))
-    if workers > 1 and any(p.family == "code" for p in probes):
+    # only sandboxed code takes long enough to show; the other checkers are instant
+    sandboxed = any(p.family == "code" for p in probes)
+    label = f"capability: {_families_of(probes)} probes: running the code in the sandbox"
+    if workers > 1 and sandboxed:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(one, pairs))
+            results = list(track(pool.map(one, pairs), label, total=len(pairs)))
     else:
-        results = [one(pair) for pair in pairs]
+        results = [one(pair) for pair in (track(pairs, label) if sandboxed else pairs)]
     return [
         ProbeOutcome(p.id, p.prompt, reply, r.passed, r.reason, p.tags)
         for (p, reply), r in zip(pairs, results, strict=True)

@@ -33,6 +33,7 @@ from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest, TokenScores
 from gate.models.backends.capabilities import ChunksScoring, EncodesMessages, exact_full_rows
+from gate.progress import task as progress_task
 from gate.store.reference import (
     LOGPROB_DTYPES,
     PackEntry,
@@ -265,6 +266,7 @@ def score_rows(
     top_k: int,
     progress: Progress | None = None,
     order_seed: int | None = None,
+    label: str = "fidelity: scoring",
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(index, full log-prob rows [T, V])`` per request, one backend call per batch.
 
@@ -277,6 +279,7 @@ def score_rows(
         top_k=top_k,
         progress=progress,
         order_seed=order_seed,
+        label=label,
     ):
         yield i, rows
 
@@ -289,22 +292,25 @@ def scored_rows(
     top_k: int,
     progress: Progress | None = None,
     order_seed: int | None = None,
+    label: str = "fidelity: scoring",
 ) -> Iterator[tuple[int, np.ndarray, TokenScores]]:
     """:func:`score_rows` with each request's :class:`TokenScores` (a served answer's
-    ``returned`` ids and ``unreturned_bound``)."""
+    ``returned`` ids and ``unreturned_bound``); shown as progress task ``label``."""
     live = [i for i, r in enumerate(requests) if len(r.continuation) > 0]
     lengths = [len(requests[i].context) + len(requests[i].continuation) for i in live]
     done = 0
-    for group in batches(lengths, batch_size, order_seed=order_seed):
-        idx = [live[g] for g in group]
-        scored = backend.score(
-            [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
-        )
-        for i, s in zip(idx, scored, strict=True):
-            yield i, _full_rows(s), s
-        done += len(idx)
-        if progress is not None:
-            progress(done, len(live))
+    with progress_task(label, total=len(live)) as step:
+        for group in batches(lengths, batch_size, order_seed=order_seed):
+            idx = [live[g] for g in group]
+            scored = backend.score(
+                [requests[i] for i in idx], top_k=top_k, full=True, batch_size=batch_size
+            )
+            for i, s in zip(idx, scored, strict=True):
+                yield i, _full_rows(s), s
+            done += len(idx)
+            step(len(idx))
+            if progress is not None:
+                progress(done, len(live))
 
 
 # --------------------------------------------------------------------------- record
@@ -345,14 +351,17 @@ def record(
     empty = [p.id for p, ids in zip(prompts, prompt_ids, strict=True) if not ids]
     if empty:
         raise DataError(f"prompt {empty[0]!r} encodes to no tokens", "remove empty prompts")
-    outputs = backend.generate(
-        prompt_ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size
-    )
+    with progress_task(
+        "fidelity: generating reference outputs", total=len(prompt_ids), counted_below=True
+    ):
+        outputs = backend.generate(
+            prompt_ids, max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size
+        )
     outputs = [list(o) for o in outputs]
     generated = [len(o) for o in outputs]
     truncated = [False] * len(prompts)
     rows_by_prompt: dict[int, np.ndarray] = {}
-    for _ in range(_MAX_RECORD_ROUNDS):
+    for round_ in range(1, _MAX_RECORD_ROUNDS + 1):
         requests = [ScoreRequest(c, o) for c, o in zip(prompt_ids, outputs, strict=True)]
         rows_by_prompt = dict(
             score_rows(
@@ -361,6 +370,8 @@ def record(
                 batch_size=settings.batch_size,
                 top_k=settings.top_k,
                 progress=progress,
+                label="fidelity: scoring reference outputs"
+                + (f" (round {round_}: cut outputs re-scored)" if round_ > 1 else ""),
             )
         )
         changed = False
@@ -532,7 +543,13 @@ def score_pack(
     base_rows: dict[int, np.ndarray] = {}
     if baseline_backend is not None:
         base_rows = dict(
-            score_rows(baseline_backend, requests, batch_size=settings.batch_size, top_k=1)
+            score_rows(
+                baseline_backend,
+                requests,
+                batch_size=settings.batch_size,
+                top_k=1,
+                label="fidelity: scoring the live baseline",
+            )
         )
     results: list[PromptScores] = []
     # a served candidate's rows are exact only within its returned top-K: its KL is the
@@ -546,6 +563,7 @@ def score_pack(
         top_k=1,
         progress=progress,
         order_seed=settings.order_seed,
+        label="fidelity: scoring against the reference",
     ):
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)

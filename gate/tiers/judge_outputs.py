@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gate import progress
 from gate.measurement import JudgedOutput, OutputSet
 from gate.models.backends.base import Backend
 from gate.store.reference import PromptLike, prompt_set_sha256
@@ -40,7 +41,8 @@ def generate_outputs(
 ) -> OutputSet:
     """Greedy answers of ``backend`` to every prompt (chat-formatted, stopped at EOS)."""
     ids = [backend.encode_prompt(p.text) for p in prompts]
-    generated = backend.generate(ids, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    with progress.task("judge: generating the answers", total=len(ids), counted_below=True):
+        generated = backend.generate(ids, max_new_tokens=max_new_tokens, batch_size=batch_size)
     outputs = tuple(
         JudgedOutput(
             id=p.id,

@@ -62,6 +62,7 @@ from typing import Any, ClassVar, TypeVar
 from gate.errors import ConfigError, ModelLoadError
 from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
+from gate.hw.oom import is_out_of_memory, release_cached_memory
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
@@ -202,20 +203,6 @@ def plain_runner(fn: Callable[[], object], rounds: int, warmup_rounds: int) -> N
         fn()
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """``torch.cuda.OutOfMemoryError`` or a RuntimeError saying "out of memory"."""
-    if type(exc).__name__ == "OutOfMemoryError":
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
-
-
-def _free_cached_memory() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 #: One side of a timed comparison: a backend and its own encoding of the prompt.
 Side = tuple[Backend, Sequence[int]]
 
@@ -322,7 +309,7 @@ def _sweep(
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
-                _free_cached_memory()
+                release_cached_memory()
                 oom = batch
                 break
             for table, runs in zip(tables, measured, strict=True):
@@ -481,6 +468,18 @@ def _peak(values: Iterator[int | None]) -> tuple[int, list[int]] | None:
     return (max(seen), seen) if seen else None
 
 
+def _per_gpu(reports: Sequence[MemoryReport], key: str) -> dict[str, int]:
+    """``{"cuda:N": peak over the runs}`` of a VRAM figure ``key``, per tracked GPU."""
+    out: dict[str, int] = {}
+    for report in reports:
+        for gpu in report.per_gpu:
+            value = getattr(gpu, key, None)
+            if isinstance(value, int):
+                name = f"cuda:{gpu.index}"
+                out[name] = max(out.get(name, 0), value)
+    return out
+
+
 def _paired(reference: PairedReference, value: float, samples: Sequence[float]) -> dict[str, Any]:
     """The ``details[MeasurementDetail.PAIRED_REFERENCE]`` entry of one timed metric.
 
@@ -558,9 +557,11 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
     for key, peak in peaks.items():
         if peak is not None:
             value, per_run = peak
-            out.append(
-                Measurement(f"latency.{key}", float(value), details={**common, "per_run": per_run})
-            )
+            details = {**common, "per_run": per_run}
+            per_gpu = _per_gpu(result.memory, key)
+            if per_gpu:
+                details["per_gpu"] = per_gpu
+            out.append(Measurement(f"latency.{key}", float(value), details=details))
     if result.param_bytes is not None:
         out.append(Measurement("latency.param_bytes", float(result.param_bytes), details=common))
     if result.kv_cache is not None:

@@ -12,6 +12,12 @@ The MCQ metrics have one sample per question with ``sample_ids`` = question
 ids, so a candidate is paired with the baseline question by question. Flips,
 all-flips and choice KL are computed against the baseline's own per-question
 results (ideal 0); the baseline records them against itself (all zero).
+
+``accuracy.gen_exact_match``, ``accuracy.gen_f1`` and ``accuracy.gen_flips`` come from generative
+lm-eval tasks (``gate import lm-eval``, :mod:`gate.data.lmeval_generative`),
+one sample per document; the other per-document metrics of such a file
+(``accuracy.gen_<metric>``) get their spec from the file and are reported, not
+gated, unless listed here.
 """
 
 from __future__ import annotations
@@ -71,5 +77,27 @@ SPECS: tuple[MetricSpec, ...] = (
         higher_is_better=True,
         sample_kind=SampleKind.PAIRED_SCORE,
         description="mean p(best option) - p(second best option); shrinks as a build loses confidence",
+    ),
+    MetricSpec(
+        name="accuracy.gen_exact_match",
+        unit="fraction",
+        higher_is_better=True,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="exact match of a generative lm-eval task's extracted answer, per document",
+    ),
+    MetricSpec(
+        name="accuracy.gen_f1",
+        unit="score",
+        higher_is_better=True,
+        sample_kind=SampleKind.PAIRED_SCORE,
+        description="token F1 of a generative lm-eval task's answer against the reference, per document",
+    ),
+    MetricSpec(
+        name="accuracy.gen_flips",
+        unit="fraction",
+        higher_is_better=False,
+        sample_kind=SampleKind.PAIRED_BINARY,
+        description="share of a generative task's documents whose 0/1 score changed against the baseline",
+        ideal=0.0,
     ),
 )

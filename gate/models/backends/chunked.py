@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gate import progress
 from gate.errors import DataError
 from gate.models.activity import Activity, Counting, Footprint, request_key
 from gate.models.backends.base import (
@@ -183,15 +184,12 @@ def score_through_cache(
 ) -> list[TokenScores]:
     """Teacher-forced scores of each request through ``method``'s cache (see the module doc)."""
     method.check(model)
-    return [
-        token_scores(
-            cache_logprobs(model, method, r, chunk_size=chunk_size, activity=activity),
-            r.continuation,
-            top_k,
-            full,
-        )
-        for r in requests
-    ]
+    out = []
+    for r in requests:
+        logprobs = cache_logprobs(model, method, r, chunk_size=chunk_size, activity=activity)
+        out.append(token_scores(logprobs, r.continuation, top_k, full))
+        progress.advance(1)
+    return out
 
 
 @torch.no_grad()
@@ -417,17 +415,20 @@ class CacheBackend:
                     prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
                 )
             ]
-        return [
-            generate_through_cache(
-                self.model,
-                self.method,
-                p,
-                max_new_tokens=max_new_tokens,
-                eos_ids=self.inner.eos_ids,
-                activity=self.activity,
+        out = []
+        for p in prompts:
+            out.append(
+                generate_through_cache(
+                    self.model,
+                    self.method,
+                    p,
+                    max_new_tokens=max_new_tokens,
+                    eos_ids=self.inner.eos_ids,
+                    activity=self.activity,
+                )
             )
-            for p in prompts
-        ]
+            progress.advance(1)
+        return out
 
     def score(
         self,

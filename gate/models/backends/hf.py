@@ -22,6 +22,11 @@ Implements :class:`gate.models.backends.base.Backend` on a loaded causal LM:
   ``clock.mark()`` after every decoding step from a stopping criterion, which
   transformers calls once per step after the step's tokens exist.
 
+``generate`` and ``score`` run their batches through a
+:class:`~gate.models.backends.batch_fit.BatchFitter`: out of memory halves the
+batch and retries (``generate_timed`` does not: a timing is taken at the shape
+asked for, and the latency tier decides what an out-of-memory batch means).
+
 NaN logits are passed through (the fidelity tier reports them); nothing here
 raises on them.
 """
@@ -36,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gate import progress
 from gate.measurement import TimedGeneration
 from gate.models.activity import Activity
 from gate.models.backends import tokens
@@ -47,6 +53,7 @@ from gate.models.backends.base import (
     require_prompts,
     require_timed,
 )
+from gate.models.backends.batch_fit import BatchFitter
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.provenance import (
     combined_digest,
@@ -74,6 +81,7 @@ HF_FACTS: tuple[str, ...] = (
     "num_layers",
     "dtype_requested",
     "dtypes",
+    "compute_dtype",
     "device",
     "device_map",
     "quantization",
@@ -86,11 +94,8 @@ HF_FACTS: tuple[str, ...] = (
     "linear_class_counts",
     "forward_delay",
     "incomplete_weights",
+    "batch_backoffs",
 )
-
-
-def _batches(order: list[int], size: int) -> list[list[int]]:
-    return [order[i : i + size] for i in range(0, len(order), size)]
 
 
 class HFBackend(tokens.TokenizerMethods):
@@ -129,6 +134,9 @@ class HFBackend(tokens.TokenizerMethods):
         self.eos_ids: list[int] = (
             [] if eos is None else [int(e) for e in (eos if isinstance(eos, list) else [eos])]
         )
+        #: Runs the batches of ``score`` and ``generate``, halving a batch that runs out
+        #: of memory (:mod:`gate.models.backends.batch_fit`); its back-offs are provenance.
+        self.fitter = BatchFitter(str(self.device))
         self._warm_up()
         #: Storage bytes of parameters and buffers, measured once after the warm-up.
         self.parameter_bytes = parameter_bytes(model)
@@ -196,12 +204,17 @@ class HFBackend(tokens.TokenizerMethods):
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[list[int]] = [[] for _ in prompts]
         config = self._generation_config(max_new_tokens)
-        for batch in _batches(order, max(1, batch_size)):
+
+        def run(batch: list[int]) -> list[list[int]]:
             ids, mask = self._left_padded([prompts[i] for i in batch])
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
             new = out[:, ids.shape[1] :].cpu().tolist()
-            for i, row in zip(batch, new, strict=True):
-                results[i] = self._cut_at_eos([int(t) for t in row])
+            rows = [self._cut_at_eos([int(t) for t in row]) for row in new]
+            progress.advance(len(batch))
+            return rows
+
+        for i, row in zip(order, self.fitter.run("generate", order, batch_size, run), strict=True):
+            results[i] = row
         return results
 
     # -- teacher-forced scoring -----------------------------------------------
@@ -219,11 +232,14 @@ class HFBackend(tokens.TokenizerMethods):
         require_contexts(requests)
         order = sorted(range(len(requests)), key=lambda i: -self._length(requests[i]))
         results: list[TokenScores | None] = [None] * len(requests)
-        for batch in _batches(order, max(1, batch_size)):
-            for i, scores in zip(
-                batch, self._score_batch([requests[i] for i in batch], top_k, full), strict=True
-            ):
-                results[i] = scores
+
+        def run(batch: list[int]) -> list[TokenScores]:
+            scores = self._score_batch([requests[i] for i in batch], top_k, full)
+            progress.advance(len(batch))
+            return scores
+
+        for i, scores in zip(order, self.fitter.run("score", order, batch_size, run), strict=True):
+            results[i] = scores
         return [r for r in results if r is not None]
 
     @cached_property
@@ -354,6 +370,7 @@ class HFBackend(tokens.TokenizerMethods):
             num_layers=int(layers) if layers is not None else None,
             dtype_requested=self.spec.dtype,
             dtypes=tuple(dtypes),
+            compute_dtype=str(getattr(self.model, "dtype", "")).removeprefix("torch.") or None,
             device=str(self.device),
             device_map=getattr(self.model, "hf_device_map", None),
             quantization=self.quant_method,
@@ -366,5 +383,6 @@ class HFBackend(tokens.TokenizerMethods):
             linear_class_counts=counts,
             forward_delay=hasattr(self.model, HANDLE_ATTR),
             incomplete_weights=self.incomplete_weights,
+            batch_backoffs=tuple(b.to_dict() for b in self.fitter.backoffs) or None,
             document_keys=HF_FACTS,
         )

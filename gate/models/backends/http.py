@@ -62,6 +62,7 @@ from gate.models.backends.openai_client import (
     EndpointSettings,
     Liveness,
     LogprobsLimitError,
+    counted,
     gather_bounded,
     public_url,
     run_sync,
@@ -449,9 +450,9 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         async def main(client: EndpointClient) -> list[TokenScores]:
             first: list[TokenScores] = []
             if self.scoring_api is None:  # the first answer tells which fields the server has
-                first = [await scorer(client, requests[0])()]
+                first = [await counted(scorer(client, requests[0]))()]
             rest = await gather_bounded(
-                [scorer(client, r) for r in requests[len(first) :]],
+                [counted(scorer(client, r)) for r in requests[len(first) :]],
                 self.settings.max_concurrency,
             )
             return [*first, *rest]
@@ -544,7 +545,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
 
         async def main(client: EndpointClient) -> list[list[int]]:
             return await gather_bounded(
-                [partial(self.generate_one, client, p, max_new_tokens) for p in prompts],
+                [counted(partial(self.generate_one, client, p, max_new_tokens)) for p in prompts],
                 self.settings.max_concurrency,
             )
 

@@ -85,24 +85,24 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _device_map(spec: ModelSpec) -> str | dict[str, Any]:
-    if spec.device == "auto":
-        if not torch.cuda.is_available():
-            raise ModelLoadError(
-                "device auto needs CUDA GPUs but torch sees none", "use --device cpu"
-            )
-        return "auto"
-    if spec.device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ModelLoadError(
-                f"device {spec.device} requested but torch sees no CUDA GPU", "use --device cpu"
-            )
-        index = int(spec.device.partition(":")[2] or 0)
-        if index >= torch.cuda.device_count():
-            raise ModelLoadError(
-                f"device {spec.device} does not exist ({torch.cuda.device_count()} GPU(s))",
-                "pick an existing cuda:N",
-            )
-    return {"": spec.device}
+    """accelerate's device map of ``spec.device``.
+
+    ``auto`` with CUDA: ``"sequential"`` (GPU 0 while the model fits it, then the
+    next GPUs; one GPU whenever the model fits one); ``auto`` without CUDA: the
+    CPU. A CUDA device this machine lacks was refused before loading
+    (:func:`gate.hw.devices.check_device`); a library caller that skipped that
+    check gets the same rule as a :class:`ModelLoadError`.
+    """
+    from gate.hw.devices import check_device, resolve_device
+
+    device = resolve_device(spec.device)
+    if spec.device == "auto" and device == "cuda":
+        return "sequential"
+    try:
+        check_device(device)
+    except GateError as exc:
+        raise ModelLoadError(exc.message, exc.hint) from None
+    return {"": device}
 
 
 def _check_pickle_only(directory: Path, spec: ModelSpec) -> None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from gate import progress
 from gate.errors import ConfigError, GateError, ModelLoadError
 
 T = TypeVar("T")
@@ -247,6 +248,18 @@ def _loads(raw: bytes, url: str) -> Any:
             f"{public_url(url)} answered with something that is not JSON ({head!r})",
             "the endpoint must be an OpenAI-compatible server",
         ) from None
+
+
+def counted(factory: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+    """``factory`` whose awaitable, once done, counts one item of the current progress task
+    (:func:`gate.progress.advance`): the request loops' progress."""
+
+    async def run() -> T:
+        result = await factory()
+        progress.advance(1)
+        return result
+
+    return run
 
 
 async def gather_bounded(factories: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:

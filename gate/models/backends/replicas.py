@@ -63,6 +63,7 @@ from gate.models.backends.base import (
 from gate.models.backends.http import HTTPBackend
 from gate.models.backends.openai_client import (
     EndpointClient,
+    counted,
     gather_bounded,
     public_url,
     run_sync,
@@ -318,7 +319,8 @@ class ReplicaBackend(LoadRuns):
         async def main(clients: list[EndpointClient]) -> list[T]:
             slots = self._slots()
             return await gather_bounded(
-                [partial(self._on_any, slots, clients, work) for work in works], len(works)
+                [counted(partial(self._on_any, slots, clients, work)) for work in works],
+                len(works),
             )
 
         return self._run(main)

@@ -1,0 +1,167 @@
+"""How an in-process model is placed and loaded, declared once: :class:`LoadSettings`.
+
+Three settings: the device (``auto``, ``cpu``, ``cuda``, ``cuda:N``), the dtype
+the weights are loaded in, and whether the model's own code may run
+(``trust_remote_code``). Each field is one setting, and its :class:`LoadOption`
+metadata says how a user gives it. From that one declaration come
+
+* the option of ``gate run``, ``gate baseline record``, ``gate calibrate`` and
+  ``gate demo`` (``--device``, ``--dtype``, ``--trust-remote-code``;
+  :func:`gate.commands.options.load_options`);
+* the pytest option of the suites (``--gate-device``; :mod:`gate.session.flags`);
+* the key of ``[run]`` and of each ``[[candidates]]`` table in ``gate.toml``
+  (the field name: :class:`~gate.session.run_config.RunDefaults` and
+  :class:`~gate.session.run_config.CandidateConfig` inherit these fields);
+* the :class:`~gate.models.spec.ModelSpec` the plugin loads (:meth:`LoadSettings.spec`).
+
+``None`` means "not given": a later layer (the candidate's table over ``[run]``,
+the command line over both; :meth:`LoadSettings.over`) fills it, and what is
+still unset takes :data:`DEFAULT_DEVICE` / the checkpoint's own dtype. A bad
+value raises ``ValueError`` in :meth:`LoadSettings.__post_init__`, which the
+table reader turns into a one-line :class:`~gate.errors.ConfigError`.
+
+Nothing here imports torch: whether CUDA is present is asked by
+:func:`gate.hw.devices.check_device`, only when a setting names CUDA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gate.models.spec import DEVICE_RE, DTYPES, ModelSpec
+
+#: How a setting is given: a text from a fixed list, a device name, a switch.
+LoadKind = Literal["choice", "device", "flag"]
+#: Key of a field's :class:`LoadOption` in its ``dataclasses.field`` metadata.
+_OPTION = "gate.models.load_settings.option"
+#: The device of a model when nothing names one: the GPU when CUDA is present, else the CPU.
+DEFAULT_DEVICE = "auto"
+
+
+@dataclass(frozen=True)
+class LoadOption:
+    """How one load setting is given on the command lines."""
+
+    #: The command option (``--device``); pytest's is ``--gate-`` + the rest.
+    flag: str
+    kind: LoadKind
+    #: Help text of the command option.
+    help: str
+    #: The values a ``choice`` takes.
+    choices: tuple[str, ...] = ()
+
+    @property
+    def pytest_flag(self) -> str:
+        """The pytest option of the suites (``--gate-device``)."""
+        return "--gate-" + self.flag.removeprefix("--")
+
+
+def _option(
+    flag: str, kind: LoadKind, help: str, choices: tuple[str, ...] = ()
+) -> dict[str, LoadOption]:
+    return {_OPTION: LoadOption(flag=flag, kind=kind, help=help, choices=choices)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadSettings:
+    """Device, dtype and remote-code trust of an in-process model (``None``: not given).
+
+    ``device``: ``auto`` (the default) is the GPU when torch sees CUDA, placed
+    with accelerate's sequential device map (one GPU when the model fits it,
+    spread over the next GPUs when it does not), and the CPU when torch sees
+    none; ``cpu``, ``cuda`` (GPU 0) and ``cuda:N`` place the whole model there,
+    and a CUDA device without CUDA is refused before anything loads (exit 4).
+    """
+
+    device: str | None = field(
+        default=None,
+        metadata=_option(
+            "--device",
+            "device",
+            "Where an in-process model runs: auto (the GPU when CUDA is present, spread over "
+            "several when it does not fit one; else the CPU), cpu, cuda or cuda:N.",
+        ),
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata=_option(
+            "--dtype",
+            "choice",
+            "Load the weights in this dtype (default auto: the checkpoint's own).",
+            DTYPES,
+        ),
+    )
+    trust_remote_code: bool | None = field(
+        default=None,
+        metadata=_option(
+            "--trust-remote-code",
+            "flag",
+            "Run the model repository's own Python code when loading it (trusted models only).",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.device is not None and not DEVICE_RE.match(self.device):
+            raise ValueError(f"unknown device {self.device!r}: choose auto, cpu, cuda or cuda:N")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
+
+    def over(self, below: LoadSettings) -> LoadSettings:
+        """These settings, with ``below``'s where these are not given."""
+        return LoadSettings(
+            **{
+                name: getattr(self, name)
+                if getattr(self, name) is not None
+                else getattr(below, name)
+                for name in load_setting_names()
+            }
+        )
+
+    @property
+    def effective_device(self) -> str:
+        """The device asked for, :data:`DEFAULT_DEVICE` when none is."""
+        return self.device or DEFAULT_DEVICE
+
+    def spec(self, model: str, *, allow_pickle: bool = False) -> ModelSpec:
+        """The :class:`~gate.models.spec.ModelSpec` of ``model`` loaded with these settings."""
+        return ModelSpec.parse(
+            model,
+            device=self.effective_device,
+            dtype=self.dtype or "auto",
+            trust_remote_code=bool(self.trust_remote_code),
+            allow_pickle=allow_pickle,
+        )
+
+    def settings(self) -> LoadSettings:
+        """These three settings alone (of a ``gate.toml`` table that inherits them)."""
+        return LoadSettings(**{name: getattr(self, name) for name in load_setting_names()})
+
+    def given(self) -> dict[str, Any]:
+        """The settings that were given, by field name (for a results or dry-run line)."""
+        return {n: getattr(self, n) for n in load_setting_names() if getattr(self, n) is not None}
+
+
+def load_setting_options() -> tuple[tuple[str, LoadOption], ...]:
+    """``(field name, option)`` of every load setting, in declaration (``--help``) order."""
+    return tuple(
+        (item.name, item.metadata[_OPTION])
+        for item in dataclasses.fields(LoadSettings)
+        if _OPTION in item.metadata
+    )
+
+
+def load_setting_names() -> tuple[str, ...]:
+    """The field names of :class:`LoadSettings` (the ``gate.toml`` keys)."""
+    return tuple(name for name, _ in load_setting_options())
+
+
+__all__ = [
+    "DEFAULT_DEVICE",
+    "LoadKind",
+    "LoadOption",
+    "LoadSettings",
+    "load_setting_names",
+    "load_setting_options",
+]

@@ -1,0 +1,183 @@
+"""The repository paths a run config's verdict depends on, and whether a change touches them.
+
+The gate workflow (``gate init`` writes it; the project's own is
+``.github/workflows/gate.yml``) gates a pull request only when it changes
+something that can change a verdict. Those paths come from the run config
+itself, so the filter never names directories that do not exist:
+
+* the run config file;
+* the thresholds file (``[run].thresholds``, else ``thresholds.toml``);
+* the baseline store (``[run].store``, else ``baselines``), every file below it;
+* calibration files (``[run]`` and every candidate's ``calibration``);
+* local model directories inside the repository: ``[run].baseline``, every
+  candidate's ``model``, every ``[[judges]]`` ``model`` (a name that is a
+  directory here, or that starts with ``./``), every file below them;
+* ``[run].watch``: globs of anything else the builds depend on (recipes,
+  quantization configs).
+
+Hugging Face ids, absolute paths and paths that leave the repository are not
+watched (a change to them is not a change to the repository). Globs use
+``**`` for any run of path components and ``*`` within one component.
+
+Reads the config with the standard library only (no numpy, no torch): the
+workflow's first job runs it on a small hosted runner, before any GPU job is
+started. ``python -m gate.session.watched --config gate.toml [--changed FILE]``
+prints the globs, then, with ``--changed`` (one changed path per line, as
+``git diff --name-only`` writes), the changed paths they match and a last line
+``needed=true`` or ``needed=false``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gate.config import load_toml
+from gate.errors import ConfigError, GateError
+
+#: What ``[run].thresholds`` and ``[run].store`` default to (``gate run``'s defaults).
+DEFAULT_THRESHOLDS = "thresholds.toml"
+DEFAULT_STORE = "baselines"
+#: The packaged demo model's name (never a repository path).
+DEMO = "demo"
+
+
+def _relative(path: str, root: Path) -> str | None:
+    """``path`` as a normalized POSIX path inside the repository, or ``None`` when it is not."""
+    text = path.strip()
+    if not text or text.startswith(("/", "~")) or "://" in text:
+        return None
+    norm = posixpath.normpath(text.replace("\\", "/"))
+    if norm == "." or norm.startswith("../") or norm == "..":
+        return None
+    return norm
+
+
+def _is_local_model(model: str, root: Path) -> bool:
+    """A model name that names a directory of the repository (not a hub id, not ``demo``)."""
+    text = model.strip()
+    if text == DEMO or not text:
+        return False
+    return text.startswith("./") or (root / text).is_dir()
+
+
+def _strings(value: Any) -> list[str]:
+    return [value] if isinstance(value, str) else [v for v in value or () if isinstance(v, str)]
+
+
+def watched_paths(config_path: Path, data: Mapping[str, Any], root: Path) -> list[str]:
+    """The globs (relative to ``root``, the repository) that ``data``'s verdicts depend on.
+
+    ``config_path`` is the run config as the workflow names it (relative to ``root``).
+    """
+    run = data.get("run", {}) if isinstance(data.get("run"), Mapping) else {}
+    candidates = [c for c in data.get("candidates", []) or [] if isinstance(c, Mapping)]
+    judges = [j for j in data.get("judges", []) or [] if isinstance(j, Mapping)]
+    files = [str(config_path), str(run.get("thresholds") or DEFAULT_THRESHOLDS)]
+    files += _strings(run.get("calibration"))
+    files += [c["calibration"] for c in candidates if isinstance(c.get("calibration"), str)]
+    trees = [str(run.get("store") or DEFAULT_STORE)]
+    models = _strings(run.get("baseline"))
+    models += [c["model"] for c in candidates if isinstance(c.get("model"), str)]
+    models += [j["model"] for j in judges if isinstance(j.get("model"), str)]
+    trees += [m for m in models if _is_local_model(m, root)]
+    globs: list[str] = []
+    for path in files:
+        rel = _relative(path, root)
+        if rel is not None:
+            globs.append(rel)
+    for path in trees:
+        rel = _relative(path, root)
+        if rel is not None:
+            globs.append(f"{rel}/**")
+    extra = run.get("watch", [])
+    if not isinstance(extra, list) or not all(isinstance(g, str) for g in extra):
+        raise ConfigError(
+            f"{config_path}: run.watch must be an array of path globs",
+            'write watch = ["recipes/**", "quant/config.json"]',
+        )
+    for glob in extra:
+        rel = _relative(glob, root)
+        if rel is None:
+            raise ConfigError(
+                f"{config_path}: run.watch glob {glob!r} is not inside the repository",
+                "give a path relative to the repository root",
+            )
+        globs.append(rel)
+    return list(dict.fromkeys(globs))
+
+
+def glob_regex(glob: str) -> re.Pattern[str]:
+    """The regex of ``glob``: ``**`` any run of characters (``/`` included), ``*`` and ``?``
+    within one path component; ``dir/**`` matches everything below ``dir``."""
+    out: list[str] = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def touched(changed: Iterable[str], globs: Sequence[str]) -> list[str]:
+    """The changed paths that match one of ``globs``, in the order given."""
+    patterns = [glob_regex(g) for g in globs]
+    hits: list[str] = []
+    for line in changed:
+        path = line.strip()
+        if path and any(p.match(path) for p in patterns):
+            hits.append(path)
+    return hits
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the watched globs (and, with ``--changed``, the verdict ``needed=...``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gate.session.watched",
+        description="The paths a run config's verdict depends on; whether a change touches them.",
+    )
+    parser.add_argument("--config", type=Path, default=Path("gate.toml"))
+    parser.add_argument(
+        "--changed", type=Path, help="file of changed paths, one per line (git diff --name-only)"
+    )
+    args = parser.parse_args(argv)
+    root = Path.cwd()
+    try:
+        if not args.config.is_file():
+            raise ConfigError(
+                f"run config {args.config} not found", "pass --config with the workflow's config"
+            )
+        globs = watched_paths(args.config, load_toml(args.config), root)
+        changed = args.changed.read_text(encoding="utf-8").splitlines() if args.changed else None
+    except GateError as exc:
+        print(f"gate: error: {exc.format_line()}", file=sys.stderr)
+        return int(exc.exit_code)
+    except OSError as exc:
+        print(f"gate: error: cannot read {args.changed}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
+    for glob in globs:
+        print(f"watched: {glob}")
+    if changed is not None:
+        hits = touched(changed, globs)
+        for path in hits:
+            print(f"changed: {path}")
+        print(f"needed={'true' if hits else 'false'}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
