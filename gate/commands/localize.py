@@ -280,7 +280,8 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
     help="Recovered share of the KL loss the swap subset must resolve (sets its size).",
 )
 @click.option(
-    "--limit",
+    "--prompts",
+    "limit",
     type=click.IntRange(min=2),
     help="Reference prompts of the divergence pass (default: the whole pack).",
 )
