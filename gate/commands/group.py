@@ -14,6 +14,7 @@ from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
 from gate.commands.init import init
+from gate.commands.localize import localize_command
 from gate.commands.merge import merge
 from gate.commands.power import power
 from gate.commands.run import run
@@ -29,6 +30,7 @@ COMMANDS: tuple[click.Command, ...] = (
     import_,
     audit,
     calibrate,
+    localize_command,
     power,
 )
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from gate.errors import UsageError
 from gate.models.load_settings import LoadSettings, load_setting_options
@@ -110,3 +111,9 @@ def load_settings(
     if device is not None and not DEVICE_RE.match(device):
         raise UsageError(f"unknown --device {device!r}", "pass --device auto, cpu, cuda or cuda:N")
     return LoadSettings(device=device, dtype=dtype, trust_remote_code=trust_remote_code or None)
+
+
+def explicit_store(store: Path) -> Path | None:
+    """``--store`` when the user gave it (flag or ``$GATE_STORE``), else ``None``."""
+    source = click.get_current_context().get_parameter_source("store")
+    return store if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) else None

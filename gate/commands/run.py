@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from click.core import ParameterSource
 
 from gate.commands.options import (
     dir_option,
+    explicit_store,
     file_option,
     json_option,
     load_options,
@@ -65,12 +65,6 @@ def engine_override(given: dict[str, Any]) -> EngineSettings | None:
     if not table:
         return None
     return build_dataclass(EngineSettings, table, where="engine options")
-
-
-def explicit_store(store: Path) -> Path | None:
-    """``--store`` when the user gave it (flag or ``$GATE_STORE``), else ``None``."""
-    source = click.get_current_context().get_parameter_source("store")
-    return store if source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT) else None
 
 
 def effective_store(store: Path, config: RunConfig | None) -> Path:
@@ -143,6 +137,13 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     metavar="NAME",
     help="Gate only the [[candidates]] entry NAME of --config (one job of the matrix).",
 )
+@click.option(
+    "--localize",
+    "localize",
+    is_flag=True,
+    help="When the --candidate build is blocked, run `gate localize` on it: the layers that "
+    "carry the loss and the repaired build, gated (with --json, also <name>.localize.json).",
+)
 def run(
     candidate: str | None,
     recipe: str | None,
@@ -170,6 +171,7 @@ def run(
     dry_run: bool,
     matrix: bool,
     only: str | None,
+    localize: bool,
     **engine: Any,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
@@ -274,4 +276,14 @@ def run(
         for line in describe_plan(plan, checked):
             click.echo(line)
         return int(ExitCode.OK)
-    return int(execute_plan(plan, make_console()))
+    if localize and candidate is None:
+        raise UsageError(
+            "--localize localizes one --candidate build",
+            "gate run --candidate MODEL --recipe RECIPE --localize",
+        )
+    code = execute_plan(plan, make_console())
+    if localize and code == ExitCode.BLOCKED:
+        from gate.commands.localize import localize_blocked
+
+        localize_blocked(plan, json_out)
+    return int(code)

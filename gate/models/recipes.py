@@ -27,6 +27,26 @@ Today's kinds and their ranges:
   for the recipe), written back bare when only the ratio is given;
 * ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1).
 
+**Layer selection** (docs/localize.md "Layer-selective recipes"). After the
+argument, a recipe may name the parts it acts on:
+
+* weight recipes (``bnb-*``, ``quanto-*``, ``prune-*``) take ``keep=GLOB``
+  (modules left uncompressed) and ``only=GLOB`` (compress only those), matched
+  with :func:`fnmatch.fnmatchcase` on module names
+  (``quanto-int2:only=model.layers.2.*``,
+  ``prune-wanda:0.5,keep=model.layers.0.*``);
+* attention and KV-press recipes (``attn-*``, ``kv-snapkv``, ``kv-h2o``,
+  ``kv-streaming``) take ``layers=`` decoder-layer indices and ranges
+  (``kv-snapkv:0.5,layers=0-3,7``).
+
+Several globs (or indices) follow one key separated by commas: a part without
+``=`` after a selector key continues that key's list, so
+``bnb-nf4:keep=model.layers.0.*,model.layers.29.*`` keeps two layers. The
+recipe's own argument therefore comes first and the selectors last; the
+canonical text writes them in the order ``keep``, ``only``, ``layers``. A glob
+that matches no module is refused when the recipe is applied (the names are
+known only then); malformed syntax is refused here.
+
 Recipes belong to a *family* (:data:`FAMILIES`): weights changed at load time,
 a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
 attention replacement, or a KV-cache method, which runs through the
@@ -37,8 +57,10 @@ from __future__ import annotations
 
 import difflib
 import re
+import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from typing import TypeAlias
 
 from gate.errors import ConfigError
@@ -59,6 +81,28 @@ class Recipe:
 
     name: str
     value: RecipeValue = None
+    #: Module-name globs left uncompressed (weight recipes).
+    keep: tuple[str, ...] = ()
+    #: Module-name globs compressed, the others left alone (weight recipes).
+    only: tuple[str, ...] = ()
+    #: Decoder-layer indices acted on (attention and KV-press recipes; empty: every layer).
+    layers: tuple[int, ...] = ()
+
+    @property
+    def selective(self) -> bool:
+        """Whether the recipe acts on a selection of modules or layers only."""
+        return bool(self.keep or self.only or self.layers)
+
+    def selects(self, module_name: str) -> bool:
+        """Whether a weight recipe compresses the module ``module_name`` (keep/only globs,
+        :func:`module_matches`)."""
+        if self.only and not any(module_matches(g, module_name) for g in self.only):
+            return False
+        return not any(module_matches(g, module_name) for g in self.keep)
+
+    def selects_layer(self, index: int) -> bool:
+        """Whether an attention/KV recipe acts on decoder layer ``index``."""
+        return not self.layers or index in self.layers
 
     @classmethod
     def parse(cls, text: str | Recipe | None) -> Recipe:
@@ -67,6 +111,17 @@ class Recipe:
 
     def __str__(self) -> str:
         return format_recipe(self)
+
+
+def module_matches(glob: str, module_name: str) -> bool:
+    """Whether ``glob`` names ``module_name`` or one of the modules that contain it.
+
+    ``fnmatchcase`` on the name and on each of its dotted prefixes, so
+    ``model.layers.0`` selects the whole block ``model.layers.0.*`` and
+    ``model.layers.1*`` selects blocks 1, 10-19 (fnmatch's ``*`` crosses dots).
+    """
+    parts = module_name.split(".")
+    return any(fnmatchcase(".".join(parts[:n]), glob) for n in range(1, len(parts) + 1))
 
 
 @dataclass(frozen=True)
@@ -404,23 +459,156 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
     name, sep, arg = text.strip().partition(":")
     name = name.strip().lower()
     kind = ARG_KINDS[get_recipe(name).arg]
-    arg = arg.strip()
+    arg, selectors = _split_selectors(name, arg.strip())
     if kind.name == "none":
-        if sep:
+        if arg or (sep and not selectors):
             kind.parse(name, arg)  # raises: this recipe takes no argument
-        return Recipe(name)
+        return _selected(Recipe(name), selectors)
     if not arg:
         raise ConfigError(f"recipe {name} needs an argument", f"e.g. {example(name)}")
-    return Recipe(name, kind.parse(name, arg))
+    return _selected(Recipe(name, kind.parse(name, arg)), selectors)
+
+
+#: The selector keys, in canonical order, and the families that take each.
+SELECTOR_KEYS: Mapping[str, tuple[str, ...]] = {
+    "keep": ("weights",),
+    "only": ("weights",),
+    "layers": ("attention", "cache"),
+}
+
+#: Recipes of a selecting family that cannot act on a part of the model.
+_NOT_SELECTIVE: Mapping[str, str] = {
+    "none": "it changes nothing",
+    "drop-layers": "it removes whole layers from the end: choose how many with drop-layers:n",
+    "kv-quant": "transformers' quantized cache quantizes every layer",
+}
+
+_GLOB_CHARS = frozenset(string.ascii_letters + string.digits + "_.*?[]!-/")
+
+
+def _split_selectors(name: str, arg: str) -> tuple[str, dict[str, list[str]]]:
+    """``0.5,keep=a.*,b.*`` -> ``("0.5", {"keep": ["a.*", "b.*"]})`` (module doc)."""
+    if not any(f"{key}=" in arg.lower() for key in SELECTOR_KEYS):
+        return arg, {}
+    main: list[str] = []
+    selectors: dict[str, list[str]] = {}
+    current: str | None = None
+    for part in (p.strip() for p in arg.split(",")):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        if sep and key in SELECTOR_KEYS:
+            if key in selectors:
+                raise ConfigError(
+                    f"{name}: {key}= is given twice",
+                    f"list every value after one {key}=, separated by commas",
+                )
+            current = key
+            selectors[key] = []
+            part = value.strip()
+        elif sep or current is None:
+            if current is not None:
+                raise ConfigError(
+                    f"{name}: {part!r} follows the layer selection",
+                    f"write the recipe's own argument first, then keep=/only=/layers=: "
+                    f"e.g. {example(name)},{key}=...",
+                )
+            main.append(part)
+            continue
+        if not part:
+            raise ConfigError(f"{name}: {current}= has an empty value", _selector_hint(name))
+        selectors[current].append(part)
+    return ",".join(main), selectors
+
+
+def _selector_hint(name: str) -> str:
+    fam = get_recipe(name).family
+    if fam == "weights":
+        return f"e.g. {name}:only=model.layers.2.* or {name}:keep=model.layers.0.*,lm_head"
+    return f"e.g. {name}:layers=0-3,7"
+
+
+def _glob(name: str, text: str) -> str:
+    bad = sorted(set(text) - _GLOB_CHARS)
+    if bad or text.count("[") != text.count("]"):
+        what = f"character {bad[0]!r}" if bad else "unbalanced brackets"
+        raise ConfigError(f"{name}: glob {text!r} has {what}", _selector_hint(name))
+    return text
+
+
+def _layer_indices(name: str, parts: list[str]) -> tuple[int, ...]:
+    out: set[int] = set()
+    for part in parts:
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ConfigError(
+                f"{name}: layers={part!r} is not an index or a range a-b", _selector_hint(name)
+            )
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ConfigError(f"{name}: layers range {part} runs backwards", _selector_hint(name))
+        out.update(range(first, last + 1))
+    return tuple(sorted(out))
+
+
+def _selected(recipe: Recipe, selectors: Mapping[str, list[str]]) -> Recipe:
+    if not selectors:
+        return recipe
+    fam = get_recipe(recipe.name).family
+    for key in selectors:
+        if fam not in SELECTOR_KEYS[key] or recipe.name in _NOT_SELECTIVE:
+            why = _NOT_SELECTIVE.get(recipe.name, f"it is a {fam} recipe")
+            takes = "keep=/only= (module globs)" if key == "layers" else "layers= (indices)"
+            hint = (
+                f"{takes} instead"
+                if fam in SELECTOR_KEYS["keep"] + SELECTOR_KEYS["layers"]
+                and recipe.name not in _NOT_SELECTIVE
+                else f"write just {example(recipe.name)}"
+            )
+            raise ConfigError(f"{recipe.name} takes no {key}= ({why})", hint)
+    keep = tuple(dict.fromkeys(_glob(recipe.name, g) for g in selectors.get("keep", [])))
+    only = tuple(dict.fromkeys(_glob(recipe.name, g) for g in selectors.get("only", [])))
+    layers = _layer_indices(recipe.name, selectors["layers"]) if "layers" in selectors else ()
+    return replace(recipe, keep=keep, only=only, layers=layers)
+
+
+def _format_layers(layers: tuple[int, ...]) -> str:
+    runs: list[str] = []
+    start = prev = layers[0]
+    for index in (*layers[1:], None):
+        if index is not None and index == prev + 1:
+            prev = index
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if index is not None:
+            start = prev = index
+    return ",".join(runs)
+
+
+def selector_text(recipe: Recipe) -> str:
+    """The canonical selector part of a recipe (``keep=a.*,b.*``; empty when none)."""
+    parts = []
+    if recipe.keep:
+        parts.append("keep=" + ",".join(recipe.keep))
+    if recipe.only:
+        parts.append("only=" + ",".join(recipe.only))
+    if recipe.layers:
+        parts.append("layers=" + _format_layers(recipe.layers))
+    return ",".join(parts)
+
+
+def argument_text(recipe: Recipe) -> str | None:
+    """The canonical text of the recipe's own argument, without selectors (``None``: none)."""
+    if recipe.value is None:
+        return None
+    definition = RECIPES.get(recipe.name)
+    kind = ARG_KINDS[definition.arg] if definition is not None else ARG_KINDS["none"]
+    return kind.format(recipe.value)
 
 
 def format_recipe(recipe: Recipe) -> str:
-    """Canonical text of a recipe (``prune-magnitude:0.5``, ``delay:20ms``)."""
-    if recipe.value is None:
-        return recipe.name
-    definition = RECIPES.get(recipe.name)
-    kind = ARG_KINDS[definition.arg] if definition is not None else ARG_KINDS["none"]
-    return f"{recipe.name}:{kind.format(recipe.value)}"
+    """Canonical text of a recipe (``prune-magnitude:0.5``, ``quanto-int2:only=model.layers.2.*``)."""
+    parts = [p for p in (argument_text(recipe), selector_text(recipe)) if p]
+    return f"{recipe.name}:{','.join(parts)}" if parts else recipe.name
 
 
 __all__ = [
@@ -429,16 +617,20 @@ __all__ = [
     "FAMILIES",
     "PRESS_KEYS",
     "RECIPES",
+    "SELECTOR_KEYS",
     "ArgKind",
     "Recipe",
     "RecipeDef",
     "RecipeValue",
+    "argument_text",
     "checkpoint_method",
     "example",
     "family",
     "format_recipe",
     "get_recipe",
     "keyed",
+    "module_matches",
     "parse_recipe",
     "recipe_names",
+    "selector_text",
 ]

@@ -288,7 +288,7 @@ def _load_model(
     dtype: Any = "auto" if spec.dtype == "auto" else _DTYPES[spec.dtype]
     major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
     kwargs["dtype" if (major, minor) >= (4, 56) else "torch_dtype"] = dtype
-    kwargs.update(load_kwargs(recipe))
+    kwargs.update(load_kwargs(recipe, _linear_names(source, common) if recipe.selective else ()))
     if spec.is_gguf:
         from transformers import GgufConfig
 
@@ -332,6 +332,19 @@ def _load_model(
                 "pass --trust-remote-code if you trust it",
             ) from None
         raise ModelLoadError(f"cannot load {source}: {_first_line(exc)}") from None
+
+
+def _linear_names(source: str, common: dict[str, Any]) -> list[str]:
+    """The linear modules of the model at ``source``, built on the meta device (no weights):
+    a layer-selective load-time recipe (bnb) needs their names before loading."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gate.models.compress.select import linear_names
+
+    config = AutoConfig.from_pretrained(source, **common)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config)
+    return linear_names(skeleton)
 
 
 def _recipe_method(recipe: Recipe) -> str | None:

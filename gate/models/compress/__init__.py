@@ -35,18 +35,20 @@ from torch import nn
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.activity import Activity, Counting, Footprint
-from gate.models.compress import bnb, delay, layers, prune, quanto
-from gate.models.recipes import Recipe, example, format_recipe, get_recipe
+from gate.models.compress import bnb, delay, layers, prune, quanto, select
+from gate.models.recipes import Recipe, argument_text, example, format_recipe, get_recipe
 
 #: Calibration inputs: token id lists, one per prompt, no padding.
 Calibration = Sequence[Sequence[int]]
 
-LoadKwargs = Callable[[Recipe], dict[str, Any]]
+#: ``(recipe, module names)``: the names are the model's linear modules, known before
+#: loading only for a layer-selective recipe (empty otherwise).
+LoadKwargs = Callable[[Recipe, Sequence[str]], dict[str, Any]]
 #: Changes a loaded model in place and returns the units it finds changed (see the module doc).
 Apply = Callable[[nn.Module, Recipe, Calibration | None], int]
 
 
-def _no_kwargs(recipe: Recipe) -> dict[str, Any]:
+def _no_kwargs(recipe: Recipe, names: Sequence[str]) -> dict[str, Any]:
     return {}
 
 
@@ -101,15 +103,23 @@ def quantized_checkpoint_layers(model: nn.Module) -> int:
 
 def _quanto(bits: int) -> Apply:
     def apply(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
-        quanto.quantize_weights(model, bits)
+        modules = None
+        if recipe.selective:
+            modules = select.selected(recipe, select.linear_names(model, quanto.EXCLUDE))
+        quanto.quantize_weights(model, bits, modules)
         return modules_of_class(model, "QLinear")
 
     return apply
 
 
 def _bnb(mode: bnb.Mode) -> LoadKwargs:
-    def load_kwargs(recipe: Recipe) -> dict[str, Any]:
-        return {"quantization_config": bnb.quantization_config(mode)}
+    def load_kwargs(recipe: Recipe, names: Sequence[str]) -> dict[str, Any]:
+        skip: list[str] = []
+        if recipe.selective:
+            candidates = [n for n in names if n != "lm_head"]
+            chosen = set(select.selected(recipe, candidates))
+            skip = [n for n in candidates if n not in chosen]
+        return {"quantization_config": bnb.quantization_config(mode, skip)}
 
     return load_kwargs
 
@@ -119,7 +129,7 @@ def _bnb_layers(model: nn.Module, recipe: Recipe, calibration: Calibration | Non
 
 
 def _magnitude(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
-    prune.prune_magnitude(model, _number(recipe))
+    prune.prune_magnitude(model, _number(recipe), _pruned_modules(model, recipe))
     return pruned_linears(model)
 
 
@@ -129,8 +139,14 @@ def _wanda(model: nn.Module, recipe: Recipe, calibration: Calibration | None) ->
             f"recipe {format_recipe(recipe)} needs calibration prompts",
             "pass calibration=[...] to load_backend",
         )
-    prune.prune_wanda(model, _number(recipe), calibration)
+    prune.prune_wanda(model, _number(recipe), calibration, _pruned_modules(model, recipe))
     return pruned_linears(model)
+
+
+def _pruned_modules(model: nn.Module, recipe: Recipe) -> list[str] | None:
+    if not recipe.selective:
+        return None
+    return select.selected(recipe, prune.decoder_linear_names(model))
 
 
 def _drop(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
@@ -147,8 +163,9 @@ def _delay(model: nn.Module, recipe: Recipe, calibration: Calibration | None) ->
 def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
     from gate.models.compress import attention
 
-    argument = None if recipe.value is None else format_recipe(recipe).partition(":")[2]
-    attention.install(model, attention.parse_method(recipe.name, argument))
+    attention.install(model, attention.parse_method(recipe.name, argument_text(recipe)))
+    if recipe.layers:
+        attention.keep_exact(model, recipe.layers, format_recipe(recipe))
     return 0  # counted per call by the replacement itself
 
 
@@ -231,9 +248,10 @@ def apply_recipe(
     return activity
 
 
-def load_kwargs(recipe: Recipe) -> dict[str, Any]:
-    """Extra ``from_pretrained`` keyword arguments of ``recipe``."""
-    return hooks(recipe).load_kwargs(recipe)
+def load_kwargs(recipe: Recipe, module_names: Sequence[str] = ()) -> dict[str, Any]:
+    """Extra ``from_pretrained`` keyword arguments of ``recipe``; ``module_names``: the
+    model's linear modules (a layer-selective load-time recipe needs them)."""
+    return hooks(recipe).load_kwargs(recipe, module_names)
 
 
 __all__ = [

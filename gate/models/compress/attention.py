@@ -235,8 +235,9 @@ def adapter(core: Core) -> Callable[..., tuple[torch.Tensor, None]]:
         dropout: float = 0.0,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
+        exact = getattr(module, EXACT_ATTR, False)
         counter = getattr(module, ACTIVITY_ATTR, None)
-        if counter is not None:
+        if counter is not None and not exact:
             counter.count()
         if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
             raise ConfigError(
@@ -249,7 +250,10 @@ def adapter(core: Core) -> Callable[..., tuple[torch.Tensor, None]]:
         v = _repeat_kv(value, groups).float()
         scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
         allowed, bias = visible(attention_mask, q.shape[-2], k.shape[-2], q.device)
-        out = core(q, k, v, allowed, bias, scale)
+        if exact:  # a layer the recipe leaves alone: eager attention (top-k with every key)
+            out = topk_core(q, k, v, allowed, bias, scale, keep=1.0)
+        else:
+            out = core(q, k, v, allowed, bias, scale)
         return out.to(query.dtype).transpose(1, 2).contiguous(), None
 
     return attention
@@ -333,6 +337,41 @@ def check_supported(model: nn.Module) -> None:
 ACTIVITY_ATTR = "_gate_attention_activity"
 
 
+#: Attribute of an attention module a layer-selective recipe leaves alone (``layers=``):
+#: the replacement then runs exact eager attention there and counts nothing.
+EXACT_ATTR = "_gate_attention_exact"
+
+
+def check_layer_indices(recipe_text: str, layers: tuple[int, ...], total: int) -> None:
+    """Refuse ``layers=`` indices the model does not have (one line, exit 4)."""
+    missing = [i for i in layers if i >= total]
+    if missing:
+        raise ConfigError(
+            f"{recipe_text}: layers={missing[0]} matches no layer (the model has {total},"
+            f" 0-{total - 1})",
+            f"choose layers in 0-{total - 1}",
+        )
+
+
+def keep_exact(model: nn.Module, layers: tuple[int, ...], recipe_text: str) -> int:
+    """Mark the attention modules outside ``layers`` as exact; returns how many act."""
+    from gate.models.compress.layers import decoder_layers
+
+    blocks = decoder_layers(model)
+    check_layer_indices(recipe_text, layers, len(blocks))
+    acting = 0
+    for index, block in enumerate(blocks):
+        attn = getattr(block, "self_attn", None)
+        if attn is None:
+            raise ConfigError(
+                "layers= needs decoder blocks with a self_attn module",
+                "use a Llama-style causal LM (Llama, Mistral, Qwen)",
+            )
+        setattr(attn, EXACT_ATTR, index not in layers)
+        acting += index in layers
+    return acting
+
+
 def count_calls(model: nn.Module, activity: Any) -> int:
     """Make every attention layer's replaced call count one unit into ``activity``.
 
@@ -376,13 +415,16 @@ def parse_method(name: str, argument: str | None = None) -> AttentionMethod:
 __all__ = [
     "ACTIVITY_ATTR",
     "E4M3_MAX",
+    "EXACT_ATTR",
     "AttentionMethod",
     "adapter",
+    "check_layer_indices",
     "check_supported",
     "count_calls",
     "e4m3",
     "fp8_core",
     "install",
+    "keep_exact",
     "parse_method",
     "register",
     "sage_core",

@@ -14,6 +14,8 @@ both run without a GPU (bitsandbytes >= 0.45).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from gate.errors import ModelLoadError
@@ -21,8 +23,13 @@ from gate.errors import ModelLoadError
 Mode = Literal["int8", "nf4", "fp4"]
 
 
-def quantization_config(mode: Mode) -> Any:
-    """The ``BitsAndBytesConfig`` of a mode; a missing bitsandbytes names the package."""
+def quantization_config(mode: Mode, skip: Sequence[str] = ()) -> Any:
+    """The ``BitsAndBytesConfig`` of a mode; a missing bitsandbytes names the package.
+
+    ``skip``: exact module names left in full precision (``llm_int8_skip_modules``,
+    which transformers reads as anchored patterns: the names are regex-escaped),
+    besides ``lm_head``, which transformers always keeps.
+    """
     try:
         import bitsandbytes  # noqa: F401
     except ImportError as exc:
@@ -31,6 +38,9 @@ def quantization_config(mode: Mode) -> Any:
         ) from None
     from transformers import BitsAndBytesConfig
 
+    extra: dict[str, Any] = {}
+    if skip:
+        extra["llm_int8_skip_modules"] = ["lm_head", *(re.escape(name) for name in skip)]
     if mode == "int8":
-        return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=mode)
+        return BitsAndBytesConfig(load_in_8bit=True, **extra)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=mode, **extra)

@@ -48,7 +48,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -355,6 +355,8 @@ class CacheMethod:
 
     press: Press | None = None
     bits: int | None = None
+    #: Decoder layers the press acts on (``layers=`` of the recipe; empty: every layer).
+    layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.press is not None and self.bits is not None:
@@ -372,7 +374,11 @@ class CacheMethod:
     def check(self, model: nn.Module) -> None:
         """Refuse a model this method cannot run on, before anything runs (``ConfigError``)."""
         if self.press is not None:
-            check_press_support(model)
+            modules = check_press_support(model)
+            if self.layers:
+                from gate.models.compress.attention import check_layer_indices
+
+                check_layer_indices("KV-cache press", self.layers, len(modules))
         elif self.bits is not None:
             try:
                 import optimum.quanto  # noqa: F401
@@ -423,6 +429,8 @@ class CacheMethod:
                 return output
             seen["with_cache"] += 1
             index: Any = module.layer_idx
+            if self.layers and int(index) not in self.layers:
+                return output  # a layer the recipe leaves alone keeps its whole cache
             layer = call.cache.layers[int(index)]
             assert isinstance(layer, PressLayer)
             prefill = layer.cumulative_length == call.hidden.shape[1]
@@ -565,6 +573,10 @@ def cache_method(recipe: Recipe) -> CacheMethod:
     ``kv-streaming:sinks=s,window=w`` -> a rolling :class:`StreamingLLM`,
     ``kv-quant:int4|int2`` -> a quantized cache of 4 / 2 bits.
     """
+    return replace(_cache_method(recipe), layers=recipe.layers)
+
+
+def _cache_method(recipe: Recipe) -> CacheMethod:
     values = keyed(recipe)
     if recipe.name == "kv-quant":
         return CacheMethod(bits=int(str(recipe.value).removeprefix("int")))

@@ -18,7 +18,7 @@ decoder layers (embeddings and ``lm_head`` are left alone).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import torch
 from torch import nn
@@ -28,15 +28,39 @@ from gate.models.compress.layers import decoder_layers
 from gate.models.compress.propagate import Propagation
 
 
-def _decoder_linears(block: nn.Module) -> list[nn.Linear]:
-    return [m for m in block.modules() if isinstance(m, nn.Linear)]
+def decoder_linear_names(model: nn.Module) -> list[str]:
+    """Full names of the ``nn.Linear`` modules inside the decoder blocks (what pruning changes)."""
+    blocks = {id(block) for block in decoder_layers(model)}
+    names: list[str] = []
+    for name, module in model.named_modules():
+        if id(module) in blocks:
+            names.extend(
+                f"{name}.{sub}" for sub, m in module.named_modules() if isinstance(m, nn.Linear)
+            )
+    return names
+
+
+def _decoder_linears(block: nn.Module, chosen: Container[nn.Module] | None) -> list[nn.Linear]:
+    return [
+        m for m in block.modules() if isinstance(m, nn.Linear) and (chosen is None or m in chosen)
+    ]
+
+
+def _chosen(model: nn.Module, modules: Sequence[str] | None) -> set[nn.Module] | None:
+    if modules is None:
+        return None
+    return {model.get_submodule(name) for name in modules}
 
 
 @torch.no_grad()
-def prune_magnitude(model: nn.Module, fraction: float) -> None:
-    """Zero the smallest-magnitude ``fraction`` of each decoder linear weight, in place."""
+def prune_magnitude(
+    model: nn.Module, fraction: float, modules: Sequence[str] | None = None
+) -> None:
+    """Zero the smallest-magnitude ``fraction`` of each decoder linear weight, in place
+    (``modules``: only the linears of these names)."""
+    chosen = _chosen(model, modules)
     for block in decoder_layers(model):
-        for linear in _decoder_linears(block):
+        for linear in _decoder_linears(block, chosen):
             weight = linear.weight
             k = int(fraction * weight.numel())
             if k == 0:
@@ -69,14 +93,21 @@ def _input_norms(
 
 
 @torch.no_grad()
-def prune_wanda(model: nn.Module, fraction: float, calibration: Sequence[Sequence[int]]) -> None:
-    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt).
+def prune_wanda(
+    model: nn.Module,
+    fraction: float,
+    calibration: Sequence[Sequence[int]],
+    modules: Sequence[str] | None = None,
+) -> None:
+    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt);
+    ``modules``: only the linears of these names (the activations still flow through all).
 
     Layer-wise (:class:`~gate.models.compress.propagate.Propagation`): the
     norms of layer ``l`` come from running it on the outputs of the already
     pruned layers ``< l``, then the pruned layer ``l`` produces the inputs of
     layer ``l + 1``; about two forward passes over the calibration texts.
     """
+    chosen = _chosen(model, modules)
     calibration = [ids for ids in calibration if len(ids) > 0]
     if not calibration:
         raise DataError(
@@ -85,7 +116,11 @@ def prune_wanda(model: nn.Module, fraction: float, calibration: Sequence[Sequenc
     propagation = Propagation(model, calibration)
     blocks = decoder_layers(model)
     for index, block in enumerate(blocks):
-        linears = _decoder_linears(block)
+        linears = _decoder_linears(block, chosen)
+        if not linears:
+            if index + 1 < len(blocks):
+                propagation.advance(index)
+            continue
         norms = _input_norms(propagation, index, linears)
         for lin, norm in zip(linears, norms, strict=True):
             weight = lin.weight

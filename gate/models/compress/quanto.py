@@ -12,6 +12,8 @@ with like. Activations are not quantized.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import nn
 
 from gate.errors import ModelLoadError
@@ -20,8 +22,12 @@ from gate.errors import ModelLoadError
 EXCLUDE: tuple[str, ...] = ("lm_head",)
 
 
-def quantize_weights(model: nn.Module, bits: int) -> None:
-    """Quantize and freeze the linear weights of ``model`` in place to ``bits`` (8, 4 or 2)."""
+def quantize_weights(model: nn.Module, bits: int, modules: Sequence[str] | None = None) -> None:
+    """Quantize and freeze the linear weights of ``model`` in place to ``bits`` (8, 4 or 2).
+
+    ``modules``: the exact module names to quantize (a layer-selective recipe);
+    ``None``: every linear but :data:`EXCLUDE`.
+    """
     try:
         from optimum.quanto import freeze, qint2, qint4, qint8, quantize
     except ImportError as exc:
@@ -31,5 +37,8 @@ def quantize_weights(model: nn.Module, bits: int) -> None:
     qtypes = {8: qint8, 4: qint4, 2: qint2}
     if bits not in qtypes:
         raise ValueError(f"quanto supports 8, 4 or 2 bits, not {bits}")
-    quantize(model, weights=qtypes[bits], exclude=list(EXCLUDE))
+    if modules is None:
+        quantize(model, weights=qtypes[bits], exclude=list(EXCLUDE))
+    else:  # quanto matches include patterns with fnmatch: escape the brackets a name cannot hold
+        quantize(model, weights=qtypes[bits], include=list(modules), exclude=list(EXCLUDE))
     freeze(model)

@@ -1,0 +1,351 @@
+"""``gate localize``: which layers of a blocked build carry its loss, and the repaired build."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gate.commands.options import (
+    explicit_store,
+    file_option,
+    json_option,
+    store_option,
+    thresholds_option,
+)
+from gate.errors import ConfigError, ExitCode, GateError, exit_meaning
+
+#: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
+#: on every layer through one replaced function: select their layers with ``layers=`` instead).
+_LOCALIZABLE = ("weights", "checkpoint")
+
+
+def _echo_err(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def check_localizable(recipe: str | None) -> None:
+    """Refuse a recipe whose build localize cannot swap layers of (one line, exit 4)."""
+    from gate.models.recipes import family, parse_recipe
+
+    parsed = parse_recipe(recipe)
+    kind = family(parsed)
+    if kind not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
+        raise ConfigError(
+            f"gate localize swaps decoder layers of a weight-compressed build; {parsed} is not one",
+            "localize a weight recipe (bnb-*, quanto-*, prune-*) or a checkpoint (a model "
+            "directory of the baseline's architecture, --recipe none); "
+            "attention and KV recipes take layers= to choose layers by hand",
+        )
+
+
+def _gate_repaired(
+    candidate: str,
+    recipe: str,
+    against: tuple[str, ...],
+    store: Path | None,
+    thresholds: Path | None,
+) -> Any:
+    """Gate ``recipe`` with ``gate run``'s own plan and session (``--tiers fidelity``)."""
+    from gate.localize.result import Gated
+    from gate.report.console import make_console
+    from gate.report.outputs import ReportTargets
+    from gate.session import handoff
+    from gate.session.multirun import execute_plan
+    from gate.session.options import SessionOptions
+    from gate.session.plan import check_plan, plan_run
+    from gate.session.run_config import CandidateOverrides
+
+    overrides = CandidateOverrides(
+        candidate=candidate, recipe=recipe, against=against, tiers=("fidelity",)
+    )
+    plan = plan_run(
+        None, overrides, SessionOptions(store=store, thresholds=thresholds), ReportTargets()
+    )
+    check_plan(plan)
+    with handoff.collect() as collected:
+        code = execute_plan(plan, make_console())
+    values: dict[str, float | None] = {"fidelity.cga": None, "fidelity.kl_mean": None}
+    verdict = exit_meaning(int(code))
+    if collected:
+        for v in collected[-1].verdicts:
+            if v.slice is None and v.metric in values:
+                values[v.metric] = v.value
+    return Gated(verdict, int(code), values["fidelity.cga"], values["fidelity.kl_mean"])
+
+
+def run_localize(
+    *,
+    candidate: str,
+    recipe: str | None,
+    against: str | None,
+    store: Path | None,
+    config: Path | None,
+    thresholds: Path | None,
+    json_out: Path | None,
+    html_out: Path | None,
+    png_out: Path | None,
+    resolve: float,
+    limit: int | None,
+    gate_repair: bool,
+    dry_run: bool = False,
+    model_slug: str | None = None,
+) -> int:
+    """The whole command (also run by ``gate run --localize`` on a blocked build)."""
+    from gate.models.recipes import parse_recipe
+    from gate.report.outputs import ReportTargets
+    from gate.session.options import SessionOptions
+    from gate.session.plan import check_plan, check_targets, plan_run
+    from gate.session.run_config import CandidateOverrides
+
+    check_localizable(recipe)
+    for path in (json_out, html_out, png_out):
+        if path is not None:
+            check_targets(ReportTargets(json=path))
+    overrides = CandidateOverrides(
+        candidate=candidate,
+        recipe=recipe,
+        against=(against,) if against else (),
+        tiers=("fidelity",),
+        model_slug=model_slug,
+    )
+    shared = SessionOptions(store=store, thresholds=thresholds)
+    plan = plan_run(config, overrides, shared, ReportTargets())
+    (checked,) = check_plan(plan)
+    inputs = checked.inputs
+    ((ref, baseline),) = inputs.baselines.items()
+    pack_path = baseline.artifact_path("reference")
+    same_model = baseline.provenance.source in (candidate, None)
+    if same_model and str(parse_recipe(recipe)) == (baseline.provenance.recipe or "none"):
+        raise ConfigError(
+            f"the candidate {candidate} ({parse_recipe(recipe)}) is the baseline build itself",
+            "name the compressed build: --recipe RECIPE, or a checkpoint directory as --candidate",
+        )
+    if dry_run:
+        click.echo(
+            f"gate localize: {candidate} ({recipe or 'none'}) against {baseline.display}:"
+            f" reference pack {pack_path.name}, thresholds {inputs.thresholds.source}"
+        )
+        return int(ExitCode.OK)
+    return _localize(
+        candidate=candidate,
+        recipe=recipe,
+        against=(ref,),
+        store=inputs.options.store,
+        thresholds=thresholds,
+        calibration=checked.candidate.calibration,
+        baseline=baseline,
+        bounds_source=inputs.thresholds,
+        outputs=(json_out, html_out, png_out),
+        resolve=resolve,
+        limit=limit,
+        gate_repair=gate_repair,
+    )
+
+
+def _localize(
+    *,
+    candidate: str,
+    recipe: str | None,
+    against: tuple[str, ...],
+    store: Path | None,
+    thresholds: Path | None,
+    calibration: Path | None,
+    baseline: Any,
+    bounds_source: Any,
+    outputs: tuple[Path | None, Path | None, Path | None],
+    resolve: float,
+    limit: int | None,
+    gate_repair: bool,
+) -> int:
+    from gate.data.calibration import calibration_for
+    from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
+    from gate.models.backends.loading import load_backend
+    from gate.models.recipes import parse_recipe
+    from gate.models.spec import ModelSpec
+    from gate.report.console import make_console
+    from gate.report.localize import console_table, html_page, png_bytes, summary_lines
+    from gate.store.atomic import write_atomic
+    from gate.store.reference import load_pack
+    from gate.store.writable import writing
+
+    started = time.perf_counter()
+    bounds: dict[str, dict[str | None, float]] = {}
+    for signal, metric in SIGNAL_METRICS.items():
+        threshold = bounds_source.for_metric(metric)
+        if threshold is not None:
+            bounds[signal] = {None: threshold.bound.critical}
+            bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
+    parsed = parse_recipe(recipe)
+    provenance = baseline.provenance
+    base_source = provenance.source or candidate
+    _echo_err(f"localize: loading the baseline build {base_source} ({provenance.recipe or 'none'})")
+    base = load_backend(ModelSpec.parse(base_source), provenance.recipe or "none")
+    _echo_err(f"localize: loading the candidate {candidate} ({parsed})")
+    cand = load_backend(
+        ModelSpec.parse(candidate), parsed, calibration=calibration_for(str(parsed), calibration)
+    )
+    pack = load_pack(baseline.artifact_path("reference"))
+    result = localize(
+        base.model,
+        cand.model,
+        pack,
+        bounds=bounds,
+        recipe=parsed,
+        candidate={"model": candidate, "recipe": str(parsed)},
+        baseline=baseline.display,
+        settings=LocalizeSettings(resolve=resolve, limit=limit),
+        progress=_echo_err,
+    )
+    del base, cand
+    repair = result.repair
+    if gate_repair and repair is not None and repair.recipe not in (None, "none"):
+        assert repair.recipe is not None
+        _echo_err(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
+        gated = _gate_repaired(candidate, repair.recipe, against, store, thresholds)
+        result = replace(result, repair=replace(repair, gated=gated))
+    total = time.perf_counter() - started
+    result = replace(result, notes=(*result.notes, f"total wall time {total:.1f} s"))
+    console = make_console()
+    console.print(console_table(result))
+    for line in summary_lines(result):
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"total: {total:.1f} s (model loads and the repaired build's gate run included)")
+    json_out, html_out, png_out = outputs
+    if json_out is not None:
+        with writing("the localize JSON", json_out):
+            write_atomic(json_out, (json.dumps(result.to_document(), indent=2) + "\n").encode())
+    if html_out is not None:
+        with writing("the localize HTML report", html_out):
+            write_atomic(html_out, html_page(result).encode())
+    if png_out is not None:
+        with writing("the sensitivity plot", png_out):
+            write_atomic(png_out, png_bytes(result))
+    sys.stdout.flush()
+    return int(ExitCode.OK)
+
+
+def localize_blocked(plan: Any, json_out: Path | None) -> None:
+    """``gate run --localize``: localize the blocked single candidate of ``plan``."""
+    from gate.models.recipes import family, parse_recipe
+
+    (candidate,) = plan.candidates
+    recipe = candidate.recipe
+    parsed = parse_recipe(recipe)
+    if family(parsed) not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
+        _echo_err(f"gate: --localize: {parsed} is not a weight-compressed build; not localized")
+        return
+    _echo_err(f"gate: the build is blocked; localizing {candidate.model} ({parsed})")
+    target = None if json_out is None else json_out.with_suffix(".localize.json")
+    try:
+        run_localize(
+            candidate=candidate.model,
+            recipe=recipe,
+            against=candidate.against[0] if candidate.against else None,
+            store=plan.shared.store,
+            config=plan.shared.config,
+            thresholds=plan.shared.thresholds,
+            json_out=target,
+            html_out=None,
+            png_out=None,
+            resolve=0.25,
+            limit=None,
+            gate_repair=True,
+            model_slug=candidate.model_slug,
+        )
+    except GateError as exc:  # the run's verdict stands: it is blocked whatever localize says
+        _echo_err(f"gate: --localize could not run: {exc.message}")
+
+
+@click.command("localize")
+@click.option("--candidate", required=True, help="Model id, local path, or 'demo'.")
+@click.option("--recipe", help="The candidate's weight recipe (e.g. quanto-int2, bnb-nf4).")
+@click.option("--against", metavar="REF", help="Baseline ref (default: latest).")
+@store_option
+@file_option("--config", help="Run config (gate.toml): [run] defaults and [tiers.fidelity].")
+@thresholds_option
+@json_option
+@file_option("--html", "html_out", help="Also write the HTML report (with the plot) here.")
+@file_option("--png", "png_out", help="Also write the per-layer sensitivity plot (PNG) here.")
+@click.option(
+    "--resolve",
+    type=click.FloatRange(0.01, 1.0),
+    default=0.25,
+    show_default=True,
+    help="Recovered share of the KL loss the swap subset must resolve (sets its size).",
+)
+@click.option(
+    "--prompts",
+    "limit",
+    type=click.IntRange(min=2),
+    help="Reference prompts of the divergence pass (default: the whole pack).",
+)
+@click.option(
+    "--no-gate",
+    is_flag=True,
+    help="Propose the repaired build without gating it.",
+)
+@click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
+@click.option("--dry-run", is_flag=True, help="Check the inputs and exit 0; loads no model.")
+def localize_command(
+    candidate: str,
+    recipe: str | None,
+    against: str | None,
+    store: Path,
+    config: Path | None,
+    thresholds: Path | None,
+    json_out: Path | None,
+    html_out: Path | None,
+    png_out: Path | None,
+    resolve: float,
+    limit: int | None,
+    no_gate: bool,
+    model_slug: str | None,
+    dry_run: bool,
+) -> int:
+    """Find the decoder layers that carry a build's loss and gate the repaired build.
+
+    \b
+    1. layerwise divergence: per decoder layer, ||h_cand - h_base|| / ||h_base||
+       of the hidden states on the baseline's reference prompts;
+    2. swap-back: each layer (deep models: blocks of layers, the best refined)
+       restored to the baseline; the share of the CGA, CGA@5 and KL loss it
+       brings back, on a prompt subset sized by the power maths; layers ranked
+       by the mean of those shares (docs/localize.md);
+    3. the repair: the top-ranked layers kept, one more at a time, until the
+       build is within thresholds.toml's fidelity critical bounds; its byte cost,
+       the recipe (keep=...) and each quantizer's syntax; then that recipe is
+       gated by `gate run --tiers fidelity` and its verdict printed.
+
+    Exits 0 when the localization ran (whatever the repaired build's verdict),
+    3 when a model cannot load, 4 for bad input.
+
+    \b
+    Examples:
+      gate localize --candidate demo --recipe "quanto-int2:only=model.layers.2.*" --against fp32
+      gate localize --candidate demo --recipe quanto-int2 --json all.json --html all.html
+    """
+    return run_localize(
+        candidate=candidate,
+        recipe=recipe,
+        against=against,
+        store=explicit_store(store),
+        config=config,
+        thresholds=thresholds,
+        json_out=json_out,
+        html_out=html_out,
+        png_out=png_out,
+        resolve=resolve,
+        limit=limit,
+        gate_repair=not no_gate,
+        dry_run=dry_run,
+        model_slug=model_slug,
+    )
+
+
+__all__ = ["check_localizable", "localize_blocked", "localize_command", "run_localize"]

@@ -1,0 +1,215 @@
+"""``gate localize``'s procedure: divergence, swap-back attribution, the greedy repair.
+
+1. One forward of each build per reference prompt: the layerwise divergence
+   and the candidate's losses (:meth:`Probe.divergence`).
+2. The prompt subset the swaps run on (:func:`~gate.localize.attribution.subset_size`).
+3. Swap-back: each layer restored alone when the model has at most
+   ``direct_up_to`` layers; deeper models are cut into blocks of
+   ``ceil(sqrt(L))`` layers, every block is restored, and the best blocks
+   (:func:`~gate.localize.attribution.blocks_to_refine`) are refined layer by
+   layer. Layers ranked by the combined score.
+4. The repair: the top-ranked layers restored one more at a time until the
+   swapped build's losses on the subset are within the ``critical`` bounds
+   of ``thresholds.toml`` (CGA, CGA@5, mean KL: what blocks a build), on the
+   whole subset and on each category and length slice (a slice's own bound
+   where the file gives one), at most
+   all layers but one (keeping every layer is the baseline); its byte cost; the repaired
+   recipe (``keep=`` those layers) and the quantizers' syntax. The command
+   then gates that recipe with the normal pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from gate.errors import ConfigError
+from gate.localize.attribution import (
+    SIGNALS,
+    Bounds,
+    Losses,
+    block_size,
+    blocks,
+    blocks_to_refine,
+    byte_cost,
+    combined_score,
+    divergence_jumps,
+    passes,
+    rank,
+    resolvable_share,
+    shares,
+    subset_size,
+)
+from gate.localize.probe import Probe, pack_inputs
+from gate.localize.result import LayerScore, Localization, Repair
+from gate.localize.suggest import repaired_recipe, snippets
+from gate.models.compress import quanto, select
+from gate.models.recipes import Recipe, format_recipe, get_recipe
+from gate.store.reference import ReferencePack
+
+#: The gated fidelity metric behind each loss signal (its ``critical`` bound bounds the loss).
+SIGNAL_METRICS: Mapping[str, str] = {
+    "cga": "fidelity.cga",
+    "top5": "fidelity.cga_at_5",
+    "kl": "fidelity.kl_mean",
+}
+
+
+@dataclass(frozen=True)
+class LocalizeSettings:
+    """How ``gate localize`` searches (``gate localize --help``)."""
+
+    #: The recovered share of the KL loss the swap subset must resolve.
+    resolve: float = 0.25
+    #: Level of the one-sided test behind the subset size.
+    alpha: float = 0.05
+    #: Models up to this many layers have every layer swapped alone.
+    direct_up_to: int = 12
+    #: Reference prompts of the divergence pass (``None``: the whole pack).
+    limit: int | None = None
+
+
+def _means(losses: Losses) -> dict[str, float]:
+    return {s: losses.mean(s) for s in SIGNALS}
+
+
+class _Swaps:
+    """Swapped-build losses on the subset, each set of restored layers measured once."""
+
+    def __init__(self, probe: Probe, n: int, progress: Callable[[str], None]) -> None:
+        self.probe, self.n, self.progress = probe, n, progress
+        self.done: dict[frozenset[int], Losses] = {}
+
+    def __call__(self, layers: Sequence[int]) -> Losses:
+        key = frozenset(layers)
+        if key not in self.done:
+            self.progress(f"localize: swap {len(self.done) + 1}: layers {sorted(key)}")
+            self.done[key] = self.probe.swapped_losses(sorted(key), self.n)
+        return self.done[key]
+
+
+def _attribute(
+    probe: Probe, swaps: _Swaps, cand: Losses, settings: LocalizeSettings
+) -> tuple[dict[int, dict[str, float | None]], dict[int, tuple[int, ...]]]:
+    """Shares per layer, and for layers known only through their block, that block."""
+    total = probe.n_layers
+    size = block_size(total, settings.direct_up_to)
+    per_layer: dict[int, dict[str, float | None]] = {}
+    by_block: dict[int, tuple[int, ...]] = {}
+    if size == 1:
+        for i in range(total):
+            per_layer[i] = shares(cand, swaps([i]))
+        return per_layer, by_block
+    units = blocks(total, size)
+    unit_shares = [shares(cand, swaps(unit)) for unit in units]
+    refine = set(blocks_to_refine([combined_score(s) for s in unit_shares]))
+    for b, unit in enumerate(units):
+        for i in unit:
+            if b in refine:
+                per_layer[i] = shares(cand, swaps([i]))
+            else:
+                per_layer[i] = unit_shares[b]
+                by_block[i] = unit
+    return per_layer, by_block
+
+
+def _recipe_text(
+    recipe: Recipe | None, names: Sequence[str], base: nn.Module
+) -> tuple[str | None, str]:
+    """The repaired recipe's text, and a note when there is none."""
+    if recipe is None or get_recipe(recipe.name).family != "weights" or recipe.name == "none":
+        return None, "the candidate is not a weight-recipe build: apply the snippets to its tool"
+    if not names:
+        return format_recipe(recipe), ""
+    repaired = repaired_recipe(recipe, names)
+    try:
+        select.selected(repaired, select.linear_names(base, quanto.EXCLUDE))
+    except ConfigError:
+        return "none", "keeping those layers leaves nothing compressed"
+    return format_recipe(repaired), ""
+
+
+def localize(
+    base: nn.Module,
+    cand: nn.Module,
+    pack: ReferencePack,
+    *,
+    bounds: Bounds,
+    recipe: Recipe | None,
+    candidate: Mapping[str, object],
+    baseline: str,
+    settings: LocalizeSettings = LocalizeSettings(),
+    progress: Callable[[str], None] = lambda line: None,
+) -> Localization:
+    """Localize the candidate's loss against the baseline (module doc)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    probe = Probe(base, cand, pack_inputs(pack, settings.limit))
+    names = probe.layer_names()
+    progress(f"localize: divergence pass over {len(probe.inputs)} prompts, {probe.n_layers} layers")
+    errors, cand_losses = probe.divergence()
+    jumps = divergence_jumps(errors.tolist())
+    n = subset_size(cand_losses.kl, settings.resolve, alpha=settings.alpha)
+    resolvable = resolvable_share(cand_losses.kl, n, alpha=settings.alpha)
+    swaps = _Swaps(probe, n, progress)
+    per_layer, by_block = _attribute(probe, swaps, cand_losses, settings)
+    scores = {i: combined_score(s) for i, s in per_layer.items()}
+    order = rank(scores, dict(enumerate(jumps)))
+    layers = tuple(
+        LayerScore(
+            index=i,
+            name=names[i],
+            divergence=float(errors[i]),
+            jump=jumps[i],
+            shares=per_layer[i],
+            score=scores[i],
+            resolution="block" if i in by_block else "layer",
+            block=by_block.get(i, (i,)),
+        )
+        for i in order
+    )
+    kept: list[int] = []
+    slices = [item.slices for item in probe.inputs[:n]]
+    met = passes(cand_losses.first(n), slices, bounds)
+    predicted = _means(cand_losses.first(n))
+    for i in order[: len(order) - 1]:  # keeping every layer is the baseline, not a repair
+        if met:
+            break
+        kept.append(i)
+        swapped = swaps(kept)
+        predicted = _means(swapped)
+        met = passes(swapped, slices, bounds)
+    base_bytes = sum(probe.layer_bytes(i)[0] for i in kept)
+    cand_bytes = sum(probe.layer_bytes(i)[1] for i in kept)
+    kept_names = [names[i] for i in kept]
+    text, note = _recipe_text(recipe, kept_names, base)
+    repair = Repair(
+        kept=tuple(kept),
+        names=tuple(kept_names),
+        byte_cost_pct=byte_cost(base_bytes, cand_bytes, probe.total_bytes()),
+        recipe=text,
+        snippets=snippets(kept_names, kept),
+        predicted=predicted,
+        met_bounds=met,
+        note=note,
+    )
+    return Localization(
+        candidate=candidate,
+        baseline=baseline,
+        losses=_means(cand_losses),
+        layers=layers,
+        subset=n,
+        prompts=len(probe.inputs),
+        resolvable_share=resolvable,
+        resolve=settings.resolve,
+        swaps=len(swaps.done),
+        forwards=probe.forwards,
+        wall_s=time.perf_counter() - started,
+        cpu_s=time.process_time() - cpu_started,
+        repair=repair,
+    )
+
+
+__all__ = ["SIGNAL_METRICS", "LocalizeSettings", "localize"]
