@@ -112,3 +112,47 @@ def read_gguf(path: Path) -> GGUFSummary:
 
 
 __all__ = ["DOCS_HINT", "GGUFSummary", "read_gguf", "supported_architectures"]
+
+
+def dequantized_dir(path: Path, cache: Path, *, progress_label: str | None = None) -> Path:
+    """A safetensors copy of the GGUF at ``path`` (dequantized, float32), made once under
+    ``cache/<first 16 hex of its sha256>`` and reused.
+
+    What it is for: recipes that quantize while loading (bitsandbytes) cannot be
+    applied to a GGUF load (transformers takes one quantization config), and a
+    dequantized directory loads in about a second where the GGUF is dequantized
+    again on every load. The weights are the GGUF's own, dequantized exactly as
+    ``from_pretrained(..., gguf_file=)`` does; ``save_pretrained`` refuses a
+    GGUF-loaded model, so the same tensors are copied into a fresh model of the
+    same config (its GGUF quantization record dropped). The directory is written
+    beside its final name and renamed into place: a reader never sees half of it.
+    """
+    import shutil
+    import tempfile
+
+    summary = read_gguf(path)
+    target = cache / summary.sha256[:16]
+    if (target / "config.json").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    fresh = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+    fresh.load_state_dict(model.state_dict())
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache))
+    try:
+        fresh.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -2,7 +2,8 @@
 
 A ``ModelSpec`` is frozen and validated where it is built, so code downstream
 never sees a bad dtype or device. It names a Hugging Face id, a local
-directory, a local ``.gguf`` file (loaded dequantized by transformers'
+directory, a packaged real model by name (``smollm2``, :mod:`gate.models.packaged`),
+a local ``.gguf`` file (loaded dequantized by transformers'
 GGUF loader, docs/gguf.md), or ``demo`` (the model packaged under
 ``gate/assets/demo_model``).
 How the model is compressed at load time is a :class:`~gate.models.recipes.Recipe`.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import BaselineError, ConfigError, ModelLoadError
+from gate.models.packaged import PackagedModel, packaged_model
 
 #: The ``source`` that selects the packaged demo model.
 DEMO = "demo"
@@ -87,8 +89,21 @@ class ModelSpec:
         return self.source == DEMO
 
     @property
+    def packaged(self) -> PackagedModel | None:
+        """The packaged real model this source names (``smollm2``), unless a path of that
+        name exists here (:mod:`gate.models.packaged`)."""
+        found = packaged_model(self.source)
+        if found is None or Path(self.source).expanduser().exists():
+            return None
+        return found
+
+    @property
     def is_gguf(self) -> bool:
-        """Whether the source names a ``.gguf`` file (case-insensitive suffix)."""
+        """Whether the source names a ``.gguf`` file (case-insensitive suffix) or a packaged
+        model that is one."""
+        packaged = self.packaged
+        if packaged is not None:
+            return is_gguf_path(packaged.filename)
         return is_gguf_path(self.source)
 
     @property
@@ -100,6 +115,9 @@ class ModelSpec:
         """
         if not self.is_gguf:
             return None
+        packaged = self.packaged
+        if packaged is not None:
+            return packaged.path()  # a missing package: ConfigError naming the install
         path = Path(self.source).expanduser()
         if not path.is_file():
             raise ConfigError(

@@ -119,6 +119,23 @@ class DemoModel:
     baseline_tiers: tuple[str, ...]
     #: Whether the baseline ships in the packaged store (else it is recorded on first use).
     committed: bool
+    #: Whether the panel gates the model's GGUF as a dequantized safetensors copy, made
+    #: once in the cache (:func:`gate.models.gguf.dequantized_dir`): bitsandbytes recipes
+    #: apply to it, and each build loads in a second instead of dequantizing again.
+    dequantize_once: bool = False
+
+    def source(self) -> str:
+        """The model source the panel's sessions load (the copy's directory, made here
+        on first use, for :attr:`dequantize_once`)."""
+        if not self.dequantize_once:
+            return self.name
+        from gate.models.gguf import dequantized_dir
+        from gate.models.spec import ModelSpec
+
+        gguf = ModelSpec.parse(self.name).gguf_file
+        if gguf is None:
+            return self.name
+        return str(dequantized_dir(gguf, _cache_root() / "models"))
 
     @property
     def slug(self) -> str:
@@ -126,11 +143,12 @@ class DemoModel:
         return self.name
 
 
-#: SmolLM2's panel settings: 64 prompts of the packaged set through its chat template,
-#: 64 greedy tokens each; perplexity on 4096 tokens and 180 multiple-choice questions.
+#: SmolLM2's panel settings: 32 prompts of the packaged set through its chat template,
+#: 48 greedy tokens each; perplexity on 2048 tokens and 120 multiple-choice questions
+#: (sized for a 2-core CPU; a GPU runner affords the docs' 64 x 64 and 180).
 SMOLLM2_SETTINGS: Mapping[str, Mapping[str, Any]] = {
-    "fidelity": {"limit": 64, "max_new_tokens": 64, "batch_size": 16},
-    "accuracy": {"perplexity_max_tokens": 4096, "mcq_limit": 180, "batch_size": 16},
+    "fidelity": {"limit": 32, "max_new_tokens": 48, "batch_size": 16},
+    "accuracy": {"perplexity_max_tokens": 2048, "mcq_limit": 120, "batch_size": 16},
 }
 
 #: The models of ``gate demo --model``.
@@ -162,6 +180,7 @@ DEMO_MODELS: Mapping[str, DemoModel] = {
         tiers=("fidelity", "accuracy"),
         baseline_tiers=("fidelity", "accuracy"),
         committed=False,
+        dequantize_once=True,
     ),
 }
 
@@ -182,7 +201,6 @@ def store_dir(model: DemoModel | None = None) -> Path:
     else a cache directory per model and settings (``$XDG_CACHE_HOME/gate/demo/<slug>-<hash>``),
     recorded on the first run."""
     import hashlib
-    import os
 
     from gate.session.plan import packaged_store
 
@@ -193,8 +211,14 @@ def store_dir(model: DemoModel | None = None) -> Path:
             {"settings": model.settings, "tiers": model.baseline_tiers}, sort_keys=True
         ).encode()
     ).hexdigest()[:12]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "gate" / "demo" / f"{model.slug}-{digest}"
+    return _cache_root() / "demo" / f"{model.slug}-{digest}"
+
+
+def _cache_root() -> Path:
+    """gate's cache directory: ``$XDG_CACHE_HOME/gate`` (``~/.cache/gate``)."""
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gate"
 
 
 def has_baseline(store: Path, model: DemoModel) -> bool:
@@ -221,6 +245,7 @@ def write_config(
     *,
     store: Path | None = None,
     model: DemoModel | None = None,
+    source: str | None = None,
 ) -> Path:
     """Write the demo's run config (``gate.toml``) at ``path``.
 
@@ -241,7 +266,7 @@ def write_config(
     lines += [f"{key} = {json.dumps(value)}" for key, value in run.items()]
     for recipe in recipes:
         lines += ["", "[[candidates]]", f"name = {json.dumps(candidate_name(recipe))}"]
-        lines.append(f"model = {json.dumps(model.name)}")
+        lines.append(f"model = {json.dumps(source or model.name)}")
         if recipe != CONTROL:
             lines.append(f"recipe = {json.dumps(recipe)}")
     for tier, table in settings.items():
@@ -339,8 +364,9 @@ def run_demo(
     recorded first (:func:`ensure_baseline`).
     """
     model = model or DEMO_MODELS[MODEL]
+    source = model.source()
     if not model.committed:
-        store = ensure_baseline(model, store, load)
+        store = ensure_baseline(model, store, load, source)
     from gate.report.outputs import ReportTargets
     from gate.session.multirun import run_candidates, session_runner
     from gate.session.options import SessionOptions
@@ -349,7 +375,9 @@ def run_demo(
     from gate.store.writable import writing
 
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
-        config = write_config(Path(tmp) / "demo.toml", recipes, tiers, store=store, model=model)
+        config = write_config(
+            Path(tmp) / "demo.toml", recipes, tiers, store=store, model=model, source=source
+        )
         overrides = CandidateOverrides(load=load or LoadSettings())
         plan = plan_run(config, overrides, SessionOptions(), ReportTargets())
         check_plan(plan)
@@ -444,6 +472,7 @@ def record_baseline(
     tiers: Sequence[str] = BASELINE_TIERS,
     model: DemoModel | None = None,
     load: LoadSettings | None = None,
+    source: str | None = None,
 ) -> ExitCode:
     """Record the model's baseline (its ref, e.g. ``fp32`` of the demo model) with its
     panel settings (maintainers: the committed demo baseline)."""
@@ -453,21 +482,27 @@ def record_baseline(
 
     model = model or DEMO_MODELS[MODEL]
     store = store if store is not None else store_dir(model)
+    source = source or model.source()
     with tempfile.TemporaryDirectory(prefix="gate-demo-") as tmp:
         options = SessionOptions(
             store=store,
             label=model.baseline_ref,
             ref=model.baseline_ref,
-            config=write_config(Path(tmp) / "demo.toml", tiers=tiers, store=store, model=model),
+            config=write_config(
+                Path(tmp) / "demo.toml", tiers=tiers, store=store, model=model, source=source
+            ),
             model_slug=model.slug,
             load=load or LoadSettings(),
         )
-        prepare_session("record", model.name, options)  # a CUDA device without CUDA: exit 4 here
-        return run_pytest("record", model.name, options, tiers=tiers)
+        prepare_session("record", source, options)  # a CUDA device without CUDA: exit 4 here
+        return run_pytest("record", source, options, tiers=tiers)
 
 
 def ensure_baseline(
-    model: DemoModel, store: Path | None = None, load: LoadSettings | None = None
+    model: DemoModel,
+    store: Path | None = None,
+    load: LoadSettings | None = None,
+    source: str | None = None,
 ) -> Path:
     """The store holding ``model``'s baseline, recorded there first when it is missing
     (a failed recording raises: the panel has nothing to compare with)."""
@@ -484,7 +519,7 @@ def ensure_baseline(
         file=sys.stderr,
         flush=True,
     )
-    code = record_baseline(store, model.baseline_tiers, model, load)
+    code = record_baseline(store, model.baseline_tiers, model, load, source)
     if code != ExitCode.OK or not has_baseline(store, model):
         raise ModelLoadError(
             f"recording the {model.name} baseline ended with exit {int(code)}",
