@@ -12,8 +12,10 @@ greedy tokens each) into a temporary store, then gated as a user would:
 * ``gate calibrate`` measures its noise floor and writes thresholds.
 
 The model is loaded from the GGUF once (dequantized, about 20 s) and saved as
-a safetensors directory for the gated runs, so each in-process ``gate`` call
-loads it in about a second; tests/test_gguf*.py gate the ``.gguf`` file itself.
+a safetensors directory (:func:`gate.models.gguf.dequantized_dir`, what
+``gate demo --model smollm2`` gates) for the gated runs, so each in-process
+``gate`` call loads it in about a second; tests/test_gguf*.py gate the ``.gguf``
+file itself.
 """
 
 from __future__ import annotations
@@ -37,31 +39,16 @@ batch_size = 12
 """
 
 
-def _dequantized_dir(out: Path) -> Path:
-    """SmolLM2's GGUF loaded by transformers (dequantized) and saved as safetensors."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from gate.models.packaged import PACKAGED
-
-    gguf = PACKAGED["smollm2"].path()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = model.config
-    # save_pretrained refuses a GGUF-loaded model: the same weights in a fresh model do not
-    config.__dict__.pop("quantization_config", None)
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(model.state_dict())
-    fresh.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The dequantized model, a run config and a store holding its baseline (ref ``q41``)."""
+    from gate.models.gguf import dequantized_dir
+    from gate.models.spec import ModelSpec
+
     root = tmp_path_factory.mktemp("smollm2")
-    model = _dequantized_dir(root / "model")
+    gguf = ModelSpec.parse("smollm2").gguf_file
+    assert gguf is not None
+    model = dequantized_dir(gguf, root / "models")
     config = root / "gate.toml"
     config.write_text(CONFIG, encoding="utf-8")
     store = root / "store"
@@ -140,3 +127,104 @@ def test_calibrate_writes_thresholds_from_the_models_noise(smollm2: dict[str, Pa
     text = out.read_text(encoding="utf-8")
     assert "[calibration]" in text
     assert "fidelity.cga" in text
+
+
+# -- why bnb-int8 moves SmolLM2 six times more than int8 weights do -------------------------
+
+TEXTS = (
+    "Explain in two sentences why the sky looks blue during the day.",
+    "Write a Python function that returns the largest of three numbers.",
+    "What is 17 times 23? Show the steps.",
+    "Name three rivers in Europe and the countries they flow through.",
+)
+
+
+def _row_int8(weight: Any) -> Any:
+    """Per-output-row absmax int8 round trip: ``round(W / s) * s``, ``s = max|W_row| / 127``."""
+    scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+    return (weight / scale).round().clamp(-127, 127) * scale
+
+
+class _Int8Linear:
+    """An independent LLM.int8() forward (Dettmers et al. 2022): the input's feature columns
+    holding any |x| > ``threshold`` are multiplied in full precision; the rest of the input is
+    quantized per token (row absmax int8) and multiplied with the per-row int8 weights.
+    ``activations=False``: int8 weights only, the input untouched."""
+
+    def __init__(self, linear: Any, activations: bool, threshold: float = 6.0) -> None:
+        self.weight = linear.weight.detach()
+        self.bias = linear.bias
+        self.quantized = _row_int8(self.weight)
+        self.activations = activations
+        self.threshold = threshold
+
+    def __call__(self, x: Any) -> Any:
+        if not self.activations:
+            out = x @ self.quantized.T
+        else:
+            flat = x.reshape(-1, x.shape[-1])
+            outliers = (flat.abs() > self.threshold).any(dim=0)
+            inliers = flat.masked_fill(outliers, 0.0)
+            scale = inliers.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
+            rounded = (inliers / scale).round().clamp(-127, 127) * scale
+            out = rounded @ self.quantized.masked_fill(outliers, 0.0).T
+            out = out + flat[:, outliers] @ self.weight[:, outliers].T
+            out = out.reshape(*x.shape[:-1], -1)
+        return out if self.bias is None else out + self.bias
+
+
+def _mean_kl(model_dir: Path, build: Any, ids: list[Any]) -> float:
+    """Mean KL(base || build) per token over every position of ``ids`` (nats)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for seq in ids:
+            p = torch.log_softmax(base(seq).logits[0].float(), -1)
+            q = torch.log_softmax(build(seq).logits[0].float(), -1)
+            total += float((p.exp() * (p - q)).sum(-1).sum())
+            count += p.shape[0]
+    return total / count
+
+
+def _simulated(model_dir: Path, activations: bool) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    for module in list(model.model.layers.modules()):
+        for child in list(module.children()):
+            if isinstance(child, torch.nn.Linear):
+                simulated = _Int8Linear(child, activations)
+                child.forward = simulated.__call__  # type: ignore[method-assign]
+    return model
+
+
+def test_bnb_int8_kl_is_llm_int8_activation_quantization(smollm2: dict[str, Path]) -> None:
+    """bitsandbytes' LLM.int8() on the CPU moves SmolLM2 about as far as an independent
+    simulation of LLM.int8() (int8 weights and per-token int8 activations, outlier columns
+    kept) and several times further than int8 weights alone: the KL comes from quantizing
+    the activations, not from the CPU code path (docs/real-models.md)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gate.models.compress.bnb import quantization_config
+
+    model_dir = smollm2["model"]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = []
+    for text in TEXTS:
+        enc = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, return_tensors="pt"
+        )
+        ids.append(enc if isinstance(enc, torch.Tensor) else enc["input_ids"])
+    bnb = AutoModelForCausalLM.from_pretrained(
+        model_dir, quantization_config=quantization_config("int8"), device_map={"": "cpu"}
+    ).eval()
+    kl_bnb = _mean_kl(model_dir, bnb, ids)
+    kl_weights = _mean_kl(model_dir, _simulated(model_dir, activations=False), ids)
+    kl_llm_int8 = _mean_kl(model_dir, _simulated(model_dir, activations=True), ids)
+    assert kl_bnb > 2.5 * kl_weights, (kl_bnb, kl_weights)
+    assert 0.5 < kl_bnb / kl_llm_int8 < 2.0, (kl_bnb, kl_llm_int8)
