@@ -52,17 +52,11 @@ def engine_options(command: _F) -> _F:
 
 
 def engine_override(given: dict[str, Any]) -> EngineSettings | None:
-    """The engine the command line names (``None``: none); validated like a gate.toml table."""
-    from gate.config import build_dataclass
+    """The engine the command line names (``None``: none); the one reader of engine options
+    (:func:`gate.models.engine_settings.engine_from_options`)."""
+    from gate.models.engine_settings import engine_from_options
 
-    table = {
-        k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
-        for k, v in given.items()
-        if v is not None and v != ()  # a repeatable option not given is (); given, a list
-    }
-    if not table:
-        return None
-    return build_dataclass(EngineSettings, table, where="engine options")
+    return engine_from_options(given)
 
 
 def explicit_store(store: Path) -> Path | None:
