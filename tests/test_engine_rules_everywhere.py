@@ -43,8 +43,18 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
     shutil.copytree(packaged_store(), store)
     return {
         "run": ["run", "--candidate", "demo", "--store", str(store), "--dry-run"],
-        "baseline record": ["baseline", "record", "--model", "demo", "--label", "e",
-                            "--tiers", "fidelity", "--store", str(store)],  # fmt: skip
+        "baseline record": [
+            "baseline",
+            "record",
+            "--model",
+            "demo",
+            "--label",
+            "e",
+            "--tiers",
+            "fidelity",
+            "--store",
+            str(store),
+        ],
         "calibrate": ["calibrate", "--model", "demo", "--out", str(tmp / "c.toml"), "--dry-run"],
     }
 

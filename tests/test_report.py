@@ -47,7 +47,8 @@ VERDICTS = [
 
 def _text(outcome_verdicts: list[Verdict], **kw: object) -> str:
     buffer = io.StringIO()
-    render(decide(outcome_verdicts), make_console(buffer), **kw)  # type: ignore[arg-type]
+    results = build_results(decide(outcome_verdicts), **kw)  # type: ignore[arg-type]
+    render(results, make_console(buffer))
     return buffer.getvalue()
 
 
@@ -119,7 +120,7 @@ def test_headlines_and_exit_overrides() -> None:
     assert _text(passing).splitlines()[-1].startswith("gate: APPROVED (exit 0)")
     warn = VERDICTS[:2]
     assert "APPROVED WITH WARNINGS (exit 0)" in _text(warn)
-    assert "BLOCKED (exit 1)" in summary_line(decide(warn, strict=True))
+    assert "BLOCKED (exit 1)" in summary_line(build_results(decide(warn, strict=True)))
     # a crashed tier overrides an approving comparison
     text = _text(passing, exit_code=1, notes=["tier test failed: test_x"])
     assert "note: tier test failed: test_x" in text
@@ -128,7 +129,7 @@ def test_headlines_and_exit_overrides() -> None:
 
 def test_colour_on_request() -> None:
     buffer = io.StringIO()
-    render(decide(VERDICTS), make_console(buffer, color=True))
+    render(build_results(decide(VERDICTS)), make_console(buffer, color=True))
     assert "\x1b[" in buffer.getvalue()
 
 

@@ -61,21 +61,17 @@ def lm_eval(
         raise NothingMeasuredError("no metric to compare", "the samples files held no documents")
     outcome = decide(verdicts, strict=strict, require_power=limits.require_power)
     task = task_name(base_samples)
-    render(
+    results = build_results(
         outcome,
+        baselines={"lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}},
+        candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
+        environment=environment(),
+    )
+    render(
+        results,
         make_console(color=color),
         title=f"gate import lm-eval ({task}): {cand_samples} vs {base_samples}",
     )
     if json_out is not None:
-        write_results(
-            json_out,
-            build_results(
-                outcome,
-                baselines={
-                    "lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}
-                },
-                candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
-                environment=environment(),
-            ),
-        )
-    return int(outcome.exit_code)
+        write_results(json_out, results)
+    return results.exit_code

@@ -116,6 +116,12 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
 @engine_options
 @store_option
 @report_options
+@file_option(
+    "--measurements",
+    "measurements_out",
+    help="Also write what the run measured here: a measurements file that `gate compare` "
+    "re-gates against another baseline or thresholds file without measuring again.",
+)
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -155,6 +161,7 @@ def run(
     html_out: Path | None,
     junit_out: Path | None,
     markdown_out: Path | None,
+    measurements_out: Path | None,
     dry_run: bool,
     matrix: bool,
     only: str | None,
@@ -242,7 +249,13 @@ def run(
         allow_pickle=allow_pickle,
         allow_incomplete_weights=allow_incomplete_weights,
     )
-    targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+    targets = ReportTargets(
+        json=json_out,
+        html=html_out,
+        junit=junit_out,
+        markdown=markdown_out,
+        measurements=measurements_out,
+    )
     if matrix and (config is None or candidate is not None):
         raise UsageError(
             "--matrix lists the [[candidates]] of --config", "gate run --config gate.toml --matrix"

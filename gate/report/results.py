@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
@@ -357,6 +357,16 @@ class Results:
     def underpowered(self) -> tuple[PowerStatement, ...]:
         """Verdicts whose critical bound is below their MDE (from the verdicts' statements)."""
         return underpowered(self.verdicts)
+
+    def ended_with(self, exit_code: int) -> Results:
+        """These results of a run that ended with ``exit_code`` after all (a report file
+        that could not be written): not approved, whatever was measured, and the headline
+        is what the code means (as :func:`final_words` words it)."""
+        if exit_code == self.exit_code:
+            return self
+        return replace(
+            self, exit_code=int(exit_code), verdict="block", headline=exit_meaning(exit_code)
+        )
 
     @classmethod
     def of_run(

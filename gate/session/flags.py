@@ -40,6 +40,12 @@ REPORT_ROWS: tuple[OptionField, ...] = (
     OptionField(
         "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
     ),
+    OptionField(
+        "measurements",
+        "path",
+        "run mode: write what the run measured here (a measurements file gate compare reads)",
+        option="--gate-measurements",
+    ),
 )
 #: The pytest kind of an engine setting's kind (text otherwise; a repeatable one appends).
 _ROW_KINDS: dict[OptionKind, Kind] = {"file": "path", "texts": "append"}
