@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import ExitCode
+from gate.errors import ExitCode, decided
 
 if TYPE_CHECKING:
     from gate.session.multirun import Outcome
@@ -206,7 +206,7 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
 def judge(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:
     """The demo's exit code: 0 when every run completed and the control passed."""
     for c in candidates:
-        if c.exit_code not in (ExitCode.OK, ExitCode.BLOCKED):
+        if not decided(c.exit_code):
             return ExitCode(c.exit_code), f"candidate {c.recipe} ended with exit {c.exit_code}"
     control = next((c for c in candidates if c.recipe == CONTROL), None)
     if control is not None and control.exit_code != ExitCode.OK:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import ExitCode, GateError
+from gate.errors import ExitCode, GateError, decided
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -178,7 +178,7 @@ def _compare(
     code = results.exit_code
     if failure is not None:  # the measurements are still shown; the run ends with the error
         end.append(f"gate: error: {failure.format_line()}")
-        if code in (ExitCode.OK, ExitCode.BLOCKED):  # an input error outranks a verdict
+        if decided(code):  # an input error outranks a verdict
             code = int(failure.exit_code)
     shown = results.ended_with(code)
 

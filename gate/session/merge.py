@@ -45,7 +45,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gate.errors import DataError, ExitCode, GateError, UsageError
+from gate.errors import DataError, ExitCode, GateError, UsageError, decided
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results import Results, RunIdentity
 from gate.session.multirun import (
@@ -288,7 +288,7 @@ def _reported(candidate: Candidate, item: Merged, targets: ReportTargets, severa
     except GateError as exc:
         error = exc.format_line()
         print(f"gate: error: {error}", file=sys.stderr)
-        if code in (ExitCode.OK, ExitCode.BLOCKED):
+        if decided(code):  # an input error outranks a verdict
             code = exc.exit_code
     json_written = mine.json if mine.json is not None and mine.json.is_file() else None
     return outcome_of(candidate, code, item.results, mine.markdown, error, json_written)
