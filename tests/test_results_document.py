@@ -18,7 +18,7 @@ import pytest
 
 from gate.cli import main
 from gate.errors import DataError, ExitCode
-from gate.gating.verdict import Severity, Unmeasured, Verdict, VersionDrift, decide
+from gate.gating.verdict import NotExercised, Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
 from gate.metrics.catalog.judge import JudgeDetail
 from gate.provenance import sha256_file
@@ -72,7 +72,7 @@ def _unmeasured_drift_idle() -> Results:
         [v],
         unmeasured=[Unmeasured("fidelity.kl_mean", "fp16")],
         version_drift=[VersionDrift("transformers", "5.23.0", "5.24.0", "fp16")],
-        not_exercised=["latency NOT EXERCISED: no quantized layer ran; use another recipe"],
+        not_exercised=[NotExercised("latency", "no quantized layer ran; use another recipe")],
     )
     return build_results(
         outcome,

@@ -238,7 +238,7 @@ def summary_line(results: Results) -> str:
         + (f", {len(results.unmeasured)} not measured" if results.unmeasured else "")
         + (f", {len(results.version_drift)} version drift" if results.version_drift else "")
         + (f", {len(results.underpowered)} underpowered" if results.underpowered else "")
-        + "".join(f"; {line}" for line in results.not_exercised)
+        + "".join(f"; {item.line}" for item in results.not_exercised)
     )
 
 

@@ -44,6 +44,7 @@ from gate.errors import DataError, ExitCode, exit_meaning
 from gate.gating.power import PowerStatement
 from gate.gating.verdict import (
     GateOutcome,
+    NotExercised,
     Severity,
     Unmeasured,
     Verdict,
@@ -348,8 +349,8 @@ class Results:
     unbounded: tuple[str, ...] = ()
     #: Packages measured at other versions than a baseline's (absent in older files).
     version_drift: tuple[VersionDrift, ...] = ()
-    #: One line per tier the compression never acted on (``<tier> NOT EXERCISED: ...``).
-    not_exercised: tuple[str, ...] = ()
+    #: The tiers the compression never acted on (in the file: ``<tier> NOT EXERCISED: ...``).
+    not_exercised: tuple[NotExercised, ...] = ()
     #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
     run: RunIdentity | None = None
 
@@ -424,7 +425,7 @@ class Results:
             "unmeasured": [item.to_dict() for item in self.unmeasured],
             "unbounded": list(self.unbounded),
             "version_drift": [item.to_dict() for item in self.version_drift],
-            "not_exercised": list(self.not_exercised),
+            "not_exercised": [item.line for item in self.not_exercised],
             "underpowered": [underpowered_entry(p) for p in self.underpowered],
             "metrics": [verdict_to_entry(v) for v in self.verdicts],
         }
@@ -457,7 +458,9 @@ class Results:
                 version_drift=tuple(
                     VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
                 ),
-                not_exercised=tuple(str(n) for n in doc.get("not_exercised") or []),
+                not_exercised=tuple(
+                    NotExercised.from_line(n) for n in doc.get("not_exercised") or []
+                ),
                 run=(
                     RunIdentity.from_dict(doc["run"], source)
                     if doc.get("run") is not None

@@ -189,7 +189,7 @@ def candidate_result(outcome: Outcome) -> CandidateResult:
     whole = [
         v for v in results.verdicts if v.slice is None and v.against in (BASELINE_REF, "baseline")
     ]
-    idle = frozenset(line.partition(" NOT EXERCISED")[0] for line in results.not_exercised)
+    idle = frozenset(item.tier for item in results.not_exercised)
     values = {v.metric: v.value for v in whole if v.tier not in idle}
     breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown and v.tier not in idle}
     return CandidateResult(
