@@ -14,6 +14,7 @@ from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold, decide
 from gate.measurement import Measurement, from_samples
+from gate.provenance import ModelProvenance
 from gate.report.console import make_console, order, render, summary_line
 from gate.report.results_json import build_results, results_from_json, write_results
 
@@ -139,7 +140,7 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
     results = build_results(
         outcome,
         baselines={"prod": {"ref": "prod", "number": 3}},
-        candidate={"recipe": "bnb-nf4"},
+        candidate=ModelProvenance.from_document({"recipe": "bnb-nf4"}),
         environment={"python": "3.11"},
     )
     write_results(path, results)
@@ -155,7 +156,7 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
     }  # fmt: skip
     back = results_from_json(path)
     assert back.verdicts == outcome.verdicts
-    assert back.candidate == {"recipe": "bnb-nf4"}
+    assert back.candidate.to_document() == {"recipe": "bnb-nf4"} == raw["candidate"]
     assert back.exit_code == ExitCode.BLOCKED
 
 

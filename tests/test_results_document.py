@@ -21,7 +21,7 @@ from gate.errors import DataError, ExitCode
 from gate.gating.verdict import NotExercised, Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.provenance import sha256_file
+from gate.provenance import ModelProvenance, sha256_file
 from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
 from gate.session.handoff import collect, publish
@@ -77,7 +77,7 @@ def _unmeasured_drift_idle() -> Results:
     return build_results(
         outcome,
         baselines={"fp16": {"ref": "fp16", "number": 1}, "prod": {"ref": "prod", "number": 4}},
-        candidate={"model": "demo", "recipe": "bnb-nf4"},
+        candidate=ModelProvenance.from_document({"model": "demo", "recipe": "bnb-nf4"}),
         environment={"python": "3.11"},
         notes=["a note"],
         unbounded=["fidelity.kl_max"],

@@ -12,7 +12,7 @@ from gate.errors import NothingMeasuredError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds
 from gate.gating.verdict import decide
-from gate.provenance import environment
+from gate.provenance import ModelProvenance, environment
 from gate.report.console import make_console, render
 from gate.report.results_json import build_results, write_results
 from gate.store.writable import check_writable
@@ -64,7 +64,9 @@ def lm_eval(
     results = build_results(
         outcome,
         baselines={"lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}},
-        candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
+        candidate=ModelProvenance.from_document(
+            {"source": "lm-evaluation-harness", "samples": str(cand_samples)}
+        ),
         environment=environment(),
     )
     render(

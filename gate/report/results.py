@@ -52,6 +52,7 @@ from gate.gating.verdict import (
     VersionDrift,
     underpowered,
 )
+from gate.provenance import ModelProvenance
 from gate.store.schema import check_schema_version
 
 SCHEMA_VERSION = 2
@@ -122,6 +123,12 @@ def _unknown(entry: Mapping[str, Any], known: Sequence[str], what: str) -> None:
             f"unknown key(s) in {what}: {', '.join(extra)}",
             "the file was written by a newer or different gate",
         )
+
+
+def _provenance(document: Any) -> ModelProvenance:
+    if not isinstance(document, Mapping):
+        raise TypeError("candidate is not an object")
+    return ModelProvenance.from_document(document)
 
 
 def verdict_to_entry(verdict: Verdict) -> dict[str, Any]:
@@ -340,7 +347,8 @@ class Results:
     verdicts: tuple[Verdict, ...]
     baseline: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    candidate: Mapping[str, Any] = field(default_factory=dict)
+    #: The candidate's provenance (the document's ``candidate`` object, typed).
+    candidate: ModelProvenance = field(default_factory=ModelProvenance)
     environment: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     #: Baseline metrics of the tiers that ran which the run did not measure.
@@ -376,7 +384,7 @@ class Results:
         *,
         exit_code: ExitCode | int | None = None,
         baselines: Mapping[str, Mapping[str, Any]] | None = None,
-        candidate: Mapping[str, Any] | None = None,
+        candidate: ModelProvenance | None = None,
         environment: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         unbounded: Sequence[str] = (),
@@ -398,7 +406,7 @@ class Results:
             verdicts=tuple(outcome.verdicts),
             baseline=dict(next(iter(refs.values()), {})),
             baselines=refs,
-            candidate=dict(candidate or {}),
+            candidate=candidate if candidate is not None else ModelProvenance(),
             environment=dict(environment or {}),
             notes=tuple(notes),
             unmeasured=tuple(outcome.unmeasured),
@@ -418,7 +426,7 @@ class Results:
             "exit_code": self.exit_code,
             "baseline": dict(self.baseline),
             "baselines": {k: dict(v) for k, v in self.baselines.items()},
-            "candidate": dict(self.candidate),
+            "candidate": self.candidate.to_document(),
             "run": self.run.to_dict() if self.run is not None else None,
             "environment": dict(self.environment),
             "notes": list(self.notes),
@@ -450,7 +458,7 @@ class Results:
                 verdicts=tuple(verdict_from_entry(entry) for entry in doc["metrics"]),
                 baseline=dict(doc.get("baseline") or {}),
                 baselines={str(k): dict(v) for k, v in (doc.get("baselines") or {}).items()},
-                candidate=dict(doc.get("candidate") or {}),
+                candidate=_provenance(doc.get("candidate") or {}),
                 environment=dict(doc.get("environment") or {}),
                 notes=tuple(str(n) for n in doc.get("notes") or []),
                 unmeasured=tuple(Unmeasured.from_dict(e) for e in doc.get("unmeasured") or []),

@@ -132,7 +132,7 @@ def judge(inputs: JudgementInputs) -> Judgement:
         outcome,
         exit_code=code,
         baselines={ref: b.describe(ref) for ref, b in inputs.baselines.items()},
-        candidate=inputs.candidate.to_document(),
+        candidate=inputs.candidate,
         environment=inputs.environment,
         notes=notes,
         unbounded=unbounded,

@@ -263,17 +263,15 @@ def check_expected(merged: Sequence[Merged], expected: Expected) -> None:
 
 def _candidate_of(item: Merged) -> Candidate:
     """The candidate a results document describes (no run config to look it up in)."""
-    doc = item.results.candidate
-    recipe = doc.get("recipe")
-    model = next((str(doc[k]) for k in ("model", "id", "source", "path") if doc.get(k)), "?")
+    provenance = item.results.candidate
     return Candidate(
         name=item.name,
-        model=model,
-        recipe=str(recipe) if recipe else None,
+        model=provenance.display_name or "?",
+        recipe=provenance.recipe or None,
         against=tuple(item.results.baselines),
         tiers=None,
         calibration=None,
-        model_slug=str(doc["slug"]) if doc.get("slug") else None,
+        model_slug=provenance.slug or None,
     )
 
 
