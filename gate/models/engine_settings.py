@@ -303,8 +303,8 @@ def engine_from_options(
 
     Options not given (``None``, or ``()`` for a repeatable one) are left out; a
     repeated option is a list, as in gate.toml; a path is its text; a number may come
-    as text (pytest's options). Settings without ``serve`` or ``endpoint`` are a
-    :class:`~gate.errors.ConfigError` naming them; every other rule is
+    as text (pytest's options). Settings without ``serve`` or ``endpoint``, or with
+    both, are a :class:`~gate.errors.ConfigError` naming them; every other rule is
     :meth:`EngineSettings.__post_init__`'s, read as a gate.toml table is
     (:func:`gate.config.build_dataclass`: one line, exit 4).
     """
@@ -328,6 +328,11 @@ def engine_from_options(
         raise ConfigError(
             f"{flags} given without an engine (an engine needs exactly one of serve and endpoint)",
             "add --serve COMMAND or --endpoint URL (or an engine table in gate.toml)",
+        )
+    if "serve" in table and "endpoint" in table:
+        raise ConfigError(
+            "--serve and --endpoint both given (an engine needs exactly one of serve and endpoint)",
+            "give --serve COMMAND for a server gate starts, or --endpoint URL for a running one",
         )
     return build_dataclass(EngineSettings, table, where=where)
 
