@@ -7,7 +7,9 @@ a job), then imports the commands, so a signal while importing is an
 interrupt too, not a traceback. It converts :class:`~gate.errors.GateError`
 (one line, no traceback), interrupts and unexpected errors into the exit codes
 of :class:`~gate.errors.ExitCode`; the last line printed names what the code
-means (``ERROR (input, exit 4)``, :func:`gate.errors.exit_label`).
+means (``ERROR (input, exit 4)``, :func:`gate.errors.exit_label`). Before it
+returns, on every path, every process the command started is ended and reaped
+(:func:`gate.processes.end_children`): no child outlives the gate.
 
 This module imports nothing heavy at import time: the console script's
 interpreter reaches :func:`main` within milliseconds.
@@ -25,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from gate.errors import ExitCode  # light: enum only
+from gate.processes import become_subreaper, descendants, end_children  # light
 
 #: Signals handled as an interrupt (exit 2): Ctrl-C and the cancellation of a CI job.
 INTERRUPT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
@@ -131,9 +134,16 @@ def _outcome_of(exc: Exception) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns (and exits with) an :class:`ExitCode`."""
     interrupts: _Interrupts | None = None
+    # called inside another program (argv given): that program's own children are spared
+    spare = descendants() if argv is not None else None
+    if spare is None:
+        become_subreaper()  # an orphaned descendant comes to the gate, which reaps it
     try:
         with interrupt_handlers() as interrupts:
-            code = _run(argv, interrupts)
+            try:
+                code = _run(argv, interrupts)
+            finally:  # on every path, an interrupt in the first second included
+                end_children(spare=spare)
     except KeyboardInterrupt:  # a signal while printing the outcome or restoring the handlers
         _say(INTERRUPTED_LINE)
         code = int(ExitCode.INTERRUPTED)

@@ -38,6 +38,14 @@ EXIT_MEANINGS: dict[ExitCode, str] = {
 }
 
 
+def decided(code: int) -> bool:
+    """Whether a run that ended with ``code`` reached a verdict: approved (0) or blocked (1),
+    not interrupted, failed or empty. The one place this is asked (a report file that could
+    not be written outranks a verdict, never another failure; a calibration run or a demo
+    candidate that reached no verdict stops them)."""
+    return code in (ExitCode.OK, ExitCode.BLOCKED)
+
+
 def exit_meaning(code: int) -> str:
     """The outcome ``code`` stands for (``"ERROR (input)"`` for 4); unknown codes are internal."""
     try:

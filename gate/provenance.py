@@ -342,6 +342,15 @@ class ModelProvenance:
             out.setdefault(key, value)
         return out
 
+    @property
+    def display_name(self) -> str | None:
+        """What names the model in reports and ``gate merge``, the one rule: the first of
+        ``model``, ``name``, ``id`` (a record of another tool), ``source``, ``path``, ``slug``."""
+        for value in (self.model, self.name, self.extra.get("id"), self.source, self.path):
+            if value:
+                return str(value)
+        return self.slug or None
+
     def updated(self, other: ModelProvenance) -> ModelProvenance:
         """Every fact ``other`` states (a null one included) over this one's (``{**a, **b}``)."""
         return self.with_facts(other.to_document())

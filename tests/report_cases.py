@@ -28,6 +28,7 @@ from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
 from gate.metrics.accuracy import QuestionPair, pair_measurements
 from gate.metrics.latency import RunLatency
+from gate.provenance import ModelProvenance
 from gate.report.results import Results
 from gate.report.results_json import build_results
 from gate.store.reference import PackPrompt
@@ -167,7 +168,9 @@ def make_case(candidate: list[Measurement], *, refs: tuple[str, ...] = ("fp16",)
             ref: {"ref": ref, "model_slug": "demo", "number": n + 1, "label": ref}
             for n, ref in enumerate(refs)
         },
-        candidate={"model": "demo", "recipe": "quanto-int2", "slug": "demo"},
+        candidate=ModelProvenance.from_document(
+            {"model": "demo", "recipe": "quanto-int2", "slug": "demo"}
+        ),
         environment={"python": "3.11", "packages": {"torch": "2.13.0+cpu"}},
     )
     return Case(outcome, results)

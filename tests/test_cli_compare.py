@@ -70,7 +70,7 @@ def test_critical_candidate_blocks_and_names_metric_delta_bound(
     assert by_key["accuracy.mcq_acc"].delta == pytest.approx(-0.09)
     threshold = by_key["accuracy.mcq_acc"].threshold
     assert threshold is not None and threshold.bound.critical == 0.05
-    assert results.candidate["recipe"] == "quanto-int2"
+    assert results.candidate.recipe == "quanto-int2"
 
 
 def test_store_refs_and_several_baselines(

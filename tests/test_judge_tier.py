@@ -390,7 +390,7 @@ def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
     from gate.gating.verdict import decide
 
     buffer = io.StringIO()
-    render(decide(verdicts), make_console(buffer, color=False))
+    render(Results.of_run(decide(verdicts)), make_console(buffer, color=False))
     text = buffer.getvalue()
     assert "judge panel vs fp32: STABLE" in text
     assert "judge j0 (test, scripted0@1): 66 calls made, 12 cache hits" in text

@@ -286,6 +286,7 @@ def test_the_layer_table_names_every_part_and_only_real_modules() -> None:
         "gate.config",
         "gate.errors",
         "gate.measurement",
+        "gate.processes",
         "gate.progress",
         "gate.provenance",
     }

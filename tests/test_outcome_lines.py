@@ -157,7 +157,7 @@ def test_metrics_of_tiers_that_did_not_run_are_not_unmeasured() -> None:
 @pytest.mark.parametrize("code", list(ExitCode))
 def test_the_verdict_line_names_what_every_exit_code_means(code: ExitCode) -> None:
     approved = GateOutcome(Severity.PASS, ExitCode.OK, ())
-    line = summary_line(approved, int(code))
+    line = summary_line(build_results(approved, exit_code=code))
     _, headline = final_words(approved, int(code))
     assert line.startswith(f"gate: {exit_label(int(code))} - "), line
     assert headline == EXIT_MEANINGS[code]

@@ -14,6 +14,7 @@ from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold, decide
 from gate.measurement import Measurement, from_samples
+from gate.provenance import ModelProvenance
 from gate.report.console import make_console, order, render, summary_line
 from gate.report.results_json import build_results, results_from_json, write_results
 
@@ -47,7 +48,8 @@ VERDICTS = [
 
 def _text(outcome_verdicts: list[Verdict], **kw: object) -> str:
     buffer = io.StringIO()
-    render(decide(outcome_verdicts), make_console(buffer), **kw)  # type: ignore[arg-type]
+    results = build_results(decide(outcome_verdicts), **kw)  # type: ignore[arg-type]
+    render(results, make_console(buffer))
     return buffer.getvalue()
 
 
@@ -119,7 +121,7 @@ def test_headlines_and_exit_overrides() -> None:
     assert _text(passing).splitlines()[-1].startswith("gate: APPROVED (exit 0)")
     warn = VERDICTS[:2]
     assert "APPROVED WITH WARNINGS (exit 0)" in _text(warn)
-    assert "BLOCKED (exit 1)" in summary_line(decide(warn, strict=True))
+    assert "BLOCKED (exit 1)" in summary_line(build_results(decide(warn, strict=True)))
     # a crashed tier overrides an approving comparison
     text = _text(passing, exit_code=1, notes=["tier test failed: test_x"])
     assert "note: tier test failed: test_x" in text
@@ -128,7 +130,7 @@ def test_headlines_and_exit_overrides() -> None:
 
 def test_colour_on_request() -> None:
     buffer = io.StringIO()
-    render(decide(VERDICTS), make_console(buffer, color=True))
+    render(build_results(decide(VERDICTS)), make_console(buffer, color=True))
     assert "\x1b[" in buffer.getvalue()
 
 
@@ -138,7 +140,7 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
     results = build_results(
         outcome,
         baselines={"prod": {"ref": "prod", "number": 3}},
-        candidate={"recipe": "bnb-nf4"},
+        candidate=ModelProvenance.from_document({"recipe": "bnb-nf4"}),
         environment={"python": "3.11"},
     )
     write_results(path, results)
@@ -154,7 +156,7 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
     }  # fmt: skip
     back = results_from_json(path)
     assert back.verdicts == outcome.verdicts
-    assert back.candidate == {"recipe": "bnb-nf4"}
+    assert back.candidate.to_document() == {"recipe": "bnb-nf4"} == raw["candidate"]
     assert back.exit_code == ExitCode.BLOCKED
 
 

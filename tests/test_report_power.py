@@ -45,7 +45,7 @@ def test_console_lists_underpowered_verdicts_in_words_without_changing_the_verdi
 ) -> None:
     case = blocked
     buffer = io.StringIO()
-    render(case.outcome, make_console(buffer))
+    render(build_results(case.outcome), make_console(buffer))
     text = _flat(buffer.getvalue())
     weak = case.outcome.underpowered
     kl = next(p for p in weak if p.key == "fidelity.kl_mean")

@@ -18,10 +18,10 @@ import pytest
 
 from gate.cli import main
 from gate.errors import DataError, ExitCode
-from gate.gating.verdict import Severity, Unmeasured, Verdict, VersionDrift, decide
+from gate.gating.verdict import NotExercised, Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.provenance import sha256_file
+from gate.provenance import ModelProvenance, sha256_file
 from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
 from gate.session.handoff import collect, publish
@@ -72,12 +72,12 @@ def _unmeasured_drift_idle() -> Results:
         [v],
         unmeasured=[Unmeasured("fidelity.kl_mean", "fp16")],
         version_drift=[VersionDrift("transformers", "5.23.0", "5.24.0", "fp16")],
-        not_exercised=["latency NOT EXERCISED: no quantized layer ran; use another recipe"],
+        not_exercised=[NotExercised("latency", "no quantized layer ran; use another recipe")],
     )
     return build_results(
         outcome,
         baselines={"fp16": {"ref": "fp16", "number": 1}, "prod": {"ref": "prod", "number": 4}},
-        candidate={"model": "demo", "recipe": "bnb-nf4"},
+        candidate=ModelProvenance.from_document({"model": "demo", "recipe": "bnb-nf4"}),
         environment={"python": "3.11"},
         notes=["a note"],
         unbounded=["fidelity.kl_max"],

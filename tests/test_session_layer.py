@@ -53,7 +53,11 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         thresholds=Path("t.toml"),
         strict=True,
         reports=ReportTargets(
-            json=Path("r.json"), html=Path("r.html"), junit=Path("r.xml"), markdown=Path("r.md")
+            json=Path("r.json"),
+            html=Path("r.html"),
+            junit=Path("r.xml"),
+            markdown=Path("r.md"),
+            measurements=Path("m.json"),
         ),
         config=Path("gate.toml"),
         candidate_name="int8",
@@ -82,6 +86,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-store", "s", "--gate-baseline", "fp16", "--gate-baseline", "prod"),
         *("--gate-thresholds", "t.toml", "--gate-strict", "--gate-json", "r.json"),
         *("--gate-html", "r.html", "--gate-junit", "r.xml", "--gate-markdown", "r.md"),
+        *("--gate-measurements", "m.json"),
         *("--gate-config", "gate.toml", "--gate-model-slug", "m"),
         *("--gate-candidate-name", "int8"),
         *("--gate-calibration", "c.jsonl", "--gate-history", "hist"),

@@ -191,7 +191,7 @@ def test_a_drift_is_a_warning_that_strict_turns_into_a_block() -> None:
     relaxed = decide([], version_drift=[DRIFT])
     assert (relaxed.severity, relaxed.exit_code) == (Severity.WARN, ExitCode.OK)
     assert relaxed.headline == "APPROVED WITH WARNINGS"
-    assert summary_line(relaxed).endswith(", 1 version drift")
+    assert summary_line(Results.of_run(relaxed)).endswith(", 1 version drift")
     strict = decide([], strict=True, version_drift=[DRIFT])
     assert (strict.exit_code, strict.headline) == (ExitCode.BLOCKED, "BLOCKED")
 

@@ -167,21 +167,16 @@ def calibrate(
     from gate.gating.calibration import describe_plans, plan_sample_sizes, read_calibration
     from gate.gating.thresholds import load_thresholds
     from gate.metrics.registry import all_metrics
-    from gate.models.engine_settings import EngineSettings
+    from gate.models.engine_settings import engine_from_options
     from gate.session.calibrate import CalibrationRequest, check_calibration, run_calibration
     from gate.session.runner import parse_tiers
     from gate.store.atomic import write_atomic
     from gate.store.writable import check_writable, writing
 
-    engine = None
-    if serve is not None or endpoint is not None:
-        engine = EngineSettings(
-            serve=serve, endpoint=endpoint, served_model=served_model, api_key_env=api_key_env
-        )
-    elif served_model is not None or api_key_env is not None:
-        raise ConfigError(
-            "--served-model/--api-key-env without an engine", "add --serve CMD or --endpoint URL"
-        )
+    given = {"serve": serve, "endpoint": endpoint}
+    engine = engine_from_options(
+        {**given, "served_model": served_model, "api_key_env": api_key_env}
+    )
     log_path = log if log is not None else out.with_name(out.name + ".log")
     request = CalibrationRequest(
         model=model,

@@ -16,19 +16,14 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import NothingMeasuredError, UsageError
-from gate.gating.compare import compare_many, unmeasured
-from gate.gating.placement import placement_drift, placement_notes
-from gate.gating.thresholds import load_thresholds, require_a_bound, unbounded_metrics
-from gate.gating.verdict import decide
-from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
+from gate.gating.thresholds import load_thresholds
 from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results import RunIdentity
-from gate.report.results_json import build_results
-from gate.session.finish import coverage_notes
+from gate.session.judgement import JudgementInputs, baseline_titles, judge
 from gate.session.plan import check_targets
-from gate.store.baseline import Baseline, BaselineStore, check_compatible
+from gate.store.baseline import Baseline, BaselineStore
 from gate.store.measurements_file import load_measurements
 
 
@@ -89,53 +84,16 @@ def compare(
     if model_slug is None and candidate.model.slug in target.slugs():
         model_slug = candidate.model.slug  # the file names its model; use it
     baselines = _resolve_all(target, refs, model_slug)
-    for baseline in baselines.values():
-        check_compatible(baseline, candidate.model)
     if not candidate.measurements:
         raise NothingMeasuredError(f"{measurements} has no metrics", "nothing to compare")
-    names = [m.name for m in candidate.measurements]
-    require_a_bound(limits, names, what=str(measurements))
-    stored = {ref: list(b.measurements.values()) for ref, b in baselines.items()}
-    verdicts = compare_many(candidate.measurements, stored, limits)
-    if not verdicts:
-        raise NothingMeasuredError("no metric to compare", "the candidate measured nothing")
-    missing = unmeasured(candidate.measurements, stored)
-    # the versions that measured each side: the file's own record, never this machine's
-    versions = check_refs(
-        {ref: measured_with(b.environment, b.provenance) for ref, b in baselines.items()},
-        measured_with(candidate.environment, candidate.model),
-    )
-    placement = placement_drift(
-        {ref: b.provenance for ref, b in baselines.items()}, candidate.model
-    )
-    outcome = decide(
-        verdicts,
-        strict=strict,
-        unmeasured=missing,
-        version_drift=drift_of(versions) + placement,
-        require_power=limits.require_power,
-    )
-    unbounded = unbounded_metrics(limits, names)
-    notes = coverage_notes(missing, unbounded, limits.source, strict)
-    notes += version_notes(versions, strict=strict)
-    notes += placement_notes(placement, strict=strict)
-    render(
-        outcome,
-        make_console(color=color),
-        title=f"gate compare: {measurements} vs "
-        + ", ".join(
-            ref if ref == b.display else f"{ref} = {b.display}" for ref, b in baselines.items()
-        ),
-        notes=notes,
-    )
-    write_reports(
-        build_results(
-            outcome,
-            baselines={ref: b.describe(ref) for ref, b in baselines.items()},
-            candidate=candidate.model.to_document(),
+    judgement = judge(
+        JudgementInputs(
+            measurements=candidate.measurements,
+            baselines=baselines,
+            thresholds=limits,
+            candidate=candidate.model,
+            # the versions that measured the candidate: the file's own record
             environment=candidate.environment or environment(),
-            notes=notes,
-            unbounded=unbounded,
             run=RunIdentity(
                 candidate=measurements.stem,
                 gate_version=__version__,
@@ -143,10 +101,18 @@ def compare(
                 thresholds_sha256=limits.digest,
                 strict=strict,
             ),
-        ),
-        targets,
+            strict=strict,
+            tiers=candidate.tiers,
+            subject=str(measurements),
+        )
     )
-    return int(outcome.exit_code)
+    render(
+        judgement.results,
+        make_console(color=color),
+        title=f"gate compare: {measurements} vs {baseline_titles(baselines)}",
+    )
+    write_reports(judgement.results, targets)
+    return judgement.exit_code
 
 
 def _resolve_all(

@@ -14,7 +14,7 @@ from gate.gating.thresholds import load_thresholds, unbounded_metrics
 from gate.gating.verdict import decide
 from gate.metrics.registry import all_metrics
 from gate.metrics.spec import MetricSpec, SampleKind
-from gate.provenance import environment
+from gate.provenance import ModelProvenance, environment
 from gate.report.console import make_console, render
 from gate.report.results_json import build_results, write_results
 from gate.store.writable import check_writable
@@ -106,23 +106,21 @@ def lm_eval(
     tasks = ", ".join(t.task for t in imported.tasks)
     for summary in imported.tasks:
         click.echo(summary.line)
-    render(
+    results = build_results(
         outcome,
+        baselines={"lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}},
+        candidate=ModelProvenance.from_document(
+            {"source": "lm-evaluation-harness", "samples": str(cand_samples)}
+        ),
+        environment=environment(),
+        notes=[summary.line for summary in imported.tasks],
+        unbounded=unbounded_metrics(limits, [m.name for m in imported.candidate]),
+    )
+    render(
+        results,
         make_console(color=color),
         title=f"gate import lm-eval ({tasks}): {cand_samples} vs {base_samples}",
     )
     if json_out is not None:
-        write_results(
-            json_out,
-            build_results(
-                outcome,
-                baselines={
-                    "lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}
-                },
-                candidate={"source": "lm-evaluation-harness", "samples": str(cand_samples)},
-                environment=environment(),
-                notes=[summary.line for summary in imported.tasks],
-                unbounded=unbounded_metrics(limits, [m.name for m in imported.candidate]),
-            ),
-        )
-    return int(outcome.exit_code)
+        write_results(json_out, results)
+    return results.exit_code

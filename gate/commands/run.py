@@ -54,17 +54,11 @@ def engine_options(command: _F) -> _F:
 
 
 def engine_override(given: dict[str, Any]) -> EngineSettings | None:
-    """The engine the command line names (``None``: none); validated like a gate.toml table."""
-    from gate.config import build_dataclass
+    """The engine the command line names (``None``: none); the one reader of engine options
+    (:func:`gate.models.engine_settings.engine_from_options`)."""
+    from gate.models.engine_settings import engine_from_options
 
-    table = {
-        k: str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
-        for k, v in given.items()
-        if v is not None and v != ()  # a repeatable option not given is (); given, a list
-    }
-    if not table:
-        return None
-    return build_dataclass(EngineSettings, table, where="engine options")
+    return engine_from_options(given)
 
 
 def effective_store(store: Path, config: RunConfig | None) -> Path:
@@ -119,6 +113,12 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
 @engine_options
 @store_option
 @report_options
+@file_option(
+    "--measurements",
+    "measurements_out",
+    help="Also write what the run measured here: a measurements file that `gate compare` "
+    "re-gates against another baseline or thresholds file without measuring again.",
+)
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -168,6 +168,7 @@ def run(
     html_out: Path | None,
     junit_out: Path | None,
     markdown_out: Path | None,
+    measurements_out: Path | None,
     dry_run: bool,
     matrix: bool,
     only: str | None,
@@ -260,7 +261,13 @@ def run(
         allow_pickle=allow_pickle,
         allow_incomplete_weights=allow_incomplete_weights,
     )
-    targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
+    targets = ReportTargets(
+        json=json_out,
+        html=html_out,
+        junit=junit_out,
+        markdown=markdown_out,
+        measurements=measurements_out,
+    )
     if matrix and (config is None or candidate is not None):
         raise UsageError(
             "--matrix lists the [[candidates]] of --config", "gate run --config gate.toml --matrix"

@@ -15,7 +15,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from gate.errors import ExitCode
 from gate.gating.power import PowerStatement
@@ -213,6 +213,33 @@ class Unmeasured:
 
 
 @dataclass(frozen=True)
+class NotExercised:
+    """A tier on whose requests the candidate's compression never acted: its numbers
+    measured the uncompressed model (:mod:`gate.tiers.exercised` finds them)."""
+
+    tier: str
+    #: Why (what the recipe did not touch) and what to do, in words.
+    why: str
+
+    #: The words between the tier and the reason in :attr:`line`.
+    MARK: ClassVar[str] = " NOT EXERCISED: "
+
+    @property
+    def line(self) -> str:
+        """``<tier> NOT EXERCISED: <why>`` (reports; the results JSON's entry)."""
+        return f"{self.tier}{self.MARK}{self.why}"
+
+    @classmethod
+    def from_line(cls, line: str) -> NotExercised:
+        """Inverse of :attr:`line`, for the results JSON's entries only (``ValueError`` on a
+        malformed one)."""
+        tier, mark, why = str(line).partition(cls.MARK)
+        if not mark or not tier:
+            raise ValueError(f"not a NOT EXERCISED line: {line!r}")
+        return cls(tier=tier, why=why)
+
+
+@dataclass(frozen=True)
 class VersionDrift:
     """A package (or the serving engine) whose version differs between the software that
     measured baseline ``against`` and the software that measured the candidate.
@@ -265,8 +292,8 @@ class GateOutcome:
     unmeasured: tuple[Unmeasured, ...] = ()
     #: Packages or engines measured at other versions than the baseline's (each a warning).
     version_drift: tuple[VersionDrift, ...] = ()
-    #: One line per tier on whose requests the compression never acted (NOT EXERCISED).
-    not_exercised: tuple[str, ...] = ()
+    #: The tiers on whose requests the compression never acted (NOT EXERCISED).
+    not_exercised: tuple[NotExercised, ...] = ()
 
     @property
     def underpowered(self) -> tuple[PowerStatement, ...]:
@@ -303,7 +330,7 @@ def decide(
     strict: bool = False,
     unmeasured: list[Unmeasured] | tuple[Unmeasured, ...] = (),
     version_drift: list[VersionDrift] | tuple[VersionDrift, ...] = (),
-    not_exercised: list[str] | tuple[str, ...] = (),
+    not_exercised: list[NotExercised] | tuple[NotExercised, ...] = (),
     require_power: bool = False,
 ) -> GateOutcome:
     """Worst severity wins: critical -> exit 1; warn -> exit 0 (1 when ``strict``).
@@ -322,7 +349,7 @@ def decide(
     ``thresholds.toml``), make it block (exit 1, severity at least WARN).
 
     A tier on whose requests the candidate's compression never acted
-    (``not_exercised``, one reason line each) measured the uncompressed model:
+    (``not_exercised``, one record each) measured the uncompressed model:
     the run is never approved on it. It ends with exit 5 (nothing measured),
     unless a measured regression blocks it (exit 1).
     """

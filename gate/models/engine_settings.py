@@ -13,6 +13,10 @@ The rules that need no environment hold in :meth:`EngineSettings.__post_init__`
 (exactly one of ``serve`` and ``endpoint``, at most one baseline engine,
 positive numbers, an API-key variable name); they raise ``ValueError``, which
 the table reader turns into a one-line :class:`~gate.errors.ConfigError`.
+Every command that takes engine options (``gate run``, ``gate baseline
+record``, ``gate calibrate``, the suites' ``--gate-*`` options) reads them
+with :func:`engine_from_options`, the one place the options become settings:
+whichever command reaches a rule, a broken one is the same line and exit 4.
 
 A new engine setting is one field here.
 """
@@ -20,10 +24,13 @@ A new engine setting is one field here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from gate.config import build_dataclass
+from gate.errors import ConfigError
 from gate.models.backends.openai_client import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -272,10 +279,69 @@ def engine_setting_options() -> tuple[tuple[str, EngineOption], ...]:
     )
 
 
+def _option_of(name: str) -> EngineOption:
+    for item in dataclasses.fields(EngineSettings):
+        if item.name == name:
+            return item.metadata[_OPTION]  # type: ignore[no-any-return]
+    raise KeyError(f"{name!r} is not an engine setting")
+
+
+def _number(text: str, option: EngineOption) -> int | float:
+    """An engine number given as text (``--gate-max-concurrency 4``)."""
+    try:
+        return int(text) if option.kind == "count" else float(text)
+    except ValueError:
+        raise ConfigError(
+            f"{option.flag} {text!r} is not a number", f"give {option.flag} as a number"
+        ) from None
+
+
+def engine_from_options(
+    given: Mapping[str, object], *, where: str = "engine options"
+) -> EngineSettings | None:
+    """The engine a command's options name, by field name (``None``: none given).
+
+    Options not given (``None``, or ``()`` for a repeatable one) are left out; a
+    repeated option is a list, as in gate.toml; a path is its text; a number may come
+    as text (pytest's options). Settings without ``serve`` or ``endpoint``, or with
+    both, are a :class:`~gate.errors.ConfigError` naming them; every other rule is
+    :meth:`EngineSettings.__post_init__`'s, read as a gate.toml table is
+    (:func:`gate.config.build_dataclass`: one line, exit 4).
+    """
+    table: dict[str, object] = {}
+    for name, value in given.items():
+        if value is None or value == () or value == []:
+            continue
+        option = _option_of(name)
+        if isinstance(value, (tuple, list)):
+            table[name] = [str(item) for item in value]
+        elif isinstance(value, Path):
+            table[name] = str(value)
+        elif isinstance(value, str) and option.kind in ("count", "seconds"):
+            table[name] = _number(value, option)
+        else:
+            table[name] = value
+    if not table:
+        return None
+    if "serve" not in table and "endpoint" not in table:
+        flags = ", ".join(_option_of(name).flag for name in table)
+        raise ConfigError(
+            f"{flags} given without an engine (an engine needs exactly one of serve and endpoint)",
+            "add --serve COMMAND or --endpoint URL (or an engine table in gate.toml)",
+        )
+    if "serve" in table and "endpoint" in table:
+        raise ConfigError(
+            "--serve and --endpoint both given (an engine needs exactly one of serve and endpoint)",
+            "give --serve COMMAND for a server gate starts, or --endpoint URL for a running one",
+        )
+    return build_dataclass(EngineSettings, table, where=where)
+
+
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT_S",
     "EngineOption",
     "EngineSettings",
     "OptionKind",
+    "engine_from_options",
     "engine_setting_options",
 ]

@@ -42,9 +42,9 @@ from rich.text import Text
 
 from gate.errors import exit_label
 from gate.gating.power import PowerStatement
-from gate.gating.verdict import GateOutcome, Severity, Verdict, VerdictDetail, VerdictThreshold
+from gate.gating.verdict import Severity, Verdict, VerdictDetail, VerdictThreshold
 from gate.report.judge_summary import judge_summary, summary_lines
-from gate.report.results_json import final_words
+from gate.report.results import Results
 
 SEVERITY_STYLE = {
     Severity.PASS: "green",
@@ -224,22 +224,21 @@ def tier_table(tier: str, verdicts: Sequence[Verdict], *, show_against: bool) ->
     return table
 
 
-def summary_line(outcome: GateOutcome, exit_code: int | None = None) -> str:
+def summary_line(results: Results) -> str:
     """``gate: BLOCKED (exit 1) - 1 critical, 2 warnings, 14 passed``.
 
     A run that ended for another reason names it: ``gate: ERROR (input, exit 4) - ...``.
     """
-    code = int(outcome.exit_code if exit_code is None else exit_code)
-    _, headline = final_words(outcome, code)
-    counts = {s: sum(1 for v in outcome.verdicts if v.severity == s) for s in Severity}
+    counts = {s: sum(1 for v in results.verdicts if v.severity == s) for s in Severity}
+    warnings = counts[Severity.WARN]
     return (
-        f"gate: {exit_label(code, headline)} - {counts[Severity.CRITICAL]} critical, "
-        f"{counts[Severity.WARN]} warning{'s' if counts[Severity.WARN] != 1 else ''}, "
-        f"{counts[Severity.PASS]} passed"
-        + (f", {len(outcome.unmeasured)} not measured" if outcome.unmeasured else "")
-        + (f", {len(outcome.version_drift)} version drift" if outcome.version_drift else "")
-        + (f", {len(outcome.underpowered)} underpowered" if outcome.underpowered else "")
-        + "".join(f"; {line}" for line in outcome.not_exercised)
+        f"gate: {exit_label(results.exit_code, results.headline)} -"
+        f" {counts[Severity.CRITICAL]} critical,"
+        f" {warnings} warning{'s' if warnings != 1 else ''}, {counts[Severity.PASS]} passed"
+        + (f", {len(results.unmeasured)} not measured" if results.unmeasured else "")
+        + (f", {len(results.version_drift)} version drift" if results.version_drift else "")
+        + (f", {len(results.underpowered)} underpowered" if results.underpowered else "")
+        + "".join(f"; {item.line}" for item in results.not_exercised)
     )
 
 
@@ -256,19 +255,13 @@ def listed_findings(verdicts: Sequence[Verdict]) -> tuple[list[Verdict], int]:
     return whole + slices[:room], max(0, len(slices) - room)
 
 
-def render(
-    outcome: GateOutcome,
-    console: Console | None = None,
-    *,
-    exit_code: int | None = None,
-    title: str | None = None,
-    notes: Sequence[str] = (),
-) -> None:
-    """Print the full report: tables per tier, findings with reasons, notes, verdict line."""
+def render(results: Results, console: Console | None = None, *, title: str | None = None) -> None:
+    """Print the full report of ``results``: tables per tier, findings with reasons, the
+    underpowered verdicts, the notes and the verdict line (the last line printed)."""
     console = console if console is not None else make_console()
     if title:
         console.print(Text(title, style="bold"))
-    verdicts = list(outcome.verdicts)
+    verdicts = list(results.verdicts)
     show_against = len({v.against for v in verdicts}) > 1
     tiers: dict[str, list[Verdict]] = {}
     for verdict in verdicts:
@@ -293,7 +286,7 @@ def render(
                 f"  ... {left_out} more slice {more} in the tables above"
                 " (every reason is in the results JSON and the HTML report)"
             )
-    weak, weak_left_out = listed_underpowered(outcome.underpowered)
+    weak, weak_left_out = listed_underpowered(results.underpowered)
     if weak:
         console.print(
             Text("underpowered (a regression of the critical size would probably pass):", "bold")
@@ -305,8 +298,7 @@ def render(
                 f"  ... {weak_left_out} more underpowered slice(s) (every one is in the"
                 " results JSON and the HTML report)"
             )
-    for note in notes:
+    for note in results.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    summary = summary_line(outcome, exit_code)
-    _, headline = final_words(outcome, int(outcome.exit_code if exit_code is None else exit_code))
-    console.print(Text(summary, style=HEADLINE_STYLE.get(headline, "bold red")), soft_wrap=True)
+    style = HEADLINE_STYLE.get(results.headline, "bold red")
+    console.print(Text(summary_line(results), style=style), soft_wrap=True)

@@ -294,7 +294,9 @@ def fingerprint(results: Results) -> Mapping[str, Any] | None:
 
 def provenance_section(results: Results) -> str:
     """Candidate, baselines, environment, hardware fingerprint."""
-    blocks = [f"<div><h3>Candidate</h3>{key_values(_candidate_items(results.candidate))}</div>"]
+    blocks = [
+        f"<div><h3>Candidate</h3>{key_values(_candidate_items(results.candidate.to_document()))}</div>"
+    ]
     for ref, described in results.baselines.items():
         prov = described.get("provenance") or {}
         items = [

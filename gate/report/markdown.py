@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
+from gate.provenance import ModelProvenance
 from gate.report.console import NUMBER_HEADERS, listed_underpowered, number_cells, order, power_line
 from gate.report.judge_summary import judge_summary, summary_lines
 from gate.report.results import Results
@@ -72,11 +73,10 @@ def counts(verdicts: Sequence[Verdict]) -> str:
     )
 
 
-def candidate_text(candidate: Mapping[str, Any]) -> str:
+def candidate_text(candidate: ModelProvenance) -> str:
     """``model (recipe)`` of the candidate provenance."""
-    model = candidate.get("model") or candidate.get("name") or candidate.get("slug") or "candidate"
-    recipe = candidate.get("recipe")
-    return f"{model} ({recipe})" if recipe else str(model)
+    model = candidate.display_name or "candidate"
+    return f"{model} ({candidate.recipe})" if candidate.recipe else model
 
 
 def baseline_text(ref: str, described: Mapping[str, Any]) -> str:

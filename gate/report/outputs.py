@@ -33,10 +33,13 @@ class ReportTargets:
     html: Path | None = None
     junit: Path | None = None
     markdown: Path | None = None
+    #: What the run measured, as the measurements file ``gate compare`` re-gates (``gate
+    #: run --measurements``; written by the session, not by :func:`write_reports`).
+    measurements: Path | None = None
 
     @property
     def any(self) -> bool:
-        """Whether at least one file report was asked for."""
+        """Whether at least one report of the results was asked for."""
         return any(p is not None for p in (self.json, self.html, self.junit, self.markdown))
 
 

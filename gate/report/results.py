@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
 from gate.gating.power import PowerStatement
 from gate.gating.verdict import (
     GateOutcome,
+    NotExercised,
     Severity,
     Unmeasured,
     Verdict,
@@ -51,6 +52,7 @@ from gate.gating.verdict import (
     VersionDrift,
     underpowered,
 )
+from gate.provenance import ModelProvenance
 from gate.store.schema import check_schema_version
 
 SCHEMA_VERSION = 2
@@ -121,6 +123,12 @@ def _unknown(entry: Mapping[str, Any], known: Sequence[str], what: str) -> None:
             f"unknown key(s) in {what}: {', '.join(extra)}",
             "the file was written by a newer or different gate",
         )
+
+
+def _provenance(document: Any) -> ModelProvenance:
+    if not isinstance(document, Mapping):
+        raise TypeError("candidate is not an object")
+    return ModelProvenance.from_document(document)
 
 
 def verdict_to_entry(verdict: Verdict) -> dict[str, Any]:
@@ -339,7 +347,8 @@ class Results:
     verdicts: tuple[Verdict, ...]
     baseline: Mapping[str, Any] = field(default_factory=dict)
     baselines: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    candidate: Mapping[str, Any] = field(default_factory=dict)
+    #: The candidate's provenance (the document's ``candidate`` object, typed).
+    candidate: ModelProvenance = field(default_factory=ModelProvenance)
     environment: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     #: Baseline metrics of the tiers that ran which the run did not measure.
@@ -348,8 +357,8 @@ class Results:
     unbounded: tuple[str, ...] = ()
     #: Packages measured at other versions than a baseline's (absent in older files).
     version_drift: tuple[VersionDrift, ...] = ()
-    #: One line per tier the compression never acted on (``<tier> NOT EXERCISED: ...``).
-    not_exercised: tuple[str, ...] = ()
+    #: The tiers the compression never acted on (in the file: ``<tier> NOT EXERCISED: ...``).
+    not_exercised: tuple[NotExercised, ...] = ()
     #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
     run: RunIdentity | None = None
 
@@ -358,6 +367,16 @@ class Results:
         """Verdicts whose critical bound is below their MDE (from the verdicts' statements)."""
         return underpowered(self.verdicts)
 
+    def ended_with(self, exit_code: int) -> Results:
+        """These results of a run that ended with ``exit_code`` after all (a report file
+        that could not be written): not approved, whatever was measured, and the headline
+        is what the code means (as :func:`final_words` words it)."""
+        if exit_code == self.exit_code:
+            return self
+        return replace(
+            self, exit_code=int(exit_code), verdict="block", headline=exit_meaning(exit_code)
+        )
+
     @classmethod
     def of_run(
         cls,
@@ -365,7 +384,7 @@ class Results:
         *,
         exit_code: ExitCode | int | None = None,
         baselines: Mapping[str, Mapping[str, Any]] | None = None,
-        candidate: Mapping[str, Any] | None = None,
+        candidate: ModelProvenance | None = None,
         environment: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         unbounded: Sequence[str] = (),
@@ -387,7 +406,7 @@ class Results:
             verdicts=tuple(outcome.verdicts),
             baseline=dict(next(iter(refs.values()), {})),
             baselines=refs,
-            candidate=dict(candidate or {}),
+            candidate=candidate if candidate is not None else ModelProvenance(),
             environment=dict(environment or {}),
             notes=tuple(notes),
             unmeasured=tuple(outcome.unmeasured),
@@ -407,14 +426,14 @@ class Results:
             "exit_code": self.exit_code,
             "baseline": dict(self.baseline),
             "baselines": {k: dict(v) for k, v in self.baselines.items()},
-            "candidate": dict(self.candidate),
+            "candidate": self.candidate.to_document(),
             "run": self.run.to_dict() if self.run is not None else None,
             "environment": dict(self.environment),
             "notes": list(self.notes),
             "unmeasured": [item.to_dict() for item in self.unmeasured],
             "unbounded": list(self.unbounded),
             "version_drift": [item.to_dict() for item in self.version_drift],
-            "not_exercised": list(self.not_exercised),
+            "not_exercised": [item.line for item in self.not_exercised],
             "underpowered": [underpowered_entry(p) for p in self.underpowered],
             "metrics": [verdict_to_entry(v) for v in self.verdicts],
         }
@@ -439,7 +458,7 @@ class Results:
                 verdicts=tuple(verdict_from_entry(entry) for entry in doc["metrics"]),
                 baseline=dict(doc.get("baseline") or {}),
                 baselines={str(k): dict(v) for k, v in (doc.get("baselines") or {}).items()},
-                candidate=dict(doc.get("candidate") or {}),
+                candidate=_provenance(doc.get("candidate") or {}),
                 environment=dict(doc.get("environment") or {}),
                 notes=tuple(str(n) for n in doc.get("notes") or []),
                 unmeasured=tuple(Unmeasured.from_dict(e) for e in doc.get("unmeasured") or []),
@@ -447,7 +466,9 @@ class Results:
                 version_drift=tuple(
                     VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
                 ),
-                not_exercised=tuple(str(n) for n in doc.get("not_exercised") or []),
+                not_exercised=tuple(
+                    NotExercised.from_line(n) for n in doc.get("not_exercised") or []
+                ),
                 run=(
                     RunIdentity.from_dict(doc["run"], source)
                     if doc.get("run") is not None

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from gate import progress
-from gate.errors import ConfigError, ExitCode, GateError
+from gate.errors import ConfigError, ExitCode, GateError, decided
 from gate.gating.calibration import (
     DEFAULT_MARGIN,
     DEFAULT_QUANTILE,
@@ -411,13 +411,11 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                     code = run_pytest("run", request.model, options, tiers=pert.tiers)
                 elapsed = time.perf_counter() - started
                 codes[pert.source] = int(code)
-                if code not in (ExitCode.OK, ExitCode.BLOCKED) or not handed:
+                if not decided(code) or not handed:
                     raise CalibrationFailed(
                         f"calibration run {pert.source!r} ended with exit {int(code)}",
                         f"see {request.log}" if request.log else "re-run with --log FILE",
-                        code
-                        if code not in (ExitCode.OK, ExitCode.BLOCKED)
-                        else ExitCode.INTERNAL_ERROR,
+                        code if not decided(code) else ExitCode.INTERNAL_ERROR,
                     )
                 if pert.source.startswith("repeat") and len(pert.tiers) == 1:
                     tier_seconds.setdefault(pert.tiers[0], []).append(elapsed)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import ExitCode
+from gate.errors import ExitCode, decided
 from gate.models.load_settings import LoadSettings
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> Cand
     whole = [
         v for v in results.verdicts if v.slice is None and v.against in (baseline_ref, "baseline")
     ]
-    idle = frozenset(line.partition(" NOT EXERCISED")[0] for line in results.not_exercised)
+    idle = frozenset(item.tier for item in results.not_exercised)
     values = {v.metric: v.value for v in whole if v.tier not in idle}
     breakdowns = {v.metric: dict(v.breakdown) for v in whole if v.breakdown and v.tier not in idle}
     return CandidateResult(
@@ -337,7 +337,7 @@ def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> Cand
 def judge(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:
     """The demo's exit code: 0 when every run completed and the control passed."""
     for c in candidates:
-        if c.exit_code not in (ExitCode.OK, ExitCode.BLOCKED):
+        if not decided(c.exit_code):
             return ExitCode(c.exit_code), f"candidate {c.recipe} ended with exit {c.exit_code}"
     control = next((c for c in candidates if c.recipe == CONTROL), None)
     if control is not None and control.exit_code != ExitCode.OK:

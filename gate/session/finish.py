@@ -38,12 +38,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gate.errors import ExitCode, GateError
+from gate.errors import ExitCode, GateError, decided
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gate.gating.verdict import Unmeasured
     from gate.measurement import Measurement
     from gate.provenance import ModelProvenance
     from gate.report.outputs import ReportTargets
@@ -146,85 +145,79 @@ def _compare(
     lines: list[str],
     tiers: Sequence[str] | None,
 ) -> SessionEnd:
-    from gate.gating.compare import compare_many, unmeasured
-    from gate.gating.placement import placement_drift, placement_notes
-    from gate.gating.thresholds import require_a_bound, unbounded_metrics
-    from gate.gating.verdict import decide
-    from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
-    from gate.models.backends.batch_fit import backoff_notes
     from gate.report.console import render
-    from gate.report.results_json import build_results
     from gate.session.handoff import publish, publish_measurements
-    from gate.store.baseline import check_compatible
-    from gate.tiers.exercised import gate_on_exercised, not_exercised, reason
-    from gate.tiers.exercised import notes as exercised_notes
+    from gate.session.judgement import JudgementInputs, baseline_titles, judge
 
     if not measured:
         code = problem if problem is not None else int(ExitCode.NO_MEASUREMENTS)
         return SessionEnd(code, [*lines, "gate: nothing was measured"])
-    narrowed: list[str] = []
-    if inputs.thresholds.exercised_only:
-        measured, narrowed = gate_on_exercised(measured)
-    for baseline in run.baselines.values():
-        check_compatible(baseline, candidate)
-    names = [m.name for m in measured]
-    if problem is None:  # a failed run already has its exit code; an unbounded run must not pass
-        require_a_bound(inputs.thresholds, names, what="this run")
-    publish_measurements(measured)
-    stored = {ref: list(b.measurements.values()) for ref, b in run.baselines.items()}
-    verdicts = compare_many(measured, stored, inputs.thresholds)
-    missing = unmeasured(measured, stored, tiers)
-    versions = check_refs(
-        {ref: measured_with(b.environment, b.provenance) for ref, b in run.baselines.items()},
-        measured_with(env, candidate),
+    reports = inputs.options.reports
+    saved = _save_measurements(reports, measured, candidate, env, tiers)
+    judgement = judge(
+        JudgementInputs(
+            measurements=measured,
+            baselines=run.baselines,
+            thresholds=inputs.thresholds,
+            candidate=candidate,
+            environment=env,
+            run=run_identity(inputs, run.model_slug),
+            strict=inputs.options.strict,
+            tiers=tiers,
+            notes=[line.removeprefix("gate: ") for line in lines],
+            problem=problem,
+            subject="this run",
+        )
     )
-    placement = placement_drift({ref: b.provenance for ref, b in run.baselines.items()}, candidate)
-    strict = inputs.options.strict
-    idle = [reason(tier, e) for tier, e in not_exercised(measured).items()]
-    outcome = decide(
-        verdicts,
-        strict=strict,
-        unmeasured=missing,
-        version_drift=drift_of(versions) + placement,
-        not_exercised=idle,
-        require_power=inputs.thresholds.require_power,
+    publish_measurements(list(judgement.measured))
+    results = judgement.results
+    title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + baseline_titles(
+        run.baselines, refs_always=True
     )
-    code = int(outcome.exit_code) if problem is None else problem
-    unbounded = unbounded_metrics(inputs.thresholds, names)
-    notes = [line.removeprefix("gate: ") for line in lines]
-    notes += coverage_notes(missing, unbounded, inputs.thresholds.source, strict)
-    notes += version_notes(versions, strict=strict)
-    notes += placement_notes(placement, strict=strict)
-    notes += backoff_notes(candidate.batch_backoffs)
-    notes += exercised_notes(measured) + narrowed
-    title = f"gate run: {run.model} ({run.recipe or 'no recipe'}) vs " + ", ".join(
-        f"{ref} = {b.display}" for ref, b in run.baselines.items()
-    )
-
-    results = build_results(
-        outcome,
-        exit_code=code,
-        baselines={ref: b.describe(ref) for ref, b in run.baselines.items()},
-        candidate=candidate.to_document(),
-        environment=env,
-        notes=notes,
-        unbounded=unbounded,
-        run=run_identity(inputs, run.model_slug),
-    )
-    publish(results)
     buffer = io.StringIO()
-    failure = _write_reports(results, inputs.options.reports, buffer)
+    failure = saved or _write_reports(results, reports, buffer)
+    publish(results)
     end: list[str] = []
+    code = results.exit_code
     if failure is not None:  # the measurements are still shown; the run ends with the error
         end.append(f"gate: error: {failure.format_line()}")
-        if code in (ExitCode.OK, ExitCode.BLOCKED):  # an input error outranks a verdict
+        if decided(code):  # an input error outranks a verdict
             code = int(failure.exit_code)
-    shown = code
+    shown = results.ended_with(code)
 
     def show(console: Console) -> None:
-        render(outcome, console, exit_code=shown, title=title, notes=notes)
+        render(shown, console, title=title)
 
     return SessionEnd(code, end, show, buffer.getvalue())
+
+
+def _save_measurements(
+    reports: ReportTargets,
+    measured: Sequence[Measurement],
+    candidate: ModelProvenance,
+    env: dict[str, Any],
+    tiers: Sequence[str] | None,
+) -> GateError | None:
+    """Write ``--measurements`` (what the run measured, before any verdict); a failed write
+    is returned (one-line error) like a report's, so the report is still printed."""
+    from gate.store.measurements_file import save_measurements
+
+    if reports.measurements is None:
+        return None
+    try:
+        save_measurements(
+            reports.measurements, measured, model=candidate, environment=env, tiers=tiers
+        )
+    except GateError as exc:
+        return exc
+    except OSError as exc:
+        from gate.errors import UsageError
+
+        return UsageError(
+            f"cannot write --measurements {reports.measurements}: {exc.strerror or exc}",
+            "check the directory exists and is writable",
+        )
+    return None
 
 
 def run_identity(inputs: SessionInputs, model_slug: str) -> RunIdentity:
@@ -261,27 +254,4 @@ def _write_reports(
     return None
 
 
-def coverage_notes(
-    missing: Sequence[Unmeasured], unbounded: Sequence[str], source: str, strict: bool
-) -> list[str]:
-    """Report notes for what the comparison could not judge: baseline metrics the run did
-    not measure (a warning each; ``--strict`` blocks) and metrics without a bound."""
-    notes: list[str] = []
-    by_ref: dict[str, list[str]] = {}
-    for item in missing:
-        by_ref.setdefault(item.against, []).append(item.metric)
-    for ref, metrics in by_ref.items():
-        effect = "blocks under --strict" if strict else "a warning; --strict blocks"
-        notes.append(
-            f"{len(metrics)} metric(s) of baseline {ref} not measured in this run ({effect}): "
-            + ", ".join(metrics)
-        )
-    if unbounded:
-        notes.append(
-            f"{len(unbounded)} measured metric(s) have no bound in {source}"
-            " (reported, not gated): " + ", ".join(unbounded)
-        )
-    return notes
-
-
-__all__ = ["SessionEnd", "coverage_notes", "run_identity", "store_or_compare"]
+__all__ = ["SessionEnd", "run_identity", "store_or_compare"]

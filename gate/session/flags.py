@@ -17,11 +17,13 @@ This module imports neither pytest nor a model library.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
-from gate.errors import ConfigError
-from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
+from gate.models.engine_settings import (
+    OptionKind,
+    engine_from_options,
+    engine_setting_options,
+)
 from gate.models.load_settings import LoadSettings, load_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.options import (
@@ -40,10 +42,17 @@ REPORT_ROWS: tuple[OptionField, ...] = (
     OptionField(
         "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
     ),
+    OptionField(
+        "measurements",
+        "path",
+        "run mode: write what the run measured here (a measurements file gate compare reads)",
+        option="--gate-measurements",
+    ),
 )
 #: The pytest kind of an engine setting's kind (text otherwise; a repeatable one appends).
 _ROW_KINDS: dict[OptionKind, Kind] = {"file": "path", "texts": "append"}
-#: The engine rows (text as given; numbers are read by :func:`_engine`).
+#: The engine rows (text as given; numbers are read by
+#: :func:`gate.models.engine_settings.engine_from_options`).
 ENGINE_ROWS: tuple[OptionField, ...] = tuple(
     OptionField(
         name,
@@ -63,10 +72,6 @@ LOAD_ROWS: tuple[OptionField, ...] = tuple(
     )
     for name, option in load_setting_options()
 )
-_ENGINE_KINDS: dict[str, OptionKind] = {
-    name: option.kind for name, option in engine_setting_options()
-}
-_ENGINE_FLAGS: dict[str, str] = {name: option.flag for name, option in engine_setting_options()}
 
 
 def _ordered() -> tuple[OptionField, ...]:
@@ -96,38 +101,6 @@ def add_options(group: Any) -> None:
         row.add_to(group)
 
 
-def _number(text: str, name: str) -> int | float:
-    """An engine number given as text (``--gate-max-concurrency 4``)."""
-    flag = _ENGINE_FLAGS[name]
-    kind = int if _ENGINE_KINDS[name] == "count" else float
-    try:
-        return kind(text)
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r} is not a number", f"give {flag} as a number") from None
-
-
-def _engine(given: dict[str, Any]) -> EngineSettings | None:
-    """The engine the ``--gate-*`` engine options name (``None``: none given)."""
-    from gate.config import build_dataclass
-
-    table = {k: v for k, v in given.items() if v is not None and v != ()}
-    if not table:
-        return None
-    if "serve" not in table and "endpoint" not in table:
-        raise ConfigError(
-            f"{', '.join(_ENGINE_FLAGS[name] for name in table)} given without an engine",
-            "add --serve COMMAND or --endpoint URL (or an engine table in gate.toml)",
-        )
-    for name, value in table.items():
-        if _ENGINE_KINDS[name] in ("count", "seconds"):
-            table[name] = _number(value, name)
-        elif isinstance(value, Path):
-            table[name] = str(value)
-        elif isinstance(value, tuple):  # a repeated option: a list, as in gate.toml
-            table[name] = list(value)
-    return build_dataclass(EngineSettings, table, where="engine options")
-
-
 def _load(given: dict[str, Any]) -> LoadSettings:
     """The load settings the ``--gate-*`` load options give (a switch not given: unset)."""
     from gate.config import build_dataclass
@@ -150,7 +123,7 @@ def request_from_pytest(option: Any) -> SessionRequest | None:
     options = SessionOptions(
         **{row.name: value(row) for row in SESSION_FIELDS},
         reports=reports,
-        engine=_engine({row.name: value(row) for row in ENGINE_ROWS}),
+        engine=engine_from_options({row.name: value(row) for row in ENGINE_ROWS}),
         load=_load({row.name: value(row) for row in LOAD_ROWS}),
     )
     return SessionRequest(mode=option.gate_mode, model=str(model), options=options.with_defaults())

@@ -45,7 +45,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gate.errors import DataError, ExitCode, GateError, UsageError
+from gate.errors import DataError, ExitCode, GateError, UsageError, decided
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results import Results, RunIdentity
 from gate.session.multirun import (
@@ -263,17 +263,15 @@ def check_expected(merged: Sequence[Merged], expected: Expected) -> None:
 
 def _candidate_of(item: Merged) -> Candidate:
     """The candidate a results document describes (no run config to look it up in)."""
-    doc = item.results.candidate
-    recipe = doc.get("recipe")
-    model = next((str(doc[k]) for k in ("model", "id", "source", "path") if doc.get(k)), "?")
+    provenance = item.results.candidate
     return Candidate(
         name=item.name,
-        model=model,
-        recipe=str(recipe) if recipe else None,
+        model=provenance.display_name or "?",
+        recipe=provenance.recipe or None,
         against=tuple(item.results.baselines),
         tiers=None,
         calibration=None,
-        model_slug=str(doc["slug"]) if doc.get("slug") else None,
+        model_slug=provenance.slug or None,
     )
 
 
@@ -288,7 +286,7 @@ def _reported(candidate: Candidate, item: Merged, targets: ReportTargets, severa
     except GateError as exc:
         error = exc.format_line()
         print(f"gate: error: {error}", file=sys.stderr)
-        if code in (ExitCode.OK, ExitCode.BLOCKED):
+        if decided(code):  # an input error outranks a verdict
             code = exc.exit_code
     json_written = mine.json if mine.json is not None and mine.json.is_file() else None
     return outcome_of(candidate, code, item.results, mine.markdown, error, json_written)

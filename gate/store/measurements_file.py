@@ -4,9 +4,14 @@ It is the results JSON without verdicts (docs/contracts.md "Measurements file"):
 
     {"schema_version": 1, "kind": "measurements",
      "model": {provenance}, "environment": {...},
+     "tiers": ["fidelity", ...],            # optional: the tiers that ran
      "metrics": [Measurement.to_dict(), ...]}
 
-so that teams who measure with other tools can still use the gate. Values must
+so that teams who measure with other tools can still use the gate, and so
+that a run can be re-gated later (``gate run --measurements``: the file holds
+the run's measurements, the candidate's provenance, the environment it was
+measured in and the tiers that ran, whose baseline metrics it should have
+measured). Values must
 be finite: JSON ``NaN``/``Infinity`` literals (which Python's :mod:`json`
 accepts by default) are refused with a :class:`~gate.errors.DataError`.
 """
@@ -104,6 +109,8 @@ class MeasurementsFile:
     #: The measured model's provenance (the file's ``model`` object).
     model: ModelProvenance = field(default_factory=ModelProvenance)
     environment: dict[str, Any] = field(default_factory=dict)
+    #: The tiers that ran (``None``: not recorded; those of the metrics then count).
+    tiers: tuple[str, ...] | None = None
 
 
 def load_measurements(path: Path) -> MeasurementsFile:
@@ -121,10 +128,16 @@ def load_measurements(path: Path) -> MeasurementsFile:
     environment = data.get("environment") or {}
     if not isinstance(model, Mapping) or not isinstance(environment, Mapping):
         raise DataError(f"{path}: 'model' and 'environment' must be objects", "see examples/")
+    tiers = data.get("tiers")
+    if tiers is not None and not (
+        isinstance(tiers, list) and all(isinstance(t, str) for t in tiers)
+    ):
+        raise DataError(f"{path}: 'tiers' must be a list of tier names", "see examples/")
     return MeasurementsFile(
         measurements=parse_metrics(data["metrics"], str(path)),
         model=ModelProvenance.from_document(model),
         environment=dict(environment),
+        tiers=tuple(tiers) if tiers is not None else None,
     )
 
 
@@ -134,15 +147,18 @@ def save_measurements(
     *,
     model: ModelProvenance | None = None,
     environment: Mapping[str, Any] | None = None,
+    tiers: Sequence[str] | None = None,
 ) -> None:
     """Write a measurements file atomically (validating every measurement first)."""
     for measurement in measurements:
         measurement.validate()
-    data = {
+    data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "model": model.to_document() if model is not None else {},
         "environment": dict(environment or {}),
         "metrics": [m.to_dict() for m in measurements],
     }
+    if tiers is not None:
+        data["tiers"] = list(tiers)
     write_atomic(Path(path), dump_json(data))

@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gate.gating.verdict import NotExercised
 from gate.measurement import Measurement, MeasurementDetail
 from gate.models.activity import Counting, Exercise, request_key
 from gate.models.backends.capabilities import activity_of
@@ -186,8 +187,8 @@ def not_exercised(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
     return {tier: e for tier, e in tier_exercise(measurements).items() if e.none}
 
 
-def reason(tier: str, exercise: Exercise) -> str:
-    """One line: why ``tier`` is NOT EXERCISED and what to do."""
+def reason(tier: str, exercise: Exercise) -> NotExercised:
+    """Why ``tier`` is NOT EXERCISED and what to do: its typed record."""
     if exercise.counting == Counting.PER_REQUEST.value:
         what = f"{exercise.recipe} acted on none of the {exercise.requests} request(s)"
         fix = "give longer prompts or a smaller budget"
@@ -197,7 +198,7 @@ def reason(tier: str, exercise: Exercise) -> str:
     else:
         what = f"{exercise.recipe} changed no module of the loaded model ({exercise.unit}: 0)"
         fix = "check that the quantization kernels are installed and the recipe applies"
-    return f"{tier} NOT EXERCISED: {what}; {fix}"
+    return NotExercised(tier=tier, why=f"{what}; {fix}")
 
 
 def notes(measurements: Sequence[Measurement]) -> list[str]:
@@ -205,7 +206,7 @@ def notes(measurements: Sequence[Measurement]) -> list[str]:
     out: list[str] = []
     for tier, e in tier_exercise(measurements).items():
         if e.none:
-            out.append(reason(tier, e))
+            out.append(reason(tier, e).line)
         elif e.counting == Counting.PER_REQUEST.value and e.exercised < e.requests:
             out.append(f"{tier}: {e.describe()}; its metrics include the requests it never touched")
     return out
