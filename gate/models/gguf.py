@@ -18,6 +18,7 @@ before the weights load.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +78,16 @@ def read_gguf(path: Path) -> GGUFSummary:
     """The :class:`GGUFSummary` of ``path`` (:class:`ModelLoadError`, exit 3, when unreadable).
 
     ``tensor_types`` counts each tensor's ``tensor_type`` name, sorted by name.
+    Parsing a header with a large vocabulary takes seconds, so a summary is
+    kept for the process, keyed by the resolved path, size and modification
+    time (a rewritten file is read again).
     """
+    stat = path.stat()
+    return _read_gguf(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_gguf(path: Path, size: int, mtime_ns: int) -> GGUFSummary:
     try:
         from gguf import GGUFReader
     except ImportError:
