@@ -170,7 +170,7 @@ def test_a_quantizer_that_changed_nothing_counts_zero_modules(tiny_backend: HFBa
     assert modules_of_class(tiny_backend.model, "QLinear", "Linear8bitLt", "Linear4bit") == 0
     assert pruned_linears(tiny_backend.model) == 0
     exercise = Activity("quanto-int4", QUANTIZED).since(None)
-    assert exercise.none and "changed no module" in exercised.reason("fidelity", exercise)
+    assert exercise.none and "changed no module" in exercised.reason("fidelity", exercise).why
 
 
 @pytest.mark.parametrize("recipe", ["gptq:w4a16", "awq:w4a16", "sparsegpt:0.5"])

@@ -86,7 +86,7 @@ def test_the_baseline_holds_the_models_own_greedy_answers(smollm2: dict[str, Pat
     record = next((smollm2["store"] / SLUG).glob("0001-*.json"))
     data = json.loads(record.read_text(encoding="utf-8"))
     assert "fidelity" in json.dumps(data)
-    assert data["model"]["source"] == str(smollm2["model"])
+    assert data["provenance"]["source"] == str(smollm2["model"])
 
 
 def test_the_untouched_build_is_approved(smollm2: dict[str, Path]) -> None:

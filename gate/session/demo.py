@@ -222,13 +222,15 @@ def _cache_root() -> Path:
 
 
 def has_baseline(store: Path, model: DemoModel) -> bool:
-    """Whether ``store`` holds ``model``'s baseline ref."""
-    refs = store / model.slug / "refs.json"
-    if not refs.is_file():
+    """Whether ``store`` holds ``model``'s baseline ref (a store that cannot be read: no)."""
+    from gate.errors import GateError
+    from gate.store.baseline import BaselineStore
+
+    if not (store / model.slug).is_dir():
         return False
     try:
-        return model.baseline_ref in json.loads(refs.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return model.baseline_ref in BaselineStore(store).refs(model.slug)
+    except GateError:
         return False
 
 
