@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,13 @@ from typing import TYPE_CHECKING, Any
 import numpy  # noqa: F401
 import pytest
 import scipy.stats  # noqa: F401
+
+# A suite started in the background of a non-interactive shell (`bash .ci/run &`)
+# inherits SIGINT ignored, and so would every gate it starts: gate keeps an inherited
+# SIG_IGN on purpose (nohup's choice), so the interrupt tests would see no interrupt.
+# A Python handler here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if TYPE_CHECKING:
     from gate.models.backends.hf import HFBackend

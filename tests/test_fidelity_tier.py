@@ -464,11 +464,13 @@ def test_demo_refuses_an_unknown_recipe() -> None:
     not (demo_store() / "demo").is_dir(), reason="the demo baseline is not committed yet"
 )
 def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
-    """The unmodified build reproduces the committed pack exactly; two dropped layers block.
+    """The unmodified build reproduces the committed pack; two dropped layers block.
 
-    Exactly: CGA 1 and KL 0, not "about". A change to the scorer's numerics (padding
-    side, which columns reach the LM head, dtype) breaks this until the demo baseline
-    is re-recorded with ``gate demo --record-baseline``.
+    CGA exactly 1, and a KL at float32 rounding: the committed pack was recorded on
+    another host, and the CPU's matrix kernels (AVX2 or AVX-512) order float32 sums
+    differently (2.1e-8 nats on an AVX-512 host, 0 where it was recorded). A change to
+    the scorer's numerics (padding side, which columns reach the LM head, dtype) moves
+    it far past that until the demo baseline is re-recorded (``gate demo --record-baseline``).
     """
     out = tmp_path / "demo"
     result = _gate(
@@ -481,7 +483,8 @@ def test_demo_panel_blocks_a_damaged_build(tmp_path: Path) -> None:
     assert verdicts == {"none": "pass", "drop-layers:2": "block"}
     metrics = {c["recipe"]: c["metrics"] for c in summary["candidates"]}
     assert metrics["none"]["fidelity.cga"] == 1.0
-    assert metrics["none"]["fidelity.kl_mean"] == 0.0 and metrics["none"]["fidelity.kl_p99"] == 0.0
+    assert metrics["none"]["fidelity.kl_mean"] <= 1e-6
+    assert metrics["none"]["fidelity.kl_p99"] <= 1e-6
     assert metrics["drop-layers:2"]["fidelity.cga"] < 0.9
 
 

@@ -76,8 +76,8 @@ def _gate(smollm2: dict[str, Path], recipe: str | None, name: str) -> tuple[int,
 
 
 def _whole(results: dict[str, Any], metric: str) -> float:
-    for verdict in results["verdicts"]:
-        if verdict["metric"] == metric and verdict.get("slice") in (None, "all"):
+    for verdict in results["metrics"]:
+        if verdict["name"] == metric and verdict.get("slice") is None:
             return float(verdict["value"])
     raise AssertionError(f"{metric} not in the results")
 
