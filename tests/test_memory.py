@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 
@@ -14,14 +15,22 @@ from tests.fakes.fake_nvml import FakeGpuState, make_fake_nvml
 
 
 def test_rss_peak_sees_a_transient_allocation() -> None:
-    """A 64 MiB buffer allocated and freed inside the region shows in the peak RSS delta."""
+    """A 64 MiB buffer allocated and freed inside the region shows in the peak RSS delta.
+
+    The buffer is a fresh anonymous mapping, every page written: a heap block could be
+    memory an earlier test in this worker freed and the allocator kept resident (one run
+    saw a delta of 4 KiB), which would not raise the RSS at all.
+    """
     with MemoryTracker("cpu", interval_s=0.001) as tracker:
-        buf = np.ones(64 * 2**20, dtype=np.uint8)
+        region = mmap.mmap(-1, 64 * 2**20)
+        buf = np.frombuffer(region, dtype=np.uint8)
+        buf[:] = 1
         polled = tracker.samples
         deadline = time.monotonic() + 600.0  # a hang guard, not a speed check
         while tracker.samples < polled + 3 and time.monotonic() < deadline:
             time.sleep(0.01)  # a loaded runner schedules the poller late, not never
         del buf
+        region.close()
     report = tracker.report
     assert report.peak_allocated_bytes is None and report.process_vram_bytes is None
     assert report.rss_delta_bytes >= 48 * 2**20
