@@ -27,7 +27,7 @@ from gate.errors import ConfigError
 from gate.metrics.registry import check_tier
 from gate.tiers.accuracy import AccuracySettings
 from gate.tiers.capability import CapabilitySettings
-from gate.tiers.fidelity import FidelitySettings
+from gate.tiers.fidelity.settings import FidelitySettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadSettings
