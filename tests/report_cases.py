@@ -140,7 +140,7 @@ def latency(slowdown: float, *, runs: int = 20, seed: int = 2) -> list[Measureme
         runs=tuple(timed),
         sweep=sweep,
         memory=(),
-        param_bytes=1_000_000,
+        parameter_bytes=1_000_000,
         fingerprint=FINGERPRINT,
         settings=settings,
     )

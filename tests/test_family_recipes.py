@@ -321,7 +321,7 @@ def test_latency_tier_reports_kv_bytes_per_token() -> None:
         runs=(run, run),
         sweep=latency.SweepResult(tokens_per_s={1: (10.0, 10.0)}, oom_batch=None),
         memory=(),
-        param_bytes=None,
+        parameter_bytes=None,
         fingerprint=collect("cpu"),
         settings=latency.LatencySettings(),
         kv_cache={"kv_bytes_per_token": 1234.5, "kv_cache_bytes": 99},

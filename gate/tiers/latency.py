@@ -182,7 +182,9 @@ class LatencyResult:
     runs: tuple[RunLatency, ...]
     sweep: SweepResult
     memory: tuple[MemoryReport, ...]
-    param_bytes: int | None
+    #: Bytes of the loaded parameters and buffers, the provenance's ``parameter_bytes``
+    #: (reported as ``latency.param_bytes``, the metric name baselines and thresholds store).
+    parameter_bytes: int | None
     fingerprint: Fingerprint
     settings: LatencySettings
     extra_details: dict[str, Any] = field(default_factory=dict)
@@ -452,7 +454,7 @@ def run_tier(
         runs=tuple(runs),
         sweep=result_sweep,
         memory=tuple(reports),
-        param_bytes=backend.provenance().parameter_bytes,
+        parameter_bytes=backend.provenance().parameter_bytes,
         fingerprint=fingerprint,
         settings=settings,
         extra_details={"prompt_tokens": len(prompt_ids)},
@@ -562,8 +564,10 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             if per_gpu:
                 details["per_gpu"] = per_gpu
             out.append(Measurement(f"latency.{key}", float(value), details=details))
-    if result.param_bytes is not None:
-        out.append(Measurement("latency.param_bytes", float(result.param_bytes), details=common))
+    if result.parameter_bytes is not None:
+        out.append(
+            Measurement("latency.param_bytes", float(result.parameter_bytes), details=common)
+        )
     if result.kv_cache is not None:
         out.append(
             Measurement(

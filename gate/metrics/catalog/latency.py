@@ -70,7 +70,8 @@ SPECS: tuple[MetricSpec, ...] = (
     _lower(
         "param_bytes",
         "B",
-        "bytes of the loaded parameters and buffers (the CPU memory-reduction metric)",
+        "bytes of the loaded parameters and buffers, the model provenance's parameter_bytes "
+        "(the CPU memory-reduction metric)",
         SampleKind.POINT,
     ),
     _lower(
