@@ -119,7 +119,8 @@ def test_baseline_against_itself_ties_everywhere_and_passes(store: Path, tmp_pat
     code, doc, log = run(tmp_path, store, None, cache=tmp_path / "cache")
     assert code == ExitCode.OK, log[-3000:]
     elo = metric(doc, "judge.elo_delta")
-    tally = elo["details"]["tally"]
+    (panel,) = doc["judge"]
+    tally = panel["tally"]
     assert tally["identical"] + tally["swap_inconsistent"] == tally["pairs"] == 48
     assert elo["value"] == 0.0 and elo["ci"][0] <= 0.0 <= elo["ci"][1]
     assert elo["severity"] == "pass"
@@ -139,7 +140,8 @@ def test_damaged_builds_are_significantly_worse_and_blocked(
     assert elo["severity"] == "critical" and elo["value"] < -35
     assert elo["ci"][1] < 0 and elo["p_value"] < 0.01
     assert "judge panel vs fp32: STABLE" in log and "Elo delta" in log
-    judges = elo["details"]["judges"]
+    (panel,) = doc["judge"]
+    judges = panel["judges"]
     assert judges[0]["calls"] > 0 and judges[0]["tokens"] > 0
     if recipe == "drop-layers:2":  # once is enough to show the cache
         _a_second_identical_run_makes_no_judge_call(store, tmp_path, doc)
@@ -152,8 +154,8 @@ def _a_second_identical_run_makes_no_judge_call(
     second_dir = tmp_path / "two"
     second_dir.mkdir()
     _, second, log = run(second_dir, store, "drop-layers:2", cache=tmp_path / "cache")
-    (j1,) = metric(first, "judge.elo_delta")["details"]["judges"]
-    (j2,) = metric(second, "judge.elo_delta")["details"]["judges"]
+    ((j1,),) = [panel["judges"] for panel in first["judge"]]
+    ((j2,),) = [panel["judges"] for panel in second["judge"]]
     assert j1["calls"] > 0
     assert j2["calls"] == 0 and j2["tokens"] == 0
     assert j2["cache_hits"] == j1["calls"] + j1["cache_hits"]

@@ -373,8 +373,7 @@ def _results(tmp_path: Path, *answers: Callable[[str], str]) -> Results:
     texts = ["a c." if i < 12 else t.text for i, t in enumerate(BASE.outputs)]
     result = tier.compare_outputs(outputs(texts), BASE, panel(tmp_path, *answers), SETTINGS)
     verdicts = compare_many(list(result.measurements), {"fp32": []}, THRESHOLDS)
-    outcome = decide(verdicts)
-    return Results("BLOCKED", "BLOCKED", int(outcome.exit_code), outcome.verdicts)
+    return Results.of_run(decide(verdicts))
 
 
 def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
@@ -386,11 +385,8 @@ def test_every_report_shows_the_judge_panel(tmp_path: Path) -> None:
     from gate.report.markdown import render_markdown
 
     results = _results(tmp_path, prefer(len))
-    verdicts = results.verdicts
-    from gate.gating.verdict import decide
-
     buffer = io.StringIO()
-    render(Results.of_run(decide(verdicts)), make_console(buffer, color=False))
+    render(results, make_console(buffer, color=False))
     text = buffer.getvalue()
     assert "judge panel vs fp32: STABLE" in text
     assert "judge j0 (test, scripted0@1): 66 calls made, 12 cache hits" in text
@@ -440,13 +436,35 @@ def test_github_output_carries_the_judge_verdicts_and_panel(tmp_path: Path) -> N
     assert "judge panel vs fp32: STABLE" in text and "66 calls made" in text
 
 
-def test_results_json_round_trips_the_panel(tmp_path: Path) -> None:
-    from gate.gating.verdict import decide
-    from gate.report.judge_summary import judge_summary
-    from gate.report.results_json import build_results, results_from_json, write_results
+def test_results_json_round_trips_the_panel_as_a_typed_record(tmp_path: Path) -> None:
+    """The panel leaves the verdicts' details for the results' ``judge`` list, typed, and
+    comes back from the file equal; a results file of schema 2 (panel in the details) reads
+    the same panel."""
+    import json
+
+    from gate.judge.summary import SUMMARY_KEYS
+    from gate.report.results_json import results_from_json, write_results
 
     results = _results(tmp_path, prefer(len))
-    write_results(tmp_path / "r.json", build_results(decide(results.verdicts), exit_code=1))
-    (panel_back,) = judge_summary(results_from_json(tmp_path / "r.json").verdicts)
-    assert panel_back.judges[0]["calls"] == 66 and panel_back.tally["pairs"] == 30
-    assert panel_back.elo is not None and panel_back.examples
+    (panel,) = results.judge
+    assert panel.against == "fp32" and panel.stability.stable
+    assert panel.judges[0]["calls"] == 66 and panel.tally["pairs"] == 30
+    (elo_verdict,) = [v for v in results.verdicts if v.metric == "judge.elo_delta" and not v.slice]
+    assert panel.elo is not None and panel.elo.delta == pytest.approx(elo_verdict.value)
+    assert [o.id for o in panel.outputs] == [o.id for o in BASE.outputs] and panel.examples
+    carried = {k for v in results.verdicts for k in v.details if k in SUMMARY_KEYS}
+    assert carried == {"judges"}  # judge.validity's judge model ids only
+    write_results(tmp_path / "r.json", results)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [e["against"] for e in doc["judge"]] == ["fp32"]
+    back = results_from_json(tmp_path / "r.json")
+    assert back.judge == results.judge and back.to_document() == doc
+    # schema 2 kept the panel in the details of judge.elo_delta (the whole metric)
+    older = json.loads(json.dumps({k: v for k, v in doc.items() if k != "judge"}))
+    older["schema_version"] = 2
+    (elo_entry,) = [
+        m for m in older["metrics"] if m["name"] == "judge.elo_delta" and not m["slice"]
+    ]
+    elo_entry["details"] = {**elo_entry["details"], **panel.to_details()}
+    old = Results.from_document(older)
+    assert old.judge == results.judge and old.to_document() == doc

@@ -145,7 +145,7 @@ def test_results_json_round_trip(tmp_path: Path) -> None:
     )
     write_results(path, results)
     raw = json.loads(path.read_text())
-    assert (raw["schema_version"], raw["verdict"], raw["exit_code"]) == (2, "block", 1)
+    assert (raw["schema_version"], raw["verdict"], raw["exit_code"]) == (3, "block", 1)
     assert raw["baseline"] == {"ref": "prod", "number": 3}
     entry = raw["metrics"][2]
     assert entry["name"] == "fidelity.cga" and entry["severity"] == "critical"

@@ -20,7 +20,9 @@ from gate.cli import main
 from gate.errors import DataError, ExitCode
 from gate.gating.verdict import NotExercised, Severity, Unmeasured, Verdict, VersionDrift, decide
 from gate.judge.elo import EloResult
-from gate.metrics.catalog.judge import JudgeDetail
+from gate.judge.protocol import Stability
+from gate.judge.summary import JudgeSummary
+from gate.measurement import JudgedOutput
 from gate.provenance import ModelProvenance, sha256_file
 from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
@@ -197,7 +199,7 @@ def test_compare_writes_the_run_identity_and_it_round_trips(tmp_path: Path) -> N
     from gate.gating.thresholds import load_thresholds
 
     doc = json.loads(_compare_json(tmp_path, "candidate-warn.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 2
+    assert doc["schema_version"] == SCHEMA_VERSION == 3
     limits = load_thresholds(EXAMPLES / "thresholds.toml")
     assert doc["run"] == {
         "candidate": "candidate-warn",
@@ -301,7 +303,13 @@ def _judged_results(delta: float) -> Results:
         higher_is_better=True,
         n=10,
         reason="r",
-        details={JudgeDetail.ELO: elo.to_dict(), JudgeDetail.OUTPUTS: [output]},
+        details=JudgeSummary(
+            judges=({"name": "j0", "calls": 3},),
+            tally={"pairs": 10},
+            stability=Stability(True, None, 0.15, "one judge"),
+            elo=elo,
+            outputs=(JudgedOutput.from_dict(output),),
+        ).to_details(),
     )
     doc = build_results(decide([verdict])).to_document()
     return Results.from_document(json.loads(dump_json(doc)))
@@ -344,3 +352,26 @@ def test_run_candidates_uses_the_handed_results_without_a_json_file(tmp_path: Pa
     assert outcome.results == Results.from_document(blocked.doc)
     assert outcome.json is None
     assert outcome.headline == "BLOCKED" and outcome.findings[0].startswith("fidelity.")
+
+
+def test_not_exercised_entries_are_objects_and_older_lines_still_read() -> None:
+    results = _unmeasured_drift_idle()
+    doc = json.loads(dump_json(results.to_document()))
+    why = "no quantized layer ran; use another recipe"
+    assert doc["not_exercised"] == [{"tier": "latency", "why": why}]
+    older = {**doc, "schema_version": 2, "not_exercised": [f"latency NOT EXERCISED: {why}"]}
+    assert Results.from_document(older).not_exercised == results.not_exercised
+    with pytest.raises(DataError, match="not_exercised entry"):
+        Results.from_document({**doc, "not_exercised": [{"tier": "latency"}]})
+
+
+def test_a_malformed_judge_entry_is_one_data_error() -> None:
+    results = _judged_results(4.0)
+    doc = json.loads(dump_json(results.to_document()))
+    (entry,) = doc["judge"]
+    assert entry["against"] == "baseline" and entry["elo"]["delta"] == 4.0
+    assert Results.from_document(doc).judge == results.judge
+    with pytest.raises(DataError, match=r"malformed judge entry.*colour"):
+        Results.from_document({**doc, "judge": [{**entry, "colour": "blue"}]})
+    with pytest.raises(DataError, match=r"malformed judge entry.*'bound' is missing"):
+        Results.from_document({**doc, "judge": [{**entry, "stability": {"stable": True}}]})

@@ -229,10 +229,24 @@ class NotExercised:
         """``<tier> NOT EXERCISED: <why>`` (reports; the results JSON's entry)."""
         return f"{self.tier}{self.MARK}{self.why}"
 
+    def to_dict(self) -> dict[str, str]:
+        """The results JSON ``not_exercised[]`` entry (schema 3)."""
+        return {"tier": self.tier, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, entry: Any) -> NotExercised:
+        """Inverse of :meth:`to_dict`; a line (a results file of schema 1 or 2) is read
+        with :meth:`from_line` (``KeyError``/``TypeError``/``ValueError`` when malformed)."""
+        if isinstance(entry, str):
+            return cls.from_line(entry)
+        if not isinstance(entry, Mapping) or set(entry) != {"tier", "why"}:
+            raise ValueError(f"not a not_exercised entry (tier, why): {entry!r}")
+        return cls(tier=str(entry["tier"]), why=str(entry["why"]))
+
     @classmethod
     def from_line(cls, line: str) -> NotExercised:
-        """Inverse of :attr:`line`, for the results JSON's entries only (``ValueError`` on a
-        malformed one)."""
+        """Inverse of :attr:`line`, for the entries of results files written before schema 3
+        only (``ValueError`` on a malformed one)."""
         tier, mark, why = str(line).partition(cls.MARK)
         if not mark or not tier:
             raise ValueError(f"not a NOT EXERCISED line: {line!r}")

@@ -43,7 +43,7 @@ from rich.text import Text
 from gate.errors import exit_label
 from gate.gating.power import PowerStatement
 from gate.gating.verdict import Severity, Verdict, VerdictDetail, VerdictThreshold
-from gate.report.judge_summary import judge_summary, summary_lines
+from gate.report.judge_summary import summary_lines
 from gate.report.results import Results
 
 SEVERITY_STYLE = {
@@ -269,7 +269,7 @@ def render(results: Results, console: Console | None = None, *, title: str | Non
     tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
     for tier in tier_order:
         console.print(tier_table(tier, tiers[tier], show_against=show_against))
-    for panel in judge_summary(verdicts):
+    for panel in results.judge:
         for k, text in enumerate(summary_lines(panel)):
             console.print(Text(("" if k == 0 else "  ") + text, style="bold" if k == 0 else ""))
     findings, left_out = listed_findings(verdicts)

@@ -35,7 +35,7 @@ from gate.report.console import (
     order,
     power_line,
 )
-from gate.report.judge_summary import JudgeSummary, judge_summary, summary_lines
+from gate.report.judge_summary import JudgeSummary, summary_lines
 from gate.report.markdown import (
     baseline_text,
     candidate_text,
@@ -363,7 +363,7 @@ def _judge_panel(panel: JudgeSummary) -> str:
 
 def judge_section(results: Results) -> str:
     """The judge panel: stability, Elo, counters per judge, and a few example pairs."""
-    panels = judge_summary(results.verdicts)
+    panels = results.judge
     if not panels:
         return ""
     return '<h2 id="judge">Judge panel</h2>' + "".join(_judge_panel(p) for p in panels)

@@ -1,73 +1,67 @@
-"""The judge tier's panel summary, shared by every report format.
+"""The judge tier's panel summary in every report format, and where older files kept it.
 
-The judge tier (:mod:`gate.tiers.judge`) puts what its verdicts alone do not say
-into the ``details`` of its measurements (keys :class:`JudgeDetail`): the judges
-and their counters (calls made, cache hits, tokens, parse failures), the counts of
-pairs by status, the stability gate and its reason, the tier's own Elo estimate
-and a few example pairs. :func:`judge_summary` reads them back from a run's
-verdicts and :func:`summary_lines` words them as plain lines (console, markdown,
-JUnit); the HTML report also shows the example pairs.
+The panel is a typed record (:class:`gate.judge.summary.JudgeSummary`) that
+:class:`~gate.report.results.Results` carries (``judge`` in the results JSON):
+:func:`summary_lines` words it as plain lines (console, markdown, JUnit); the
+HTML report also shows the example pairs.
+
+A run's verdicts reach :class:`~gate.report.results.Results` with the panel
+still inside the details of the judge tier's measurements (the measurements
+file carries it there); :func:`split_judge_summaries` takes it out once, as
+typed records, and so reads results files written before schema 3, which kept
+it in their metrics' details.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gate.gating.verdict import Verdict
-from gate.metrics.catalog.judge import JudgeDetail
+from gate.judge.elo import EloResult
+from gate.judge.summary import SUMMARY_KEYS, JudgeSummary
 
-__all__ = ["JudgeSummary", "judge_summary", "summary_lines"]
+__all__ = ["JudgeSummary", "elo_text", "split_judge_summaries", "summary_lines"]
 
 #: Judge metrics whose details may carry the summary, most complete first.
 _CARRIERS = ("judge.elo_delta", "judge.swap_inconsistency", "judge.disagreement")
 
 
-@dataclass(frozen=True)
-class JudgeSummary:
-    """The judge panel of one run (against one baseline ref)."""
+def split_judge_summaries(
+    verdicts: Sequence[Verdict],
+) -> tuple[tuple[Verdict, ...], tuple[JudgeSummary, ...]]:
+    """``verdicts`` without the panel keys in their details, and one summary per baseline
+    ref the judge tier ran against (from its most complete carrier; none: empty).
 
-    against: str
-    judges: list[Mapping[str, Any]]
-    tally: Mapping[str, Any]
-    stability: Mapping[str, Any]
-    elo: Mapping[str, Any] | None
-    examples: list[Mapping[str, Any]] = field(default_factory=list)
-    templates: Mapping[str, Any] = field(default_factory=dict)
-
-
-def judge_summary(verdicts: Sequence[Verdict]) -> list[JudgeSummary]:
-    """One summary per baseline ref that the judge tier ran against (none: empty)."""
-    out: dict[str, JudgeSummary] = {}
+    A malformed summary raises ``KeyError``/``TypeError``/``ValueError``.
+    """
+    found: dict[str, JudgeSummary] = {}
     for name in _CARRIERS:
         for v in verdicts:
-            if v.metric != name or v.slice is not None or v.against in out:
+            if v.metric != name or v.slice is not None or v.against in found:
                 continue
-            details = v.details
-            if JudgeDetail.JUDGES not in details or JudgeDetail.STABILITY not in details:
-                continue
-            out[v.against] = JudgeSummary(
-                against=v.against,
-                judges=list(details.get(JudgeDetail.JUDGES) or []),
-                tally=dict(details.get(JudgeDetail.TALLY) or {}),
-                stability=dict(details.get(JudgeDetail.STABILITY) or {}),
-                elo=details.get(JudgeDetail.ELO),
-                examples=list(details.get(JudgeDetail.EXAMPLES) or []),
-                templates=dict(details.get(JudgeDetail.TEMPLATES) or {}),
-            )
-    return list(out.values())
+            summary = JudgeSummary.from_details(v.details, v.against)
+            if summary is not None:
+                found[v.against] = summary
+    stripped = tuple(
+        replace(v, details={k: x for k, x in v.details.items() if k not in SUMMARY_KEYS})
+        if v.tier == "judge" and JudgeSummary.from_details(v.details, v.against) is not None
+        else v
+        for v in verdicts
+    )
+    return stripped, tuple(found.values())
 
 
 def _pct(x: Any) -> str:
     return "n/a" if x is None else f"{float(x):.1%}"
 
 
-def elo_text(elo: Mapping[str, Any]) -> str:
+def elo_text(elo: EloResult) -> str:
     """``-123.4 Elo [95% CI -180.2, -70.1]``; a clamped delta is written as a bound."""
-    delta = float(elo["delta"])
-    lo, hi = (float(x) for x in elo["ci"])
-    if elo.get("clamped"):
+    delta = elo.delta
+    lo, hi = elo.ci
+    if elo.clamped:
         sign = "<=" if delta < 0 else ">="
         return f"{sign} {delta:+.0f} (every scored prompt {'lost' if delta < 0 else 'won'})"
     return f"{delta:+.1f} [95% CI {lo:+.1f}, {hi:+.1f}]"
@@ -76,15 +70,15 @@ def elo_text(elo: Mapping[str, Any]) -> str:
 def summary_lines(summary: JudgeSummary) -> list[str]:
     """The panel in plain lines: stability, Elo, pair counts, one line per judge."""
     st = summary.stability
-    word = "STABLE" if st.get("stable") else "UNSTABLE, no verdict"
-    lines = [f"judge panel vs {summary.against}: {word} ({st.get('reason', '')})"]
+    word = "STABLE" if st.stable else "UNSTABLE, no verdict"
+    lines = [f"judge panel vs {summary.against}: {word} ({st.reason})"]
     t = summary.tally
     if summary.elo is not None:
         e = summary.elo
         lines.append(
-            f"Elo delta {elo_text(e)} over {e['wins'] + e['losses'] + e['ties']} scored prompts "
-            f"(wins {e['wins']}, losses {e['losses']}, ties {e['ties']}; "
-            f"sign test p_worse {float(e['p_worse_sign_test']):.3g})"
+            f"Elo delta {elo_text(e)} over {e.n} scored prompts "
+            f"(wins {e.wins}, losses {e.losses}, ties {e.ties}; "
+            f"sign test p_worse {e.p_worse:.3g})"
         )
     if t:
         lines.append(

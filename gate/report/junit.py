@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_mde, fmt_number, order
-from gate.report.judge_summary import judge_summary, summary_lines
+from gate.report.judge_summary import JudgeSummary, summary_lines
 from gate.report.markdown import candidate_text, headline
 from gate.report.results import Results
 
@@ -62,7 +62,12 @@ def _detail(verdict: Verdict) -> str:
 
 
 def _suite(
-    tier: str, verdicts: Sequence[Verdict], *, several_refs: bool, timestamp: str
+    tier: str,
+    verdicts: Sequence[Verdict],
+    *,
+    several_refs: bool,
+    timestamp: str,
+    panels: Sequence[JudgeSummary] = (),
 ) -> ET.Element:
     failures = sum(1 for v in verdicts if v.severity == Severity.CRITICAL)
     suite = ET.Element(
@@ -108,7 +113,6 @@ def _suite(
         if texts:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join(texts)
-    panels = judge_summary(verdicts)
     if panels:  # the judge panel (after the cases, as the format orders a suite's children)
         text = ET.SubElement(suite, "system-out")
         text.text = "\n".join(line for panel in panels for line in summary_lines(panel))
@@ -199,7 +203,8 @@ def render_junit(results: Results, *, timestamp: datetime.datetime | None = None
         },
     )
     for tier in sorted(tiers):
-        root.append(_suite(tier, tiers[tier], several_refs=several, timestamp=stamp))
+        panels = results.judge if tier == "judge" else ()
+        root.append(_suite(tier, tiers[tier], several_refs=several, timestamp=stamp, panels=panels))
     gate_suite = _gate_suite(results, stamp)
     if gate_suite is not None:
         root.append(gate_suite)

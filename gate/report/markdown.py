@@ -28,7 +28,7 @@ from typing import Any
 from gate.gating.verdict import Severity, Verdict
 from gate.provenance import ModelProvenance
 from gate.report.console import NUMBER_HEADERS, listed_underpowered, number_cells, order, power_line
-from gate.report.judge_summary import judge_summary, summary_lines
+from gate.report.judge_summary import summary_lines
 from gate.report.results import Results
 
 #: A mark before the headline, so the verdict reads at a glance in a PR thread.
@@ -187,7 +187,7 @@ def render_markdown(
     weak = underpowered_section(results)
     if weak:
         lines += [*weak, ""]
-    for panel in judge_summary(results.verdicts):
+    for panel in results.judge:
         head, *rest = summary_lines(panel)
         lines += [f"**{cell(head)}**", "", *(f"- {cell(line)}" for line in rest), ""]
     tiers = tiers_section(results)

@@ -31,6 +31,14 @@ power statement (with the entry's ``threshold``, ``n`` and ``baseline_value``
 it is the whole :class:`~gate.gating.power.PowerStatement`); the top-level
 ``underpowered`` list is derived from those statements when written, and read
 back from them (never from the list).
+
+The judge panel (schema 3): ``judge`` lists one typed
+:class:`~gate.judge.summary.JudgeSummary` per baseline ref the judge tier ran
+against (its judges and counters, pair counts, stability gate, Elo estimate and
+the candidate's judged answers), never parsed back from a metric's details.
+A document of schema 1 or 2 kept the panel in the judge metrics' ``details``:
+it is read from there (:func:`gate.report.judge_summary.split_judge_summaries`)
+and written as ``judge``.
 """
 
 from __future__ import annotations
@@ -52,10 +60,12 @@ from gate.gating.verdict import (
     VersionDrift,
     underpowered,
 )
+from gate.judge.summary import JudgeSummary
 from gate.provenance import ModelProvenance
+from gate.report.judge_summary import split_judge_summaries
 from gate.store.schema import check_schema_version
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KIND = "results"
 
 #: The top-level keys, in the order they are written.
@@ -76,6 +86,7 @@ DOCUMENT_KEYS = (
     "version_drift",
     "not_exercised",
     "underpowered",
+    "judge",
     "metrics",
 )
 
@@ -333,6 +344,17 @@ class RunIdentity:
             ) from None
 
 
+def _judge_panels(entries: Any, source: str) -> tuple[JudgeSummary, ...]:
+    """The ``judge`` list, typed; a malformed entry raises :class:`DataError`."""
+    try:
+        return tuple(JudgeSummary.from_document(e) for e in entries or [])
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"{exc} is missing" if isinstance(exc, KeyError) else str(exc)
+        raise DataError(
+            f"malformed judge entry in {source}: {what}", "the file is corrupt"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Results:
     """A finished run's results: what the results JSON holds, typed.
@@ -357,10 +379,13 @@ class Results:
     unbounded: tuple[str, ...] = ()
     #: Packages measured at other versions than a baseline's (absent in older files).
     version_drift: tuple[VersionDrift, ...] = ()
-    #: The tiers the compression never acted on (in the file: ``<tier> NOT EXERCISED: ...``).
+    #: The tiers the compression never acted on (in the file: ``{"tier", "why"}`` objects;
+    #: schema 1 and 2 wrote ``<tier> NOT EXERCISED: <why>`` lines, still read).
     not_exercised: tuple[NotExercised, ...] = ()
     #: The candidate's name and what decided its verdicts (``None``: written before schema 2).
     run: RunIdentity | None = None
+    #: The judge panel, one per baseline ref the judge tier ran against (none: no judge tier).
+    judge: tuple[JudgeSummary, ...] = ()
 
     @property
     def underpowered(self) -> tuple[PowerStatement, ...]:
@@ -394,8 +419,10 @@ class Results:
 
         ``exit_code`` overrides the outcome's own (a crashed tier, nothing
         measured); ``baselines`` maps each ref compared against to its description;
-        ``run`` names the candidate and what decided it.
+        ``run`` names the candidate and what decided it. The judge panel leaves the
+        verdicts' details for ``judge`` (:func:`split_judge_summaries`).
         """
+        verdicts, panels = split_judge_summaries(outcome.verdicts)
         refs = {str(k): dict(v) for k, v in (baselines or {}).items()}
         code = int(outcome.exit_code if exit_code is None else exit_code)
         word, headline = final_words(outcome, code)
@@ -403,7 +430,7 @@ class Results:
             verdict=word,
             headline=headline,
             exit_code=code,
-            verdicts=tuple(outcome.verdicts),
+            verdicts=verdicts,
             baseline=dict(next(iter(refs.values()), {})),
             baselines=refs,
             candidate=candidate if candidate is not None else ModelProvenance(),
@@ -414,6 +441,7 @@ class Results:
             version_drift=tuple(outcome.version_drift),
             not_exercised=tuple(outcome.not_exercised),
             run=run,
+            judge=panels,
         )
 
     def to_document(self) -> dict[str, Any]:
@@ -433,8 +461,9 @@ class Results:
             "unmeasured": [item.to_dict() for item in self.unmeasured],
             "unbounded": list(self.unbounded),
             "version_drift": [item.to_dict() for item in self.version_drift],
-            "not_exercised": [item.line for item in self.not_exercised],
+            "not_exercised": [item.to_dict() for item in self.not_exercised],
             "underpowered": [underpowered_entry(p) for p in self.underpowered],
+            "judge": [panel.to_document() for panel in self.judge],
             "metrics": [verdict_to_entry(v) for v in self.verdicts],
         }
 
@@ -451,11 +480,16 @@ class Results:
         check_schema_version(doc, source, reads_up_to=SCHEMA_VERSION, error=DataError)
         _unknown(doc, DOCUMENT_KEYS, source)
         try:
+            verdicts = tuple(verdict_from_entry(entry) for entry in doc["metrics"])
+            if "judge" in doc:
+                panels = _judge_panels(doc["judge"], source)
+            else:  # schema 1 and 2: the panel rode in the judge metrics' details
+                verdicts, panels = split_judge_summaries(verdicts)
             return cls(
                 verdict=str(doc["verdict"]),
                 headline=str(doc.get("headline", "")),
                 exit_code=int(doc["exit_code"]),
-                verdicts=tuple(verdict_from_entry(entry) for entry in doc["metrics"]),
+                verdicts=verdicts,
                 baseline=dict(doc.get("baseline") or {}),
                 baselines={str(k): dict(v) for k, v in (doc.get("baselines") or {}).items()},
                 candidate=_provenance(doc.get("candidate") or {}),
@@ -467,13 +501,14 @@ class Results:
                     VersionDrift.from_dict(e) for e in doc.get("version_drift") or []
                 ),
                 not_exercised=tuple(
-                    NotExercised.from_line(n) for n in doc.get("not_exercised") or []
+                    NotExercised.from_dict(n) for n in doc.get("not_exercised") or []
                 ),
                 run=(
                     RunIdentity.from_dict(doc["run"], source)
                     if doc.get("run") is not None
                     else None
                 ),
+                judge=panels,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{source} is missing {exc}", "the file is corrupt") from None

@@ -1,14 +1,16 @@
 """The results JSON file (docs/contracts.md "Results JSON"): written by ``--json`` and the plugin.
 
-Shape (``schema_version`` 2, :data:`~gate.report.results.SCHEMA_VERSION`)::
+Shape (``schema_version`` 3, :data:`~gate.report.results.SCHEMA_VERSION`)::
 
-    {"schema_version": 2, "kind": "results", "verdict": "pass|warn|block|not_exercised",
+    {"schema_version": 3, "kind": "results", "verdict": "pass|warn|block|not_exercised",
      "headline": "APPROVED", "exit_code": 0,
      "baseline": {provenance of the first ref}, "baselines": {ref: {...}},
      "candidate": {provenance}, "environment": {...}, "notes": [...],
      "unmeasured": [{"name", "against"}], "unbounded": [name, ...],
      "version_drift": [{"package", "baseline", "candidate", "against"}],
-     "not_exercised": ["<tier> NOT EXERCISED: <why>; <fix>", ...],
+     "not_exercised": [{"tier", "why"}], "underpowered": [{"name", "slice", "against", "message"}],
+     "judge": [{"against", "judges", "tally", "stability", "templates", "examples",
+                "elo", "candidate_outputs"}],
      "metrics": [{"name", "tier", "slice", "value", "baseline_value", "delta",
                   "relative_delta", "ci", "n", "higher_is_better", "severity",
                   "threshold", "breakdown", "against", "reason", "unit",

@@ -25,17 +25,14 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich import box
 from rich.table import Table
 
 from gate.judge.elo import EloResult, Match, Transitivity, fit_ratings, transitivity
-from gate.metrics.catalog.judge import JudgeDetail
+from gate.measurement import OutputSet
 from gate.report.results import Results
-
-if TYPE_CHECKING:
-    from gate.measurement import OutputSet
 
 __all__ = ["Judged", "RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
 
@@ -85,16 +82,9 @@ class Judged:
 
 def _judged(results: Results) -> Judged | None:
     """The judge tier's result in ``results`` (whole ``judge.elo_delta`` with its answers)."""
-    from gate.tiers.judge import outputs_from_details
-
-    for verdict in results.verdicts:
-        if verdict.metric == "judge.elo_delta" and verdict.slice is None:
-            details = verdict.details
-            if JudgeDetail.ELO in details and JudgeDetail.OUTPUTS in details:
-                return Judged(
-                    EloResult.from_dict(details[JudgeDetail.ELO]),
-                    outputs_from_details(details[JudgeDetail.OUTPUTS]),
-                )
+    for panel in results.judge:
+        if panel.elo is not None and panel.outputs:
+            return Judged(panel.elo, OutputSet(0, "", panel.outputs))
     return None
 
 

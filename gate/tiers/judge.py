@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,8 +54,9 @@ from gate.judge.protocol import (
     stability,
     tally,
 )
+from gate.judge.summary import JudgeSummary
 from gate.judge.template import default_template, load_template
-from gate.measurement import JudgedOutput, Measurement, OutputSet
+from gate.measurement import Measurement, OutputSet
 from gate.metrics.catalog.judge import JudgeDetail
 
 TIER = "judge"
@@ -480,9 +481,9 @@ def compare_outputs(
     counts = tally(outcomes)
     stable = stability(counts, len(judges), settings.disagreement_bound)
     names = [j.judge.name for j in judges]
-    details: dict[str, Any] = {
-        JudgeDetail.JUDGES: judge_counters(judges),
-        JudgeDetail.TALLY: {
+    summary = JudgeSummary(
+        judges=tuple(judge_counters(judges)),
+        tally={
             "pairs": counts.pairs,
             "identical": counts.identical,
             "wins": counts.wins,
@@ -496,18 +497,13 @@ def compare_outputs(
                 name: counts.swap_inconsistency_rate(k) for k, name in enumerate(names)
             },
         },
-        JudgeDetail.STABILITY: {
-            "stable": stable.stable,
-            "rate": stable.rate,
-            "bound": stable.bound,
-            "reason": stable.reason,
-        },
-        JudgeDetail.TEMPLATES: {
+        stability=stable,
+        templates={
             "pairwise": templates.pairwise.version,
             "validity": templates.validity.version if templates.validity else None,
         },
-        JudgeDetail.EXAMPLES: pick_examples(pairs, ids, outcomes, names, settings.examples),
-    }
+        examples=tuple(pick_examples(pairs, ids, outcomes, names, settings.examples)),
+    )
     scored = [k for k, o in enumerate(outcomes) if o.outcome is not None]
     if not stable.stable or not scored:
         # no verdict: the rates carry the panel summary (and the reason) to the reports
@@ -520,11 +516,10 @@ def compare_outputs(
                 "check the judges' answers (parse failures in the report) or use stronger judges",
             )
         )
-        rates = _rates(counts, len(judges), details)
+        rates = _rates(counts, len(judges), summary.to_details())
         return JudgeResult(tuple(rates), counts, stable, None, problem, tuple(outcomes), tuple(ids))
     scored_outcomes = [o for o in (outcomes[k].outcome for k in scored) if o is not None]
     elo = elo_result(scored_outcomes, seed=settings.seed)
-    details[JudgeDetail.ELO] = elo.to_dict()
     s_ids = [ids[k] for k in scored]
     samples = [centred(o) for o in scored_outcomes]
     groups: dict[str, list[int]] = {}
@@ -536,17 +531,12 @@ def compare_outputs(
             f"gen_length:{length_bucket(o.tokens)}",
         ):
             groups.setdefault(key, []).append(pos)
-    details[JudgeDetail.OUTPUTS] = [asdict(o) for o in cand]
+    details = replace(summary, elo=elo, outputs=tuple(cand)).to_details()
     measurements = [_elo_measurement(s_ids, samples, groups, details)]
     if validity is not None:
         measurements.append(validity)
     measurements += _rates(counts, len(judges), {})
     return JudgeResult(tuple(measurements), counts, stable, elo, None, tuple(outcomes), tuple(ids))
-
-
-def outputs_from_details(entries: Sequence[Mapping[str, Any]]) -> OutputSet:
-    """The candidate outputs stored in ``details["candidate_outputs"]``."""
-    return OutputSet(0, "", tuple(JudgedOutput.from_dict(e) for e in entries))
 
 
 def unstable_error(stable: Stability) -> JudgeUnstableError:
