@@ -1,17 +1,15 @@
-"""``gate import lm-eval`` reaches its verdicts through the one judgement.
+"""``gate import lm-eval`` reaches its verdicts through the one judgement, and the same ones.
 
 The results documents in tests/lmeval/golden/ were written by ``gate import lm-eval``
 when it still compared and decided on a route of its own (``compare`` + ``decide`` +
-``build_results``, gate 0.x before :func:`gate.session.judgement.judge` took it over); the
-import must still reach the very same verdicts, exit codes, notes and descriptions on the
-same files. Regenerate them only for a deliberate change of the results:
-``python -m tests.test_lmeval_one_judgement`` (from the repository root).
+``build_results``; this module's first version in the history wrote them, run on the
+gate of that time); the import must still reach the very same verdicts, exit codes and
+descriptions on the same files.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,40 +94,102 @@ CASES: dict[str, Callable[[Path], list[str]]] = {
 }
 
 
-def results_of(case: str, tmp: Path) -> dict[str, Any]:
-    """Run ``case`` in-process; its exit code and results document, with the folder the
-    files were written to shown as ``<tmp>`` and :data:`NOT_COMPARED` left out."""
+def results_of(case: str, tmp: Path) -> tuple[list[str], dict[str, Any]]:
+    """Run ``case`` in-process: its arguments and exit code and results document, with the
+    folder the files were written to shown as ``<tmp>`` and :data:`NOT_COMPARED` left out."""
     out = tmp / "results.json"
     files = tmp / "files"
     files.mkdir(parents=True, exist_ok=True)
-    argv = ["import", "lm-eval", *CASES[case](files), "--no-color", "--json", str(out)]
-    code = main(argv)
-    text = out.read_text(encoding="utf-8").replace(str(files), "<tmp>")
-    doc = json.loads(text)
-    for key in NOT_COMPARED:
-        doc.pop(key, None)
-    return {"exit_code_returned": code, "results": doc}
+    args = CASES[case](files)
+    code = main(["import", "lm-eval", *args, "--no-color", "--json", str(out)])
+    doc = json.loads(out.read_text(encoding="utf-8").replace(str(files), "<tmp>"))
+    run = doc.pop("run")
+    doc.pop("environment")
+    return args, {"exit_code_returned": code, "results": doc, "run": run}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_import_reaches_the_recorded_results(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Verdicts, exit code, headline, descriptions as recorded; two deliberate changes, the
+    judgement's own: the baseline is keyed by the ref its verdicts are ``against`` (was
+    ``lm-eval``), and the note on metrics without a bound, which ``gate run`` and ``gate
+    compare`` print, is printed by the import too."""
     monkeypatch.chdir(REPO)
     golden = json.loads((GOLDEN / f"{case}.json").read_text(encoding="utf-8"))
-    assert results_of(case, tmp_path) == golden
+    before = golden["results"]
+    args, got = results_of(case, tmp_path)
+    after = got.pop("results")
+    assert got.pop("exit_code_returned") == golden["exit_code_returned"] == after["exit_code"]
+    ref = f"lm-eval:{Path(args[0]).name}"
+    assert after.pop("baselines") == {ref: before.pop("baselines")["lm-eval"]}
+    assert {m["against"] for m in after["metrics"]} == {ref}
+    unbounded = after["unbounded"]
+    note = (
+        f"{len(unbounded)} measured metric(s) have no bound in {REPO / 'thresholds.toml'}"
+        " (reported, not gated): " + ", ".join(unbounded)
+    )
+    assert after.pop("notes") == before.pop("notes") + ([note] if unbounded else [])
+    assert after == before
+    # the run object, which gate merge reads: the candidate file's stem, --strict
+    assert got["run"]["candidate"] == Path(args[1]).stem
+    assert got["run"]["strict"] == ("--strict" in args)
 
 
-if __name__ == "__main__":
-    import os
-    import tempfile
+def test_the_judgement_is_the_one_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One import: one judgement, and the only decision is the judgement's."""
+    import gate.gating.verdict
+    import gate.session.judgement
 
-    os.chdir(REPO)
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    for name in CASES:
-        with tempfile.TemporaryDirectory() as folder:
-            got = results_of(name, Path(folder))
-        (GOLDEN / f"{name}.json").write_text(
-            json.dumps(got, indent=1, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        print(name, got["exit_code_returned"], file=sys.stderr)
+    calls: list[str] = []
+
+    def counted(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        gate.session.judgement, "judge", counted("judge", gate.session.judgement.judge)
+    )
+    monkeypatch.setattr(
+        gate.gating.verdict, "decide", counted("decide", gate.gating.verdict.decide)
+    )
+    monkeypatch.chdir(REPO)
+    _, got = results_of("gsm8k-30-lost-5-gained", tmp_path)
+    assert calls == ["judge", "decide"]
+    assert got["exit_code_returned"] == 1
+
+
+def test_merge_reads_the_imports_decisions_and_decides_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Imported results merge (they name their candidate and thresholds); the merge's exit
+    code is the worst of the documents' own, with the judgement and the decision out of
+    reach, and a document's exit code stands as written even against its verdicts."""
+    import gate.gating.verdict
+    import gate.session.judgement
+
+    monkeypatch.chdir(REPO)
+    blocked, approved = tmp_path / "blocked", tmp_path / "approved"
+    assert results_of("mcq-many-flips", blocked)[1]["exit_code_returned"] == 1
+    assert results_of("smollm2-default-filter", approved)[1]["exit_code_returned"] == 0
+    capsys.readouterr()
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("gate merge decided again")
+
+    monkeypatch.setattr(gate.session.judgement, "judge", refused)
+    monkeypatch.setattr(gate.gating.verdict, "decide", refused)
+    files = [str(blocked / "results.json"), str(approved / "results.json")]
+    assert main(["merge", *files, "--no-color"]) == 1
+    out = capsys.readouterr().out
+    assert "gate: worst exit code 1 over 2 candidate(s)" in out
+    # the blocked document rewritten to say exit 0 (its verdicts still critical): read as is
+    doc = json.loads(Path(files[0]).read_text(encoding="utf-8"))
+    assert any(m["severity"] == "critical" for m in doc["metrics"])
+    doc["exit_code"] = 0
+    Path(files[0]).write_text(json.dumps(doc), encoding="utf-8")
+    assert main(["merge", *files, "--no-color"]) == 0
