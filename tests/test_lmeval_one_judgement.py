@@ -193,3 +193,17 @@ def test_merge_reads_the_imports_decisions_and_decides_nothing(
     doc["exit_code"] = 0
     Path(files[0]).write_text(json.dumps(doc), encoding="utf-8")
     assert main(["merge", *files, "--no-color"]) == 0
+
+
+def test_thresholds_that_bound_none_of_the_files_metrics_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The judgement's rule, now the import's too: such a file would approve any build."""
+    limits = tmp_path / "thresholds.toml"
+    limits.write_text('[metrics."fidelity.cga"]\nwarn = 0.01\ncritical = 0.02\nmode = "absolute"\n')
+    out = tmp_path / "r.json"
+    argv = ["import", "lm-eval", str(REAL_SAMPLES), str(REAL_SAMPLES), "--thresholds", str(limits)]
+    assert main([*argv, "--json", str(out)]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bounds none of the 2 metrics" in err[0]
+    assert not out.exists()
