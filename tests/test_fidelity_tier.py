@@ -426,14 +426,14 @@ def _move_a_sample_into_the_top_k(pack_path: Path) -> None:
 
 def test_demo_judgement() -> None:
     from gate.errors import ExitCode
-    from gate.session.demo import CandidateResult, judge
+    from gate.session.demo import CandidateResult, panel_exit_code
 
     ok = CandidateResult("none", 0, "pass")
     blocked = CandidateResult("quanto-int2", 1, "block")
-    assert judge([ok, blocked]) == (ExitCode.OK, None)
-    code, problem = judge([CandidateResult("none", 1, "block"), blocked])
+    assert panel_exit_code([ok, blocked]) == (ExitCode.OK, None)
+    code, problem = panel_exit_code([CandidateResult("none", 1, "block"), blocked])
     assert code == ExitCode.BLOCKED and problem is not None and "control" in problem
-    code, _ = judge([ok, CandidateResult("bnb-nf4", 3, "error", error="no kernel")])
+    code, _ = panel_exit_code([ok, CandidateResult("bnb-nf4", 3, "error", error="no kernel")])
     assert code == ExitCode.INTERNAL_ERROR
 
 

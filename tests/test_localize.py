@@ -327,3 +327,67 @@ def test_localize_dry_run_loads_no_model() -> None:
     )
     assert "demo#0001 (fp32)" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "0 False False"
+
+
+# ------------------------------------------------------------------ the request
+
+
+def test_the_command_builds_one_request_from_its_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import gate.commands.localize as command
+    from gate.cli import main
+    from gate.localize.request import LocalizeOutputs, LocalizeRequest
+
+    seen: list[LocalizeRequest] = []
+    monkeypatch.setattr(command, "run_localize", lambda request: seen.append(request) or 0)
+    html, png = tmp_path / "a.html", tmp_path / "a.png"
+    args = ["localize", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
+    extra = ["--html", str(html), "--png", str(png), "--resolve", "0.5", "--prompts", "8"]
+    assert main([*args, *extra, "--no-gate", "--model-slug", "demo", "--dry-run"]) == 0
+    (request,) = seen
+    assert request == LocalizeRequest(
+        candidate="demo",
+        recipe="quanto-int2",
+        against="fp32",
+        model_slug="demo",
+        outputs=LocalizeOutputs(html=html, png=png),
+        resolve=0.5,
+        limit=8,
+        gate_repair=False,
+        dry_run=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--json", "{d}/same", "--html", "{d}/same"], "--json and --html both name"),
+        (["--png", "{d}/file.txt/x.png"], "--png {d}/file.txt/x.png"),
+        (["--html", "{d}/file.txt/x.html"], "--html {d}/file.txt/x.html"),
+    ],
+)
+def test_unwritable_outputs_are_one_line_naming_their_option(
+    options: list[str], says: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gate.cli import main
+
+    (tmp_path / "file.txt").write_text("x")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = ["localize", "--candidate", "demo", "--recipe", "quanto-int2", "--dry-run"]
+    code = main([*argv, *(o.format(d=tmp_path) for o in options)])
+    err = capsys.readouterr().err
+    assert code == 4 and says.format(d=tmp_path) in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_a_request_refuses_a_share_or_prompt_count_it_cannot_use() -> None:
+    from gate.errors import UsageError
+    from gate.localize.request import LocalizeRequest
+
+    with pytest.raises(UsageError, match="not a share"):
+        LocalizeRequest(candidate="demo", resolve=0.0)
+    with pytest.raises(UsageError, match="too few"):
+        LocalizeRequest(candidate="demo", limit=1)
+    assert LocalizeRequest(candidate="demo").gate_repair  # the repaired build is gated

@@ -190,16 +190,18 @@ def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch
     import gate.commands.localize as localize_module
     import gate.session.multirun as multirun
     from gate.cli import main
+    from gate.localize.request import LocalizeOutputs, LocalizeRequest
 
-    calls: list[dict[str, object]] = []
-    monkeypatch.setattr(localize_module, "run_localize", lambda **kw: calls.append(kw) or 0)
+    calls: list[LocalizeRequest] = []
+    monkeypatch.setattr(localize_module, "run_localize", lambda request: calls.append(request) or 0)
     args = ["run", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
     for code, expected in ((ExitCode.OK, 0), (ExitCode.BLOCKED, 1)):
         monkeypatch.setattr(multirun, "execute_plan", lambda plan, console, c=code: c)
         assert main([*args, "--tiers", "fidelity", "--localize"]) == int(code)
         assert len(calls) == expected
-    assert calls[0]["candidate"] == "demo" and calls[0]["recipe"] == "quanto-int2"
-    assert calls[0]["against"] == "fp32"
+    assert calls[0].candidate == "demo" and calls[0].recipe == "quanto-int2"
+    assert calls[0].against == "fp32" and calls[0].gate_repair and not calls[0].dry_run
+    assert calls[0].outputs == LocalizeOutputs()  # no --json: no localize JSON
 
 
 def test_a_kv_press_evicts_on_its_layers_only_and_counts_them() -> None:

@@ -1,4 +1,12 @@
-"""``gate import``: gate results produced by other tools (``gate import lm-eval``)."""
+"""``gate import``: gate results produced by other tools (``gate import lm-eval``).
+
+The samples files are read into measurements (:mod:`gate.data.lmeval_runs`); the
+baseline's are an :class:`~gate.session.judgement.ExternalBaseline` (no model
+provenance: no model, version or placement check), and the verdicts, exit code
+and results come from the one judgement (:func:`gate.session.judgement.judge`),
+as ``gate run``'s and ``gate compare``'s do; the console report and ``--json``
+are rendered from those results.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +14,23 @@ from pathlib import Path
 
 import click
 
+from gate import __version__
 from gate.commands.options import json_option, strict_option, thresholds_option
 from gate.data.lmeval_runs import Imported, import_lmeval
 from gate.errors import DataError, NothingMeasuredError
-from gate.gating.compare import compare
-from gate.gating.thresholds import load_thresholds, unbounded_metrics
-from gate.gating.verdict import decide
+from gate.gating.thresholds import load_thresholds
 from gate.metrics.registry import all_metrics
 from gate.metrics.spec import MetricSpec, SampleKind
 from gate.provenance import ModelProvenance, environment
 from gate.report.console import make_console, render
-from gate.report.results_json import build_results, write_results
+from gate.report.results import RunIdentity
+from gate.report.results_json import write_results
+from gate.session import judgement
+from gate.session.judgement import ExternalBaseline, JudgementInputs
 from gate.store.writable import check_writable
+
+#: Where the files come from, in the results' baseline and candidate descriptions.
+SOURCE = "lm-evaluation-harness"
 
 
 @click.group("import")
@@ -93,34 +106,44 @@ def lm_eval(
         check_writable(json_out, "--json")
     imported = import_lmeval(base_samples, cand_samples, filter_name=filter_name)
     limits = load_thresholds(thresholds)
-    verdicts = compare(
-        imported.candidate,
-        imported.baseline,
-        limits,
-        against=f"lm-eval:{base_samples.name}",
-        specs=_specs(imported),
-    )
-    if not verdicts:
+    if not imported.candidate:
         raise NothingMeasuredError("no metric to compare", "the samples files held no documents")
-    outcome = decide(verdicts, strict=strict, require_power=limits.require_power)
-    tasks = ", ".join(t.task for t in imported.tasks)
-    for summary in imported.tasks:
-        click.echo(summary.line)
-    results = build_results(
-        outcome,
-        baselines={"lm-eval": {"source": "lm-evaluation-harness", "samples": str(base_samples)}},
-        candidate=ModelProvenance.from_document(
-            {"source": "lm-evaluation-harness", "samples": str(cand_samples)}
-        ),
-        environment=environment(),
-        notes=[summary.line for summary in imported.tasks],
-        unbounded=unbounded_metrics(limits, [m.name for m in imported.candidate]),
+    # the verdicts' ``against``: the baseline's file or folder
+    ref = f"lm-eval:{base_samples.name}"
+    baseline = ExternalBaseline(
+        source={"source": SOURCE, "samples": str(base_samples)},
+        measurements={m.name: m for m in imported.baseline},
+        display=str(base_samples),
     )
+    # through the module: the one judgement, wherever it is looked up from
+    judged = judgement.judge(
+        JudgementInputs(
+            measurements=imported.candidate,
+            baselines={ref: baseline},
+            thresholds=limits,
+            candidate=ModelProvenance.from_document(
+                {"source": SOURCE, "samples": str(cand_samples)}
+            ),
+            environment=environment(),
+            run=RunIdentity(
+                candidate=cand_samples.stem,
+                gate_version=__version__,
+                thresholds=limits.source,
+                thresholds_sha256=limits.digest,
+                strict=strict,
+            ),
+            strict=strict,
+            notes=[summary.line for summary in imported.tasks],
+            subject=str(cand_samples),
+            specs=_specs(imported),
+        )
+    )
+    tasks = ", ".join(t.task for t in imported.tasks)
     render(
-        results,
+        judged.results,
         make_console(color=color),
         title=f"gate import lm-eval ({tasks}): {cand_samples} vs {base_samples}",
     )
     if json_out is not None:
-        write_results(json_out, results)
-    return results.exit_code
+        write_results(json_out, judged.results)
+    return judged.exit_code

@@ -19,6 +19,7 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import ConfigError, ExitCode, GateError, exit_meaning
+from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequest
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -44,13 +45,7 @@ def check_localizable(recipe: str | None) -> None:
         )
 
 
-def _gate_repaired(
-    candidate: str,
-    recipe: str,
-    against: tuple[str, ...],
-    store: Path | None,
-    thresholds: Path | None,
-) -> Any:
+def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
     """Gate ``recipe`` with ``gate run``'s own plan and session (``--tiers fidelity``)."""
     from gate.localize.result import Gated
     from gate.report.console import make_console
@@ -62,11 +57,13 @@ def _gate_repaired(
     from gate.session.run_config import CandidateOverrides
 
     overrides = CandidateOverrides(
-        candidate=candidate, recipe=recipe, against=against, tiers=("fidelity",)
+        candidate=request.candidate,
+        recipe=recipe,
+        against=(request.against,) if request.against else (),
+        tiers=("fidelity",),
     )
-    plan = plan_run(
-        None, overrides, SessionOptions(store=store, thresholds=thresholds), ReportTargets()
-    )
+    options = SessionOptions(store=request.store, thresholds=request.thresholds)
+    plan = plan_run(None, overrides, options, ReportTargets())
     check_plan(plan)
     with handoff.collect() as collected:
         code = execute_plan(plan, make_console())
@@ -79,43 +76,26 @@ def _gate_repaired(
     return Gated(verdict, int(code), values["fidelity.cga"], values["fidelity.kl_mean"])
 
 
-def run_localize(
-    *,
-    candidate: str,
-    recipe: str | None,
-    against: str | None,
-    store: Path | None,
-    config: Path | None,
-    thresholds: Path | None,
-    json_out: Path | None,
-    html_out: Path | None,
-    png_out: Path | None,
-    resolve: float,
-    limit: int | None,
-    gate_repair: bool,
-    dry_run: bool = False,
-    model_slug: str | None = None,
-) -> int:
+def run_localize(request: LocalizeRequest) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
     from gate.models.recipes import parse_recipe
     from gate.report.outputs import ReportTargets
     from gate.session.options import SessionOptions
-    from gate.session.plan import check_plan, check_targets, plan_run
+    from gate.session.plan import check_plan, plan_run
     from gate.session.run_config import CandidateOverrides
 
+    candidate, recipe = request.candidate, request.recipe
     check_localizable(recipe)
-    for path in (json_out, html_out, png_out):
-        if path is not None:
-            check_targets(ReportTargets(json=path))
+    request.outputs.check()
     overrides = CandidateOverrides(
         candidate=candidate,
         recipe=recipe,
-        against=(against,) if against else (),
+        against=(request.against,) if request.against else (),
         tiers=("fidelity",),
-        model_slug=model_slug,
+        model_slug=request.model_slug,
     )
-    shared = SessionOptions(store=store, thresholds=thresholds)
-    plan = plan_run(config, overrides, shared, ReportTargets())
+    shared = SessionOptions(store=request.store, thresholds=request.thresholds)
+    plan = plan_run(request.config, overrides, shared, ReportTargets())
     (checked,) = check_plan(plan)
     inputs = checked.inputs
     ((ref, baseline),) = inputs.baselines.items()
@@ -126,42 +106,28 @@ def run_localize(
             f"the candidate {candidate} ({parse_recipe(recipe)}) is the baseline build itself",
             "name the compressed build: --recipe RECIPE, or a checkpoint directory as --candidate",
         )
-    if dry_run:
+    if request.dry_run:
         click.echo(
             f"gate localize: {candidate} ({recipe or 'none'}) against {baseline.display}:"
             f" reference pack {pack_path.name}, thresholds {inputs.thresholds.source}"
         )
         return int(ExitCode.OK)
+    # the baseline ref and store as the plan resolved them, for the repaired build's gate run
+    resolved = replace(request, against=ref, store=inputs.options.store)
     return _localize(
-        candidate=candidate,
-        recipe=recipe,
-        against=(ref,),
-        store=inputs.options.store,
-        thresholds=thresholds,
+        resolved,
         calibration=checked.candidate.calibration,
         baseline=baseline,
         bounds_source=inputs.thresholds,
-        outputs=(json_out, html_out, png_out),
-        resolve=resolve,
-        limit=limit,
-        gate_repair=gate_repair,
     )
 
 
 def _localize(
+    request: LocalizeRequest,
     *,
-    candidate: str,
-    recipe: str | None,
-    against: tuple[str, ...],
-    store: Path | None,
-    thresholds: Path | None,
     calibration: Path | None,
     baseline: Any,
     bounds_source: Any,
-    outputs: tuple[Path | None, Path | None, Path | None],
-    resolve: float,
-    limit: int | None,
-    gate_repair: bool,
 ) -> int:
     from gate.data.calibration import calibration_for
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
@@ -181,7 +147,8 @@ def _localize(
         if threshold is not None:
             bounds[signal] = {None: threshold.bound.critical}
             bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
-    parsed = parse_recipe(recipe)
+    candidate = request.candidate
+    parsed = parse_recipe(request.recipe)
     provenance = baseline.provenance
     base_source = provenance.source or candidate
     _echo_err(f"localize: loading the baseline build {base_source} ({provenance.recipe or 'none'})")
@@ -199,15 +166,15 @@ def _localize(
         recipe=parsed,
         candidate={"model": candidate, "recipe": str(parsed)},
         baseline=baseline.display,
-        settings=LocalizeSettings(resolve=resolve, limit=limit),
+        settings=LocalizeSettings(resolve=request.resolve, limit=request.limit),
         progress=_echo_err,
     )
     del base, cand
     repair = result.repair
-    if gate_repair and repair is not None and repair.recipe not in (None, "none"):
+    if request.gate_repair and repair is not None and repair.recipe not in (None, "none"):
         assert repair.recipe is not None
         _echo_err(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
-        gated = _gate_repaired(candidate, repair.recipe, against, store, thresholds)
+        gated = _gate_repaired(request, repair.recipe)
         result = replace(result, repair=replace(repair, gated=gated))
     total = time.perf_counter() - started
     result = replace(result, notes=(*result.notes, f"total wall time {total:.1f} s"))
@@ -216,7 +183,7 @@ def _localize(
     for line in summary_lines(result):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"total: {total:.1f} s (model loads and the repaired build's gate run included)")
-    json_out, html_out, png_out = outputs
+    json_out, html_out, png_out = request.outputs.json, request.outputs.html, request.outputs.png
     if json_out is not None:
         with writing("the localize JSON", json_out):
             write_atomic(json_out, (json.dumps(result.to_document(), indent=2) + "\n").encode())
@@ -242,22 +209,18 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
         return
     _echo_err(f"gate: the build is blocked; localizing {candidate.model} ({parsed})")
     target = None if json_out is None else json_out.with_suffix(".localize.json")
+    request = LocalizeRequest(
+        candidate=candidate.model,
+        recipe=recipe,
+        against=candidate.against[0] if candidate.against else None,
+        model_slug=candidate.model_slug,
+        store=plan.shared.store,
+        config=plan.shared.config,
+        thresholds=plan.shared.thresholds,
+        outputs=LocalizeOutputs(json=target),
+    )
     try:
-        run_localize(
-            candidate=candidate.model,
-            recipe=recipe,
-            against=candidate.against[0] if candidate.against else None,
-            store=plan.shared.store,
-            config=plan.shared.config,
-            thresholds=plan.shared.thresholds,
-            json_out=target,
-            html_out=None,
-            png_out=None,
-            resolve=0.25,
-            limit=None,
-            gate_repair=True,
-            model_slug=candidate.model_slug,
-        )
+        run_localize(request)
     except GateError as exc:  # the run's verdict stands: it is blocked whatever localize says
         _echo_err(f"gate: --localize could not run: {exc.message}")
 
@@ -275,7 +238,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
 @click.option(
     "--resolve",
     type=click.FloatRange(0.01, 1.0),
-    default=0.25,
+    default=DEFAULT_RESOLVE,
     show_default=True,
     help="Recovered share of the KL loss the swap subset must resolve (sets its size).",
 )
@@ -330,22 +293,21 @@ def localize_command(
       gate localize --candidate demo --recipe "quanto-int2:only=model.layers.2.*" --against fp32
       gate localize --candidate demo --recipe quanto-int2 --json all.json --html all.html
     """
-    return run_localize(
+    request = LocalizeRequest(
         candidate=candidate,
         recipe=recipe,
         against=against,
+        model_slug=model_slug,
         store=explicit_store(store),
         config=config,
         thresholds=thresholds,
-        json_out=json_out,
-        html_out=html_out,
-        png_out=png_out,
+        outputs=LocalizeOutputs(json=json_out, html=html_out, png=png_out),
         resolve=resolve,
         limit=limit,
         gate_repair=not no_gate,
         dry_run=dry_run,
-        model_slug=model_slug,
     )
+    return run_localize(request)
 
 
 __all__ = ["check_localizable", "localize_blocked", "localize_command", "run_localize"]

@@ -25,6 +25,14 @@ degradation against the recorded baseline and the spread of the paired
 per-item differences become a :class:`~gate.gating.calibration.NoiseRun`, and
 :func:`gate.gating.calibration.calibrate_metric` derives the bounds. The
 sessions' own reports go to a log file (``<out>.log``), not to the terminal.
+
+No verdict is reached here: each session's verdicts and exit code are ``gate
+run``'s own (the one judgement, :func:`gate.session.judgement.judge`, at the end
+of the session). Calibration reads only the measurements a session hands over
+and its exit code (a session that did not decide, exit 2/3/4/5, stops the
+calibration with that code; a blocked one is reported as noise that crossed a
+declared bound); the noise figures and bounds are derived from the
+measurements, not from the sessions' verdicts.
 """
 
 from __future__ import annotations

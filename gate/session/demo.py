@@ -7,10 +7,17 @@ The packaged demo model (``gate/assets/demo_model``) has a committed baseline
 store, ``[tiers.*]`` = :data:`DEMO_SETTINGS`) handed to the same planner, checks
 and candidate loop as ``gate run --config`` (:mod:`gate.session.plan`,
 :func:`gate.session.multirun.run_candidates`): same suites, plugin,
-comparison and report per build, then one summary table of headline values. Blocked candidates are the point of the demo: a run in which some
-builds are blocked is a successful demo (exit 0). It fails (nonzero) when a
-candidate run errors, or when the control build (recipe ``none``, the baseline
-itself) is not approved, which would mean the gate flaps.
+comparison and report per build, then one summary table of headline values.
+
+Each build's verdicts, exit code and console report are its ``gate run``
+session's (the one judgement, :func:`gate.session.judgement.judge`, at the end
+of the session); the panel's rows are read from each session's ``Results``
+(:func:`candidate_result`) and decide nothing again. The demo's own exit code
+(:func:`panel_exit_code`) is a statement about the panel, not a verdict:
+blocked candidates are the point of the demo, so a run in which some builds
+are blocked is a successful demo (exit 0). It fails (nonzero) when a candidate
+run errors, or when the control build (recipe ``none``, the baseline itself)
+is not approved, which would mean the gate flaps.
 
 The demo's tier settings (:data:`DEMO_SETTINGS`) keep the panel under five
 minutes on a two-core CPU; the committed baseline is recorded with the same
@@ -336,8 +343,9 @@ def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> Cand
     )
 
 
-def judge(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:
-    """The demo's exit code: 0 when every run completed and the control passed."""
+def panel_exit_code(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:
+    """The demo's exit code from its builds' own exit codes: 0 when every run completed and
+    the control passed."""
     for c in candidates:
         if not decided(c.exit_code):
             return ExitCode(c.exit_code), f"candidate {c.recipe} ended with exit {c.exit_code}"
@@ -409,7 +417,7 @@ def run_demo(
             on_start=started,
             on_done=finished,
         )
-    code, problem = judge(results)
+    code, problem = panel_exit_code(results)
     if json_dir is not None:
         write_summary(json_dir / "summary.json", results, code, problem)
     return DemoResult(tuple(results), code, problem)

@@ -1,20 +1,29 @@
 """One judgement: measurements x baselines x thresholds x options -> verdicts and ``Results``.
 
-``gate run`` (at the end of its session, :mod:`gate.session.finish`) and ``gate
-compare`` (of a measurements file, such as ``gate run --measurements`` writes)
-reach their verdicts here and nowhere else, so a run re-gated from its
-measurements file reaches the same verdict, metric by metric. In order:
+``gate run`` (at the end of its session, :mod:`gate.session.finish`; ``gate
+demo`` and ``gate calibrate`` run their sessions through it), ``gate compare``
+(of a measurements file, such as ``gate run --measurements`` writes) and ``gate
+import lm-eval`` (of two samples files) reach their verdicts here and nowhere
+else, so a run re-gated from its measurements file reaches the same verdict,
+metric by metric; ``gate merge`` only reads back the results made here.
+
+A baseline is a :class:`BaselineInput`: a stored
+:class:`~gate.store.baseline.Baseline` (a model's provenance and the versions
+that measured it), or an :class:`ExternalBaseline` that another tool measured
+(a description of its source and its measurements, no model provenance). The
+checks that read a baseline's provenance (steps 2 and 4's versions and
+placement) apply to the baselines that record one. In order:
 
 1. ``exercised_only = true`` in ``[gate]``: a partly exercised tier's per-item
    metrics are narrowed to its exercised items (:func:`gate.tiers.exercised.gate_on_exercised`);
-2. each baseline must be of the candidate's tokenizer and model family
-   (:func:`gate.store.baseline.check_compatible`);
+2. each baseline that records its model must be of the candidate's tokenizer
+   and model family (:func:`gate.store.baseline.check_same_model`);
 3. thresholds that bound none of the measured metrics are refused (exit 4),
    unless the run already failed (its exit status stands);
 4. each measurement is compared with each baseline
    (:func:`gate.gating.compare.compare_many`); baseline metrics of the tiers
-   that ran but were not measured, versions that drifted from a baseline's and
-   tiers the compression never acted on (NOT EXERCISED) are collected;
+   that ran but were not measured, versions and placement (device, dtype) that
+   drifted from a recorded baseline's, and tiers the compression never acted on (NOT EXERCISED) are collected;
 5. :func:`gate.gating.verdict.decide` turns them into the outcome
    (``strict``: warnings block); a failed run keeps its own exit status;
 6. the notes (what could not be judged, version drift, exercise) and the
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gate.errors import NothingMeasuredError
 
@@ -36,9 +45,58 @@ if TYPE_CHECKING:
     from gate.gating.thresholds import Thresholds
     from gate.gating.verdict import GateOutcome
     from gate.measurement import Measurement
+    from gate.metrics.spec import MetricSpec
     from gate.provenance import ModelProvenance
     from gate.report.results import Results, RunIdentity
-    from gate.store.baseline import Baseline
+
+
+class BaselineInput(Protocol):
+    """What the judgement reads of a baseline (:class:`~gate.store.baseline.Baseline`
+    provides it; so does :class:`ExternalBaseline`)."""
+
+    @property
+    def display(self) -> str:
+        """How messages and report titles name it."""
+        ...
+
+    @property
+    def measurements(self) -> Mapping[str, Measurement]:
+        """Its measurements by metric name."""
+        ...
+
+    @property
+    def provenance(self) -> ModelProvenance | None:
+        """The model it measured (``None``: its source records none, so the model,
+        version and placement checks do not apply)."""
+        ...
+
+    @property
+    def environment(self) -> Mapping[str, Any]:
+        """The package versions that measured it (``gate.provenance.environment``)."""
+        ...
+
+    def describe(self, ref: str | None = None) -> dict[str, Any]:
+        """Its description in the results (``baselines[ref]``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExternalBaseline:
+    """A baseline another tool measured (an lm-eval samples file): its measurements and a
+    description of where they came from; it records no model and no package versions."""
+
+    #: The results' description of it (``{"source": ..., "samples": ...}``).
+    source: Mapping[str, Any]
+    measurements: Mapping[str, Measurement]
+    #: What messages call it.
+    display: str
+    provenance: None = None
+    environment: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self, ref: str | None = None) -> dict[str, Any]:
+        """The source's description as given (an external file has no ref, number or digest
+        of the store's)."""
+        return dict(self.source)
 
 
 @dataclass(frozen=True)
@@ -47,8 +105,8 @@ class JudgementInputs:
 
     #: What the candidate measured (a run's session, or a measurements file).
     measurements: Sequence[Measurement]
-    #: The baselines compared against, by the ref the user named.
-    baselines: Mapping[str, Baseline]
+    #: The baselines compared against, by the ref the user named (the verdicts' ``against``).
+    baselines: Mapping[str, BaselineInput]
     thresholds: Thresholds
     #: The candidate's provenance (tokenizer, family: checked against each baseline).
     candidate: ModelProvenance
@@ -67,6 +125,8 @@ class JudgementInputs:
     problem: int | None = None
     #: What the measurements are in messages ("this run", the measurements file).
     subject: str = "this run"
+    #: The metrics' specs (``None``: the registry's; an import adds the files' own metrics).
+    specs: Mapping[str, MetricSpec] | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +152,7 @@ def judge(inputs: JudgementInputs) -> Judgement:
     from gate.gating.versions import check_refs, drift_of, measured_with, version_notes
     from gate.models.backends.batch_fit import backoff_notes
     from gate.report.results import Results
-    from gate.store.baseline import check_compatible
+    from gate.store.baseline import check_same_model
     from gate.tiers.exercised import gate_on_exercised, not_exercised, reason
     from gate.tiers.exercised import notes as exercised_notes
 
@@ -101,25 +161,27 @@ def judge(inputs: JudgementInputs) -> Judgement:
     narrowed: list[str] = []
     if limits.exercised_only:
         measured, narrowed = gate_on_exercised(measured)
-    for baseline in inputs.baselines.values():
-        check_compatible(baseline, inputs.candidate)
+    # the baselines that record their model: the model, version and placement checks
+    recorded = {
+        ref: (b, b.provenance) for ref, b in inputs.baselines.items() if b.provenance is not None
+    }
+    for baseline, provenance in recorded.values():
+        check_same_model(baseline.display, provenance, inputs.candidate)
     names = [m.name for m in measured]
     if inputs.problem is None:  # a failed run already has its exit code
         require_a_bound(limits, names, what=inputs.subject)
     stored = {ref: list(b.measurements.values()) for ref, b in inputs.baselines.items()}
-    verdicts = compare_many(measured, stored, limits)
+    verdicts = compare_many(measured, stored, limits, specs=inputs.specs)
     if not verdicts and inputs.problem is None:
         raise NothingMeasuredError("no metric to compare", "the candidate measured nothing")
     missing = unmeasured(measured, stored, inputs.tiers)
     # the versions that measured each side: the candidate's own record, never this machine's
     versions = check_refs(
-        {ref: measured_with(b.environment, b.provenance) for ref, b in inputs.baselines.items()},
+        {ref: measured_with(b.environment, p) for ref, (b, p) in recorded.items()},
         measured_with(dict(inputs.environment), inputs.candidate),
     )
     # the device and compute dtype each side was measured on (a warning when they differ)
-    placement = placement_drift(
-        {ref: b.provenance for ref, b in inputs.baselines.items()}, inputs.candidate
-    )
+    placement = placement_drift({ref: p for ref, (_, p) in recorded.items()}, inputs.candidate)
     outcome = decide(
         verdicts,
         strict=inputs.strict,
@@ -173,7 +235,7 @@ def coverage_notes(
     return notes
 
 
-def baseline_titles(baselines: Mapping[str, Baseline], *, refs_always: bool = False) -> str:
+def baseline_titles(baselines: Mapping[str, BaselineInput], *, refs_always: bool = False) -> str:
     """``ref = slug#0003 (label)`` for each baseline (the ref alone when it is the display,
     unless ``refs_always``)."""
     return ", ".join(
@@ -182,4 +244,12 @@ def baseline_titles(baselines: Mapping[str, Baseline], *, refs_always: bool = Fa
     )
 
 
-__all__ = ["Judgement", "JudgementInputs", "baseline_titles", "coverage_notes", "judge"]
+__all__ = [
+    "BaselineInput",
+    "ExternalBaseline",
+    "Judgement",
+    "JudgementInputs",
+    "baseline_titles",
+    "coverage_notes",
+    "judge",
+]

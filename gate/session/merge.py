@@ -31,6 +31,13 @@ whose job failed before writing its results is a row of the summary
 (``MISSING``, exit 5: nothing measured for it, never approved) instead of going
 unnoticed; a result for a candidate it does not name is refused. Rows follow
 the order of ``--expect-from``, else the order the files were given in.
+
+Merging decides nothing again: every document was decided by the one judgement
+(:func:`gate.session.judgement.judge`, in ``gate run``, ``gate compare`` or
+``gate import``), and each candidate's row, report files and exit code are read
+from its document as it stands (its ``exit_code``, verdict word and findings);
+the merge's exit code is the worst of them, or the exit code of a problem it
+meets itself (documents that do not belong together, a report it cannot write).
 """
 
 from __future__ import annotations
@@ -106,15 +113,15 @@ def results_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def read_merged(path: Path) -> Merged:
-    """One results file; a file without a ``run`` object (written by a gate before schema 2,
-    or by ``gate import``) or with an exit code the gate does not have is a DataError."""
+    """One results file; a file without a ``run`` object (written by a gate before schema 2)
+    or with an exit code the gate does not have is a DataError."""
     from gate.report.results_json import results_from_json
 
     results = results_from_json(path)
     if results.run is None:
         raise DataError(
             f"{path} names no candidate and no thresholds (no 'run' object)",
-            "merge the results of gate run/gate compare from this gate version",
+            "merge the results of gate run/compare/import from this gate version",
         )
     try:
         ExitCode(results.exit_code)

@@ -270,7 +270,11 @@ def check_compatible(baseline: Baseline, candidate: ModelProvenance) -> None:
     the same model share, and ``model_family``); a measurements file from
     another tool may lack them all.
     """
-    ours, theirs = baseline.provenance, candidate
+    check_same_model(baseline.display, baseline.provenance, candidate)
+
+
+def check_same_model(display: str, ours: ModelProvenance, theirs: ModelProvenance) -> None:
+    """:func:`check_compatible` of the baseline named ``display`` that records ``ours``."""
     checks: tuple[tuple[str, str | None, str | None, Callable[[str | None, str | None], bool]], ...]
     checks = (
         ("tokenizer", ours.tokenizer_identity(), theirs.tokenizer_identity(), tokenizers_differ),
@@ -285,7 +289,7 @@ def check_compatible(baseline: Baseline, candidate: ModelProvenance) -> None:
     for key, mine, other, differ in checks:
         if differ(mine, other):
             raise BaselineError(
-                f"baseline {baseline.display} has {key} {str(mine)[:16]!r} but the candidate "
+                f"baseline {display} has {key} {str(mine)[:16]!r} but the candidate "
                 f"has {str(other)[:16]!r}",
                 "a candidate must be compared with a baseline of the same model and tokenizer",
             )
