@@ -131,6 +131,9 @@ def test_import_reaches_the_recorded_results(
         " (reported, not gated): " + ", ".join(unbounded)
     )
     assert after.pop("notes") == before.pop("notes") + ([note] if unbounded else [])
+    # recorded at schema 2; schema 3 adds the typed judge panel (none here)
+    assert (before.pop("schema_version"), after.pop("schema_version")) == (2, 3)
+    assert after.pop("judge") == []
     assert after == before
     # the run object, which gate merge reads: the candidate file's stem, --strict
     assert got["run"]["candidate"] == Path(args[1]).stem
