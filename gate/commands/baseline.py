@@ -10,6 +10,7 @@ from rich import box
 from rich.table import Table
 
 from gate.commands.options import (
+    TIERS_HELP,
     color_option,
     load_options,
     load_settings,
@@ -219,7 +220,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
     help="Model id, local directory, .gguf file, or 'demo' (default: [run].baseline of --config).",
 )
 @click.option("--label", default="fp16", show_default=True, help="Label of the new baseline.")
-@click.option("--tiers", help="Comma-separated tiers (default: every available tier).")
+@click.option("--tiers", help=TIERS_HELP)
 @click.option("--recipe", help="Compression recipe applied before measuring (default: none).")
 @click.option("--model-slug", help="Store slug (default: derived from --model).")
 @click.option("--ref", help="Also point this ref at the new baseline (e.g. fp16).")

@@ -20,6 +20,7 @@ from gate.commands.options import (
 )
 from gate.errors import ConfigError, ExitCode
 from gate.models.load_settings import LoadSettings
+from gate.tiers.spec import CALIBRATED_TIERS
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -55,7 +56,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
     "--tiers",
     default="fidelity",
     show_default=True,
-    help="Comma-separated tiers to calibrate (fidelity, accuracy, capability).",
+    help=f"Comma-separated tiers to calibrate ({', '.join(CALIBRATED_TIERS)}).",
 )
 @file_option("--out", required=True, help="Write the calibrated thresholds.toml here.")
 @json_option

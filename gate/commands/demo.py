@@ -9,6 +9,7 @@ import click
 
 from gate.commands.options import dir_option, load_options, load_settings
 from gate.errors import ExitCode, UsageError
+from gate.session.demo import DEFAULT_TIERS as DEMO_TIERS
 
 
 def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -63,7 +64,7 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
 @click.option(
     "--tiers",
     metavar="T1,T2,...",
-    help="Tiers to run (default: fidelity,accuracy,capability; add latency to time each build "
+    help=f"Tiers to run (default: {','.join(DEMO_TIERS)}; add latency to time each build "
     "against the unmodified model in the same session, interleaved A/B, so the comparison "
     "holds on any machine; judge: the packaged judge model compares each build's answers "
     "with the baseline's).",

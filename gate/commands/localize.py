@@ -20,6 +20,7 @@ from gate.commands.options import (
 )
 from gate.errors import ConfigError, ExitCode, GateError, exit_meaning
 from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequest
+from gate.metrics.catalog import fidelity as fidelity_catalog
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -67,13 +68,13 @@ def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
     check_plan(plan)
     with handoff.collect() as collected:
         code = execute_plan(plan, make_console())
-    values: dict[str, float | None] = {"fidelity.cga": None, "fidelity.kl_mean": None}
+    values: dict[str, float | None] = {fidelity_catalog.CGA: None, fidelity_catalog.KL_MEAN: None}
     verdict = exit_meaning(int(code))
     if collected:
         for v in collected[-1].verdicts:
             if v.slice is None and v.metric in values:
                 values[v.metric] = v.value
-    return Gated(verdict, int(code), values["fidelity.cga"], values["fidelity.kl_mean"])
+    return Gated(verdict, int(code), values[fidelity_catalog.CGA], values[fidelity_catalog.KL_MEAN])
 
 
 def run_localize(request: LocalizeRequest) -> int:

@@ -19,8 +19,15 @@ from gate.errors import UsageError
 from gate.models.load_settings import LoadSettings, load_setting_options
 from gate.models.spec import DEVICE_RE
 from gate.session.options import DEFAULT_STORE
+from gate.tiers.spec import DEFAULT_TIERS, tiers_help
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Help of ``--tiers`` (``gate run``, ``gate baseline record``), from the tier specs.
+TIERS_HELP = (
+    f"Comma-separated tiers from: {tiers_help()} "
+    f"(default: {','.join(DEFAULT_TIERS)}, those with a suite)."
+)
 
 
 def file_option(*decls: str, **attrs: Any) -> Callable[[F], F]:

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from gate.commands.options import (
+    TIERS_HELP,
     dir_option,
     explicit_store,
     file_option,
@@ -81,7 +82,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     metavar="REF",
     help="Baseline ref to compare with (repeatable; default: latest).",
 )
-@click.option("--tiers", help="Comma-separated tiers (default: every available tier).")
+@click.option("--tiers", help=TIERS_HELP)
 @json_option
 @file_option(
     "--config",

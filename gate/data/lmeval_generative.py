@@ -42,6 +42,7 @@ from typing import Any
 
 from gate.errors import DataError
 from gate.measurement import Measurement, from_samples
+from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.spec import MetricSpec, SampleKind
 
 _HINT = "give files written by lm_eval --log_samples"
@@ -51,7 +52,7 @@ PRIMARY = "exact_match"
 LOWER_IS_BETTER = frozenset({"ter", "wer", "cer"})
 #: Name prefix of the generative measurements.
 PREFIX = "accuracy.gen_"
-FLIPS = "accuracy.gen_flips"
+FLIPS = accuracy_catalog.GEN_FLIPS
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import numpy as np
 
 from gate.errors import DataError
 from gate.measurement import Measurement, MeasurementDetail, from_samples
+from gate.metrics.catalog import accuracy as accuracy_catalog
 
 #: Edges of the baseline-margin buckets of the flips-vs-margin table.
 MARGIN_EDGES: tuple[float, ...] = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)
@@ -431,11 +432,11 @@ def accuracy_measurements(
     Breakdown per subject (``subject:<name>``) when there is more than one.
     """
     groups = _subject_groups(subjects)
-    out = [from_samples("accuracy.mcq_acc", [float(c) for c in correct], ids, groups=groups)]
+    out = [from_samples(accuracy_catalog.MCQ_ACC, [float(c) for c in correct], ids, groups=groups)]
     if correct_norm is not None:
         out.append(
             from_samples(
-                "accuracy.mcq_acc_norm", [float(c) for c in correct_norm], ids, groups=groups
+                accuracy_catalog.MCQ_ACC_NORM, [float(c) for c in correct_norm], ids, groups=groups
             )
         )
     return out
@@ -465,7 +466,7 @@ def pair_measurements(
     right_to_wrong = sum(p.base_correct and not p.cand_correct for p in pairs)
     wrong_to_right = sum(p.cand_correct and not p.base_correct for p in pairs)
     flips = from_samples(
-        "accuracy.flips",
+        accuracy_catalog.FLIPS,
         [float(p.flip) for p in pairs],
         ids,
         groups=flip_groups,
@@ -479,9 +480,11 @@ def pair_measurements(
     )
     return [
         flips,
-        from_samples("accuracy.all_flips", [float(p.any_flip) for p in pairs], ids, groups=groups),
-        from_samples("accuracy.choice_kl", [p.kl for p in pairs], ids, groups=groups),
         from_samples(
-            "accuracy.top_margin_mean", [p.cand_margin for p in pairs], ids, groups=groups
+            accuracy_catalog.ALL_FLIPS, [float(p.any_flip) for p in pairs], ids, groups=groups
+        ),
+        from_samples(accuracy_catalog.CHOICE_KL, [p.kl for p in pairs], ids, groups=groups),
+        from_samples(
+            accuracy_catalog.TOP_MARGIN_MEAN, [p.cand_margin for p in pairs], ids, groups=groups
         ),
     ]

@@ -15,17 +15,15 @@ from gate.errors import ConfigError
 from gate.metrics.catalog import accuracy, capability, fidelity, judge, latency, load
 from gate.metrics.spec import MetricSpec
 
-#: Catalog modules, one per tier; each defines ``SPECS: tuple[MetricSpec, ...]``.
+#: Catalog modules, one per tier; each defines ``TIER`` (its name) and
+#: ``SPECS: tuple[MetricSpec, ...]``. A tier's name is declared there once; what
+#: else the gate knows of a tier (settings, suite, default, calibrate) is its
+#: :class:`gate.tiers.spec.TierSpec`.
 CATALOG_MODULES = (fidelity, accuracy, capability, latency, judge, load)
 
-#: The tiers, one per catalog module: the one answer to "is this a tier?" (:func:`check_tier`).
-TIERS: tuple[str, ...] = ("accuracy", "capability", "fidelity", "judge", "latency", "load")
-#: Tiers that run only when named (``--tiers``, ``[run].tiers``): the judge tier needs
-#: judges and baseline outputs recorded for it, which older baselines lack; the load
-#: tier needs two served builds (``--endpoint`` and ``--baseline-endpoint``) and GuideLLM.
-OPT_IN_TIERS: tuple[str, ...] = ("judge", "load")
-#: What "every tier" means when no tier list is given.
-DEFAULT_TIERS: tuple[str, ...] = tuple(t for t in TIERS if t not in OPT_IN_TIERS)
+#: The tiers, one per catalog module, sorted: the one answer to "is this a tier?"
+#: (:func:`check_tier`).
+TIERS: tuple[str, ...] = tuple(sorted(module.TIER for module in CATALOG_MODULES))
 
 
 @cache

@@ -28,6 +28,7 @@ from typing import Any
 
 from gate.gating.verdict import Severity, Verdict
 from gate.measurement import MeasurementDetail
+from gate.metrics.catalog import load as load_catalog
 from gate.report.console import (
     NUMBER_HEADERS,
     listed_underpowered,
@@ -371,14 +372,14 @@ def judge_section(results: Results) -> str:
 
 #: The load table's rows: (label, per-sweep key, unit).
 LOAD_ROWS = (
-    ("share of the SLO used (mean over rates)", "slo_load", "", "load.slo_speedup"),
-    ("goodput at the SLO", "goodput", "req/s", "load.goodput_ratio"),
-    ("max sustainable rate", "max_rate", "req/s", "load.max_rate_ratio"),
+    ("share of the SLO used (mean over rates)", "slo_load", "", load_catalog.SLO_SPEEDUP),
+    ("goodput at the SLO", "goodput", "req/s", load_catalog.GOODPUT_RATIO),
+    ("max sustainable rate", "max_rate", "req/s", load_catalog.MAX_RATE_RATIO),
     (
         "output tokens/s at saturation",
         "output_tokens_per_s",
         "tok/s",
-        "load.output_tokens_per_s_ratio",
+        load_catalog.OUTPUT_TOKENS_PER_S_RATIO,
     ),
 )
 
@@ -386,7 +387,7 @@ LOAD_ROWS = (
 def load_section(results: Results) -> str:
     """The load tier in one table: each build's mean over its sweeps, the ratio and its CI."""
     by_metric = {v.metric: v for v in results.verdicts if v.tier == "load" and v.slice is None}
-    good = by_metric.get("load.goodput_ratio")
+    good = by_metric.get(load_catalog.GOODPUT_RATIO)
     per: Any = good.details.get("per_sweep") if good is not None else None
     if good is None or not isinstance(per, Mapping):
         return ""
@@ -407,7 +408,7 @@ def load_section(results: Results) -> str:
             f"<td>{pill}</td></tr>"
         )
     slo: Any = good.details.get("slo", {})
-    speed = by_metric.get("load.slo_speedup")
+    speed = by_metric.get(load_catalog.SLO_SPEEDUP)
     min_speedup = speed.details.get("min_speedup") if speed is not None else None
     knees = {
         side: [r.get("knee_rate") for r in per.get(side, [])] for side in ("baseline", "candidate")

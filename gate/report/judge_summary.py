@@ -21,11 +21,12 @@ from typing import Any
 from gate.gating.verdict import Verdict
 from gate.judge.elo import EloResult
 from gate.judge.summary import SUMMARY_KEYS, JudgeSummary
+from gate.metrics.catalog import judge as judge_catalog
 
 __all__ = ["JudgeSummary", "elo_text", "split_judge_summaries", "summary_lines"]
 
 #: Judge metrics whose details may carry the summary, most complete first.
-_CARRIERS = ("judge.elo_delta", "judge.swap_inconsistency", "judge.disagreement")
+_CARRIERS = (judge_catalog.ELO_DELTA, judge_catalog.SWAP_INCONSISTENCY, judge_catalog.DISAGREEMENT)
 
 
 def split_judge_summaries(

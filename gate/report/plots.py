@@ -40,6 +40,10 @@ from matplotlib.figure import Figure
 
 from gate.gating.verdict import Severity, Verdict
 from gate.measurement import MeasurementDetail
+from gate.metrics.catalog import accuracy as accuracy_catalog
+from gate.metrics.catalog import fidelity as fidelity_catalog
+from gate.metrics.catalog import latency as latency_catalog
+from gate.metrics.catalog import load as load_catalog
 
 SEVERITY_COLOUR = {
     Severity.PASS: "#2e7d32",
@@ -100,7 +104,7 @@ def _or_zero(x: float | None) -> float:
 
 def cga_by_slice(verdicts: Sequence[Verdict]) -> Plot | None:
     """Grouped bars of CGA per slice: reference (grey) and candidate (severity colour)."""
-    rows = [v for v in primary(verdicts) if v.metric == "fidelity.cga" and v.slice]
+    rows = [v for v in primary(verdicts) if v.metric == fidelity_catalog.CGA and v.slice]
     rows.sort(key=lambda v: (not v.slice.startswith("category:"), v.slice))  # type: ignore[union-attr]
     if not rows:
         return None
@@ -126,7 +130,7 @@ def cga_by_slice(verdicts: Sequence[Verdict]) -> Plot | None:
     ax.set_ylabel("CGA")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    overall = _find(primary(verdicts), "fidelity.cga")
+    overall = _find(primary(verdicts), fidelity_catalog.CGA)
     if overall is not None:
         ax.axhline(overall.value, color="black", linewidth=0.8, linestyle=":")
     return Plot(
@@ -179,7 +183,7 @@ def kl_distribution(verdicts: Sequence[Verdict]) -> Plot | None:
 
 def _margin_rows(verdicts: Sequence[Verdict]) -> list[tuple[float, float, int, float]]:
     """``(lo, hi, n, rate)`` per margin bucket: from ``details['by_margin']`` or the slices."""
-    flips = _find(verdicts, "accuracy.flips")
+    flips = _find(verdicts, accuracy_catalog.FLIPS)
     table: Any = flips.details.get(MeasurementDetail.BY_MARGIN) if flips is not None else None
     if isinstance(table, list) and table:
         try:
@@ -192,7 +196,7 @@ def _margin_rows(verdicts: Sequence[Verdict]) -> list[tuple[float, float, int, f
             pass
     rows = []
     for v in verdicts:
-        match = MARGIN_RE.match(v.slice or "") if v.metric == "accuracy.flips" else None
+        match = MARGIN_RE.match(v.slice or "") if v.metric == accuracy_catalog.FLIPS else None
         if match:
             rows.append((float(match["lo"]), float(match["hi"]), v.n, float(v.value)))
     return sorted(rows)
@@ -272,7 +276,7 @@ def latency_percentiles(verdicts: Sequence[Verdict]) -> Plot | None:
 
 def throughput_by_batch(verdicts: Sequence[Verdict]) -> Plot | None:
     """Median tokens/s per batch size of the sweep (``latency.best_tokens_per_s`` details)."""
-    best = _find(primary(verdicts), "latency.best_tokens_per_s")
+    best = _find(primary(verdicts), latency_catalog.BEST_TOKENS_PER_S)
     per_batch: Any = best.details.get(MeasurementDetail.PER_BATCH) if best is not None else None
     if not isinstance(per_batch, dict) or not per_batch:
         return None
@@ -340,7 +344,7 @@ def _median(values: Sequence[float]) -> float:
 def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
     """p95 TTFT and ITL against the offered rate, both builds, with the SLO and the knees
     (``load.goodput_ratio`` details: ``curves``, ``slo``, ``per_sweep``)."""
-    good = _find(primary(verdicts), "load.goodput_ratio")
+    good = _find(primary(verdicts), load_catalog.GOODPUT_RATIO)
     curves: Any = good.details.get("curves") if good is not None else None
     slo: Any = good.details.get("slo") if good is not None else None
     if good is None or not isinstance(curves, dict) or not isinstance(slo, dict):

@@ -68,10 +68,8 @@ from gate.metrics.spec import MetricSpec, SampleKind
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.session.options import SessionOptions
+from gate.tiers.spec import CALIBRATED_TIERS
 
-#: Tiers whose noise ``gate calibrate`` measures (timings have their own paired mode; the
-#: judge tier's noise is its stability gate).
-CALIBRATED_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
 #: Ref of the baseline recorded in the temporary store.
 BASE_REF = "base"
 

@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ExitCode, decided
+from gate.metrics.catalog import accuracy as accuracy_catalog
+from gate.metrics.catalog import capability as capability_catalog
+from gate.metrics.catalog import fidelity as fidelity_catalog
+from gate.metrics.catalog import judge as judge_catalog
+from gate.metrics.catalog import latency as latency_catalog
 from gate.models.load_settings import LoadSettings
+from gate.tiers.spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
+from gate.tiers.spec import PORTABLE_TIERS
 
 if TYPE_CHECKING:
     from gate.session.multirun import Outcome
@@ -50,14 +57,14 @@ DEFAULT_RECIPES: tuple[str, ...] = (
     "prune-magnitude:0.5",
     "drop-layers:2",
 )
-#: Tiers the committed baseline holds (latency is left out: its baseline only
-#: holds on the hardware it was recorded on).
-BASELINE_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability", "judge")
-#: Tiers gated by default: the first three the baseline holds (the judge tier is
+#: Tiers the committed baseline holds: the portable ones (latency and load are left
+#: out: their figures hold only on the hardware they were measured on).
+BASELINE_TIERS: tuple[str, ...] = PORTABLE_TIERS
+#: Tiers gated by default: the default tiers the baseline holds (the judge tier is
 #: opt-in, ``--tiers judge``: the packaged judge model answers). The seven-build panel
 #: takes about 75 s on an idle two-core CPU (about 10 s per build); on a heavily
 #: loaded machine `--tiers fidelity` keeps it short.
-DEFAULT_TIERS: tuple[str, ...] = ("fidelity", "accuracy", "capability")
+DEFAULT_TIERS: tuple[str, ...] = tuple(t for t in BASELINE_TIERS if t in SPEC_DEFAULT_TIERS)
 CONTROL = "none"
 #: Ref and label of the committed baseline: the demo model is stored and recorded in float32.
 BASELINE_REF = "fp32"
@@ -95,14 +102,14 @@ DEMO_SETTINGS: Mapping[str, Mapping[str, Any]] = {
 
 #: Headline metrics shown per candidate in the summary table, in order, when measured.
 HEADLINES: tuple[tuple[str, str], ...] = (
-    ("fidelity.cga", "CGA"),
-    ("fidelity.kl_mean", "mean KL"),
-    ("fidelity.kl_p99", "KL p99"),
-    ("accuracy.perplexity", "ppl"),
-    ("accuracy.flips", "flips"),
-    ("capability.arithmetic_easy", "arith"),
-    ("judge.elo_delta", "Elo"),
-    ("latency.tokens_per_s", "tok/s"),
+    (fidelity_catalog.CGA, "CGA"),
+    (fidelity_catalog.KL_MEAN, "mean KL"),
+    (fidelity_catalog.KL_P99, "KL p99"),
+    (accuracy_catalog.PERPLEXITY, "ppl"),
+    (accuracy_catalog.FLIPS, "flips"),
+    (capability_catalog.ARITHMETIC_EASY, "arith"),
+    (judge_catalog.ELO_DELTA, "Elo"),
+    (latency_catalog.TOKENS_PER_S, "tok/s"),
 )
 
 

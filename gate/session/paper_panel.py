@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gate.metrics.catalog import accuracy as accuracy_catalog
+from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.session.demo import CONTROL, CandidateResult
 
 #: SnapKV's observation window at the demo's scale (its prompts have 16-196 tokens).
@@ -66,13 +68,13 @@ def row(result: CandidateResult) -> dict[str, Any]:
     return {
         "method": result.recipe,
         "family": family_of(result.recipe),
-        "cga": values.get("fidelity.cga"),
-        "cga_by_category": _slices(result, "fidelity.cga", "category:"),
-        "cga_by_length": _slices(result, "fidelity.cga", "length:"),
-        "kl_mean": values.get("fidelity.kl_mean"),
-        "perplexity": values.get("accuracy.perplexity"),
-        "mcq_accuracy": values.get("accuracy.mcq_acc"),
-        "mcq_flips": values.get("accuracy.flips"),
+        "cga": values.get(fidelity_catalog.CGA),
+        "cga_by_category": _slices(result, fidelity_catalog.CGA, "category:"),
+        "cga_by_length": _slices(result, fidelity_catalog.CGA, "length:"),
+        "kl_mean": values.get(fidelity_catalog.KL_MEAN),
+        "perplexity": values.get(accuracy_catalog.PERPLEXITY),
+        "mcq_accuracy": values.get(accuracy_catalog.MCQ_ACC),
+        "mcq_flips": values.get(accuracy_catalog.FLIPS),
         "verdict": result.verdict if result.error is None else f"error: {result.error}",
     }
 
@@ -102,9 +104,9 @@ def table(results: Sequence[CandidateResult]) -> Any:
         cells += [idle or _fmt(r["cga_by_length"].get(n)) for n in lengths]
         cells += [
             idle or _fmt(r["kl_mean"], ".4f"),
-            result.cell("accuracy.perplexity", ".2f"),
-            result.cell("accuracy.mcq_acc", ".3f"),
-            result.cell("accuracy.flips", ".3f"),
+            result.cell(accuracy_catalog.PERPLEXITY, ".2f"),
+            result.cell(accuracy_catalog.MCQ_ACC, ".3f"),
+            result.cell(accuracy_catalog.FLIPS, ".3f"),
             str(r["verdict"]).replace("_", " ").upper(),
         ]
         out.add_row(*cells)

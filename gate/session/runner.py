@@ -20,9 +20,10 @@ from pathlib import Path
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
-from gate.metrics.registry import DEFAULT_TIERS, TIERS, check_tier
+from gate.metrics.registry import check_tier
 from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
+from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 
 
 def suites_dir() -> Path:
@@ -44,14 +45,14 @@ def parse_tiers(text: str | None) -> tuple[str, ...] | None:
 def available_tiers(directory: Path | None = None) -> tuple[str, ...]:
     """Tiers whose suite file exists."""
     root = directory if directory is not None else suites_dir()
-    return tuple(t for t in TIERS if (root / f"test_{t}.py").is_file())
+    return tuple(s.name for s in TIER_SPECS if (root / s.suite).is_file())
 
 
 def select_tiers(
     tiers: Sequence[str] | None, directory: Path | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(runnable, missing)``: the tiers asked for (``None``: all but the opt-in ones,
-    :data:`~gate.metrics.registry.DEFAULT_TIERS`) with and without a suite.
+    :data:`~gate.tiers.spec.DEFAULT_TIERS`) with and without a suite.
 
     None runnable: :class:`NothingMeasuredError` (exit 5).
     """
@@ -75,7 +76,7 @@ def _plugin_autoloaded() -> bool:
 def build_args(tiers: Sequence[str], *, directory: Path, verbose: bool = False) -> list[str]:
     """The pytest command line for one gate session over ``tiers`` in ``directory`` (what
     the session measures travels beside it, typed: :func:`run_pytest`)."""
-    args = [str(directory / f"test_{tier}.py") for tier in tiers]
+    args = [str(directory / tier_spec(tier).suite) for tier in tiers]
     args += ["-m", " or ".join(tiers), "-p", "no:cacheprovider", "--strict-markers"]
     # the suites import gate modules that are already loaded; pytest's note about not
     # rewriting their asserts is noise in a gate report
@@ -108,7 +109,10 @@ def run_pytest(
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
     for tier in missing:
-        print(f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr)
+        print(
+            f"gate: tier {tier!r} unavailable (no suite {root / tier_spec(tier).suite})",
+            file=sys.stderr,
+        )
     args = build_args(selected, directory=root, verbose=options.verbose)
     carrier = SessionRequestPlugin(SessionRequest(mode=mode, model=model, options=options))
     with progress.terminal():  # progress reaches the real stderr while pytest captures it

@@ -41,6 +41,7 @@ from gate.data.mcq import MCQuestion, load_mcq_set
 from gate.errors import DataError
 from gate.measurement import Measurement
 from gate.metrics import accuracy as am
+from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.models.backends.capabilities import exact_full_rows
 from gate.progress import task as progress_task
@@ -156,7 +157,7 @@ def perplexity_measurement(
     """``accuracy.perplexity``: value ``exp(sum NLL / N)``, samples per-window mean NLL."""
     value = am.perplexity([s.nll_sum for s in scores], [s.n_tokens for s in scores])
     return Measurement(
-        name="accuracy.perplexity",
+        name=accuracy_catalog.PERPLEXITY,
         value=value,
         samples=tuple(s.nll_sum / s.n_tokens for s in scores),
         sample_ids=tuple(f"window-{i:05d}" for i in range(len(scores))),

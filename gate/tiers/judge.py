@@ -57,6 +57,7 @@ from gate.judge.protocol import (
 from gate.judge.summary import JudgeSummary
 from gate.judge.template import default_template, load_template
 from gate.measurement import Measurement, OutputSet
+from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog.judge import JudgeDetail
 
 TIER = "judge"
@@ -316,7 +317,7 @@ def validity_measurement(
     valid = panel_validity(answers)
     samples = tuple(1.0 if v else 0.0 for v in valid)
     return Measurement(
-        name="judge.validity",
+        name=judge_catalog.VALIDITY,
         value=sum(samples) / len(samples),
         samples=samples,
         sample_ids=tuple(o.id for o in outputs.outputs),
@@ -351,13 +352,13 @@ def _elo_measurement(
             continue
         part = tuple(samples[i] for i in idx)
         breakdown[key] = Measurement(
-            name="judge.elo_delta",
+            name=judge_catalog.ELO_DELTA,
             value=elo_value(part),
             samples=part,
             sample_ids=tuple(ids[i] for i in idx),
         )
     return Measurement(
-        name="judge.elo_delta",
+        name=judge_catalog.ELO_DELTA,
         value=elo_value(samples),
         samples=tuple(samples),
         sample_ids=tuple(ids),
@@ -437,7 +438,7 @@ def _rates(counts: Tally, n_judges: int, details: Mapping[str, Any]) -> list[Mea
     asked = counts.pairs - counts.identical
     out = [
         Measurement(
-            name="judge.swap_inconsistency",
+            name=judge_catalog.SWAP_INCONSISTENCY,
             value=counts.swap_inconsistent / asked if asked else 0.0,
             details=dict(details),
         )
@@ -445,7 +446,9 @@ def _rates(counts: Tally, n_judges: int, details: Mapping[str, Any]) -> list[Mea
     if n_judges >= 2 and counts.disagreement_rate is not None:
         out.append(
             Measurement(
-                name="judge.disagreement", value=counts.disagreement_rate, details=dict(details)
+                name=judge_catalog.DISAGREEMENT,
+                value=counts.disagreement_rate,
+                details=dict(details),
             )
         )
     return out

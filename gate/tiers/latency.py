@@ -64,6 +64,7 @@ from gate.hw.fingerprint import Fingerprint
 from gate.hw.memory import MemoryReport, MemoryTracker
 from gate.hw.oom import is_out_of_memory, release_cached_memory
 from gate.measurement import Measurement, MeasurementDetail
+from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.latency import RunLatency, percentile, run_latency, summarize
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary
 from gate.models.backends.base import Backend, StepClock
@@ -543,7 +544,7 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
         }
     out.append(
         Measurement(
-            "latency.best_tokens_per_s",
+            latency_catalog.BEST_TOKENS_PER_S,
             percentile(best_samples, 50),
             samples=best_samples,
             details=best_details,
@@ -566,12 +567,12 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             out.append(Measurement(f"latency.{key}", float(value), details=details))
     if result.parameter_bytes is not None:
         out.append(
-            Measurement("latency.param_bytes", float(result.parameter_bytes), details=common)
+            Measurement(latency_catalog.PARAM_BYTES, float(result.parameter_bytes), details=common)
         )
     if result.kv_cache is not None:
         out.append(
             Measurement(
-                "latency.kv_bytes_per_token",
+                latency_catalog.KV_BYTES_PER_TOKEN,
                 float(result.kv_cache["kv_bytes_per_token"]),
                 details={**common, **result.kv_cache},
             )
@@ -637,7 +638,7 @@ def load_measurements(result: LatencyResult, common: Mapping[str, Any]) -> list[
         )
     out.append(
         Measurement(
-            "latency.load_output_tokens_per_s", top.summary.output_throughput, details=details
+            latency_catalog.LOAD_OUTPUT_TOKENS_PER_S, top.summary.output_throughput, details=details
         )
     )
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, Literal, overload
 
 from gate.config import build_dataclass
 from gate.errors import ConfigError
@@ -31,27 +31,11 @@ from gate.tiers.fidelity.settings import FidelitySettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadSettings
+from gate.tiers.spec import TIER_SPECS, TierSettings
 
-#: The settings of any tier.
-TierSettings: TypeAlias = (
-    AccuracySettings
-    | CapabilitySettings
-    | FidelitySettings
-    | JudgeSettings
-    | LatencySettings
-    | LoadSettings
-)
-
-#: Tier name -> its settings class (the keys are :data:`gate.metrics.registry.TIERS`).
+#: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
 SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
-    {
-        "accuracy": AccuracySettings,
-        "capability": CapabilitySettings,
-        "fidelity": FidelitySettings,
-        "judge": JudgeSettings,
-        "latency": LatencySettings,
-        "load": LoadSettings,
-    }
+    {spec.name: spec.settings for spec in TIER_SPECS}
 )
 
 

@@ -24,6 +24,19 @@ from __future__ import annotations
 
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "accuracy"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+PERPLEXITY = "accuracy.perplexity"
+MCQ_ACC = "accuracy.mcq_acc"
+MCQ_ACC_NORM = "accuracy.mcq_acc_norm"
+FLIPS = "accuracy.flips"
+ALL_FLIPS = "accuracy.all_flips"
+CHOICE_KL = "accuracy.choice_kl"
+TOP_MARGIN_MEAN = "accuracy.top_margin_mean"
+GEN_FLIPS = "accuracy.gen_flips"
+
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         name="accuracy.perplexity",

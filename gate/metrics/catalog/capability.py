@@ -13,6 +13,12 @@ from __future__ import annotations
 
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "capability"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+ARITHMETIC_EASY = "capability.arithmetic_easy"
+
 
 def _rate(name: str, description: str) -> MetricSpec:
     return MetricSpec(

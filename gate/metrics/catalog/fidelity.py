@@ -27,6 +27,18 @@ from __future__ import annotations
 
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "fidelity"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+CGA = "fidelity.cga"
+CGA_AT_5 = "fidelity.cga_at_5"
+KL_MEAN = "fidelity.kl_mean"
+KL_BOUND_MEAN = "fidelity.kl_bound_mean"
+KL_P99 = "fidelity.kl_p99"
+DELTA_P_MEAN = "fidelity.delta_p_mean"
+DELTA_P_RMS = "fidelity.delta_p_rms"
+
 _PS = SampleKind.PAIRED_SCORE
 _PT = SampleKind.POINT
 

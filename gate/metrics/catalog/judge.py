@@ -25,6 +25,15 @@ from __future__ import annotations
 
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "judge"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+ELO_DELTA = "judge.elo_delta"
+VALIDITY = "judge.validity"
+SWAP_INCONSISTENCY = "judge.swap_inconsistency"
+DISAGREEMENT = "judge.disagreement"
+
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "judge.elo_delta",

@@ -10,6 +10,16 @@ from __future__ import annotations
 
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "latency"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+TOKENS_PER_S = "latency.tokens_per_s"
+BEST_TOKENS_PER_S = "latency.best_tokens_per_s"
+PARAM_BYTES = "latency.param_bytes"
+KV_BYTES_PER_TOKEN = "latency.kv_bytes_per_token"
+LOAD_OUTPUT_TOKENS_PER_S = "latency.load_output_tokens_per_s"
+
 _R = SampleKind.REPEATED
 
 

@@ -14,6 +14,15 @@ from __future__ import annotations
 from gate.metrics.load import PERCENTILES
 from gate.metrics.spec import MetricSpec, SampleKind
 
+#: The tier these metrics belong to (the part of each name before the dot).
+TIER = "load"
+
+# Names other modules refer to: every one is a spec of :data:`SPECS`.
+SLO_SPEEDUP = "load.slo_speedup"
+GOODPUT_RATIO = "load.goodput_ratio"
+MAX_RATE_RATIO = "load.max_rate_ratio"
+OUTPUT_TOKENS_PER_S_RATIO = "load.output_tokens_per_s_ratio"
+
 _RATIO = SampleKind.RATIO
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gate.measurement import Measurement, MeasurementDetail, from_samples
 from gate.metrics import fidelity as fm
+from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.store.reference import RecordingSummary
 from gate.tiers.fidelity.pack_scores import PromptScores
 from gate.tiers.fidelity.slices import pooled, slice_groups
@@ -164,12 +165,12 @@ def measurements(
     dp_details = {**common, **{f"pooled_{k_}": v for k_, v in fm.delta_p_summary(dp_all).items()}}
     # metric -> (its value on one prompt's positions, details)
     per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
-        ("fidelity.cga", lambda p: float(p.cga.mean()), common),
-        ("fidelity.cga_at_5", lambda p: float(p.cga_at_k.mean()), common),
-        ("fidelity.kl_mean", lambda p: float(getattr(p, gated).mean()), mean_details),
-        ("fidelity.kl_bound_mean", lambda p: float(p.kl_bound.mean()), bound_details),
-        ("fidelity.delta_p_mean", lambda p: float(p.delta_p.mean()), dp_details),
-        ("fidelity.delta_p_rms", lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
+        (fidelity_catalog.CGA, lambda p: float(p.cga.mean()), common),
+        (fidelity_catalog.CGA_AT_5, lambda p: float(p.cga_at_k.mean()), common),
+        (fidelity_catalog.KL_MEAN, lambda p: float(getattr(p, gated).mean()), mean_details),
+        (fidelity_catalog.KL_BOUND_MEAN, lambda p: float(p.kl_bound.mean()), bound_details),
+        (fidelity_catalog.DELTA_P_MEAN, lambda p: float(p.delta_p.mean()), dp_details),
+        (fidelity_catalog.DELTA_P_RMS, lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
     ]
     out = [
         from_samples(name, [fn(r.positions) for r in results], ids, groups=groups, details=details)

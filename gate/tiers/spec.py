@@ -1,0 +1,135 @@
+"""One declaration per tier: everything the gate knows of a tier, in a :class:`TierSpec`.
+
+A tier's name is its metric catalog's ``TIER`` (:mod:`gate.metrics.catalog`),
+which the gating layer reads to answer "is this a tier?"
+(:func:`gate.metrics.registry.check_tier`) without importing the tiers. The rest
+is declared here, once: its typed settings class, the metrics it owns, its
+pytest suite, whether it runs when no tier is named, whether ``gate calibrate``
+measures its noise, and whether its baseline holds on other hardware. Every
+list of tiers the gate uses — the settings registry, the default tiers of
+``gate run``, the tiers ``gate calibrate`` accepts, the demo's tiers, the
+suite files, the ``--help`` texts — is derived from :data:`TIER_SPECS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TypeAlias
+
+from gate.metrics.catalog import accuracy as accuracy_catalog
+from gate.metrics.catalog import capability as capability_catalog
+from gate.metrics.catalog import fidelity as fidelity_catalog
+from gate.metrics.catalog import judge as judge_catalog
+from gate.metrics.catalog import latency as latency_catalog
+from gate.metrics.catalog import load as load_catalog
+from gate.metrics.registry import check_tier
+from gate.metrics.spec import MetricSpec
+from gate.tiers.accuracy import AccuracySettings
+from gate.tiers.capability import CapabilitySettings
+from gate.tiers.fidelity.settings import FidelitySettings
+from gate.tiers.judge import JudgeSettings
+from gate.tiers.latency import LatencySettings
+from gate.tiers.load import LoadSettings
+
+#: The settings of any tier.
+TierSettings: TypeAlias = (
+    AccuracySettings
+    | CapabilitySettings
+    | FidelitySettings
+    | JudgeSettings
+    | LatencySettings
+    | LoadSettings
+)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """What the gate knows of one tier.
+
+    ``default``: it runs when no tier list is given (``--tiers``, ``[run].tiers``);
+    an opt-in tier runs only when named. ``calibrated``: ``gate calibrate``
+    measures its noise. ``portable``: a baseline recorded on one machine holds on
+    another (timings and served load do not).
+    """
+
+    name: str
+    settings: type[TierSettings]
+    metrics: tuple[MetricSpec, ...]
+    default: bool
+    calibrated: bool
+    portable: bool
+
+    @property
+    def suite(self) -> str:
+        """The file name of its pytest suite in ``suites/``."""
+        return f"test_{self.name}.py"
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """The names of the metrics it owns, as its catalog declares them."""
+        return tuple(m.name for m in self.metrics)
+
+
+def _tier(
+    catalog: ModuleType,
+    settings: type[TierSettings],
+    *,
+    default: bool,
+    calibrated: bool,
+    portable: bool,
+) -> TierSpec:
+    name: str = catalog.TIER
+    metrics: tuple[MetricSpec, ...] = catalog.SPECS
+    return TierSpec(name, settings, metrics, default, calibrated, portable)
+
+
+#: Every tier, sorted by name (the order of :data:`gate.metrics.registry.TIERS`).
+#: The judge tier is opt-in: it needs judges and baseline outputs recorded for it,
+#: which older baselines lack. The load tier is opt-in: it needs two served builds
+#: (``--endpoint`` and ``--baseline-endpoint``) and GuideLLM. Timings have their own
+#: paired mode in ``gate calibrate`` (``--paired-latency``); the judge tier's noise is
+#: its stability gate.
+TIER_SPECS: tuple[TierSpec, ...] = (
+    _tier(accuracy_catalog, AccuracySettings, default=True, calibrated=True, portable=True),
+    _tier(capability_catalog, CapabilitySettings, default=True, calibrated=True, portable=True),
+    _tier(fidelity_catalog, FidelitySettings, default=True, calibrated=True, portable=True),
+    _tier(judge_catalog, JudgeSettings, default=False, calibrated=False, portable=True),
+    _tier(latency_catalog, LatencySettings, default=True, calibrated=False, portable=False),
+    _tier(load_catalog, LoadSettings, default=False, calibrated=False, portable=False),
+)
+
+_BY_NAME: dict[str, TierSpec] = {spec.name: spec for spec in TIER_SPECS}
+
+#: What "every tier" means when no tier list is given.
+DEFAULT_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.default)
+#: Tiers that run only when named.
+OPT_IN_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if not s.default)
+#: Tiers whose noise ``gate calibrate`` measures.
+CALIBRATED_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.calibrated)
+#: Tiers whose baseline holds on any machine (a committed baseline can hold them).
+PORTABLE_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.portable)
+
+
+def tier_spec(tier: str, where: str = "") -> TierSpec:
+    """The spec of ``tier``; an unknown name raises :class:`~gate.errors.ConfigError`
+    with a "did you mean" (``where`` prefixes the message)."""
+    return _BY_NAME[check_tier(tier, where)]
+
+
+def tiers_help() -> str:
+    """The tiers as ``--tiers`` help names them: every tier, the opt-in ones marked."""
+    return ", ".join(f"{s.name} (opt-in)" if not s.default else s.name for s in TIER_SPECS)
+
+
+__all__ = [
+    "CALIBRATED_TIERS",
+    "DEFAULT_TIERS",
+    "OPT_IN_TIERS",
+    "PORTABLE_TIERS",
+    "TIER_SPECS",
+    "TierSettings",
+    "TierSpec",
+    "tier_spec",
+    "tiers_help",
+]
