@@ -8,6 +8,7 @@ plugin agree on what a run ended with. Only :mod:`gate.cli` turns a
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
 class ExitCode(enum.IntEnum):
@@ -44,6 +45,32 @@ def decided(code: int) -> bool:
     not be written outranks a verdict, never another failure; a calibration run or a demo
     candidate that reached no verdict stops them)."""
     return code in (ExitCode.OK, ExitCode.BLOCKED)
+
+
+#: Exit codes from least to most severe: an error that stopped a candidate from
+#: being judged outranks a regression, and an interrupt ends the whole run.
+SEVERITY_ORDER: tuple[ExitCode, ...] = (
+    ExitCode.OK,
+    ExitCode.BLOCKED,
+    ExitCode.NO_MEASUREMENTS,
+    ExitCode.USAGE_ERROR,
+    ExitCode.INTERNAL_ERROR,
+    ExitCode.INTERRUPTED,
+)
+
+
+def worst_exit(codes: Iterable[int]) -> ExitCode:
+    """The most severe exit code by :data:`SEVERITY_ORDER` (``OK`` for none); a code
+    that is no :class:`ExitCode` counts as internal."""
+    worst = ExitCode.OK
+    for raw in codes:
+        try:
+            code = ExitCode(raw)
+        except ValueError:
+            code = ExitCode.INTERNAL_ERROR
+        if SEVERITY_ORDER.index(code) > SEVERITY_ORDER.index(worst):
+            worst = code
+    return worst
 
 
 def exit_meaning(code: int) -> str:

@@ -76,6 +76,7 @@ import numpy as np
 from gate.config import suggest
 from gate.errors import DataError
 from gate.gating import detectable, stats
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.decision import (
     Basis,
     Decision,
@@ -378,7 +379,7 @@ def judge(
     thresholds: Thresholds,
     *,
     slice: str | None = None,
-    against: str = "baseline",
+    against: str = DEFAULT_AGAINST,
     n_resamples: int = N_RESAMPLES,
 ) -> Decision:
     """Judge one metric (or one ``slice`` of it) against one reference; see the module docstring."""
@@ -506,7 +507,7 @@ def compare(
     baseline: Mapping[str, Measurement] | Sequence[Measurement],
     thresholds: Thresholds,
     *,
-    against: str = "baseline",
+    against: str = DEFAULT_AGAINST,
     specs: Mapping[str, MetricSpec] | None = None,
     n_resamples: int = N_RESAMPLES,
 ) -> list[Verdict]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.verdict import VersionDrift
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def compute_dtype_of(provenance: ModelProvenance) -> str | None:
 
 
 def compare_placement(
-    baseline: ModelProvenance, candidate: ModelProvenance, *, against: str = "baseline"
+    baseline: ModelProvenance, candidate: ModelProvenance, *, against: str = DEFAULT_AGAINST
 ) -> list[VersionDrift]:
     """The device and dtype drift between two sides (the rules of the module docstring)."""
     drift: list[VersionDrift] = []

@@ -67,6 +67,8 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
+from gate.gating.against import DEFAULT_AGAINST
+
 # scipy.stats is imported inside the functions (see gate.gating.stats): input
 # checks must answer without paying for it.
 
@@ -493,7 +495,7 @@ class PowerStatement:
     alpha: float
     test: str
     higher_is_better: bool
-    against: str = "baseline"
+    against: str = DEFAULT_AGAINST
     #: ``|r|``, the reference value's magnitude (converts between the two scales).
     reference: float = 1.0
 

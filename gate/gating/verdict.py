@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, Literal
 
 from gate.errors import ExitCode
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.power import PowerStatement
 
 #: How a bound reads a degradation: in the metric's unit, or as a fraction of ``|reference|``.
@@ -182,7 +183,7 @@ class Verdict(Assessment):
     delta: float | None
     relative_delta: float | None
     reason: str
-    against: str = "baseline"
+    against: str = DEFAULT_AGAINST
     unit: str = ""
     ci: tuple[float, float] | None = None
     p_value: float | None = None
@@ -265,7 +266,7 @@ class VersionDrift:
     package: str
     baseline: str
     candidate: str
-    against: str = "baseline"
+    against: str = DEFAULT_AGAINST
 
     @property
     def message(self) -> str:
@@ -291,7 +292,7 @@ class VersionDrift:
             package=str(entry["package"]),
             baseline=str(entry["baseline"]),
             candidate=str(entry["candidate"]),
-            against=str(entry.get("against", "baseline")),
+            against=str(entry.get("against", DEFAULT_AGAINST)),
         )
 
 

@@ -65,6 +65,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.verdict import VersionDrift
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ def _engine_check(
 
 
 def compare_versions(
-    baseline: MeasuredWith, candidate: MeasuredWith, *, against: str = "baseline"
+    baseline: MeasuredWith, candidate: MeasuredWith, *, against: str = DEFAULT_AGAINST
 ) -> VersionCheck:
     """The drift and the unknowns between two sides (the rules of the module docstring)."""
     drift: list[VersionDrift] = []

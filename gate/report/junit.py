@@ -38,6 +38,7 @@ import datetime
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+from gate.errors import ExitCode
 from gate.gating.verdict import Severity, Verdict
 from gate.report.console import fmt_bound, fmt_ci, fmt_delta, fmt_mde, fmt_number, order
 from gate.report.judge_summary import JudgeSummary, summary_lines
@@ -121,7 +122,7 @@ def _suite(
 
 def _run_failed(results: Results) -> bool:
     """Nonzero exit with no critical metric to show for it (crash, bad input, strict)."""
-    return results.exit_code != 0 and not any(
+    return results.exit_code != ExitCode.OK and not any(
         v.severity == Severity.CRITICAL for v in results.verdicts
     )
 
@@ -129,9 +130,9 @@ def _run_failed(results: Results) -> bool:
 def _run_error_text(results: Results) -> str:
     lines = list(results.notes)
     warned = results.version_drift or any(v.severity == Severity.WARN for v in results.verdicts)
-    if results.exit_code == 1 and warned:
+    if results.exit_code == ExitCode.BLOCKED and warned:
         lines.append("warnings block this run (strict)")
-    if results.exit_code == 1 and results.underpowered:
+    if results.exit_code == ExitCode.BLOCKED and results.underpowered:
         lines.append("underpowered verdicts block this run (--strict or require_power = true):")
         lines += [p.message for p in results.underpowered]
     return "\n".join(lines) or "the run did not complete its comparison"

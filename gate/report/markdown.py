@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.verdict import Severity, Verdict
 from gate.provenance import ModelProvenance
 from gate.report.console import NUMBER_HEADERS, listed_underpowered, number_cells, order, power_line
@@ -92,7 +93,7 @@ def compared_text(results: Results) -> str:
     """``candidate vs ref1, ref2`` for the headline."""
     refs = [baseline_text(ref, d) for ref, d in results.baselines.items()]
     if not refs:
-        refs = sorted({v.against for v in results.verdicts}) or ["baseline"]
+        refs = sorted({v.against for v in results.verdicts}) or [DEFAULT_AGAINST]
     return f"`{candidate_text(results.candidate)}` vs " + ", ".join(f"`{r}`" for r in refs)
 
 

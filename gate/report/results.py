@@ -49,6 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate.errors import DataError, ExitCode, exit_meaning
+from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.power import PowerStatement
 from gate.gating.verdict import (
     GateOutcome,
@@ -207,7 +208,7 @@ def _mde_from_dict(
         alpha=threshold.alpha,
         test=str(data["test"]),
         higher_is_better=bool(entry["higher_is_better"]),
-        against=str(entry.get("against", "baseline")),
+        against=str(entry.get("against", DEFAULT_AGAINST)),
         reference=reference,
     )
 
@@ -239,7 +240,7 @@ def verdict_from_entry(entry: Mapping[str, Any]) -> Verdict:
             higher_is_better=bool(entry["higher_is_better"]),
             n=int(entry.get("n") or 0),
             reason=str(entry.get("reason", "")),
-            against=str(entry.get("against", "baseline")),
+            against=str(entry.get("against", DEFAULT_AGAINST)),
             slice=entry.get("slice"),
             unit=str(entry.get("unit", "")),
             ci=(float(ci[0]), float(ci[1])) if ci and None not in ci else None,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gate.errors import ExitCode, decided
+from gate.gating.against import DEFAULT_AGAINST
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import capability as capability_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
@@ -334,7 +335,9 @@ def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> Cand
     if results is None:
         return CandidateResult(recipe, code, "error", error="no results were written")
     whole = [
-        v for v in results.verdicts if v.slice is None and v.against in (baseline_ref, "baseline")
+        v
+        for v in results.verdicts
+        if v.slice is None and v.against in (baseline_ref, DEFAULT_AGAINST)
     ]
     idle = frozenset(item.tier for item in results.not_exercised)
     values = {v.metric: v.value for v in whole if v.tier not in idle}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gate import progress
-from gate.errors import ExitCode, GateError, exit_label, exit_meaning
+from gate.errors import SEVERITY_ORDER, ExitCode, GateError, exit_label, exit_meaning, worst_exit
 from gate.gating.verdict import Severity, Verdict
 from gate.report.outputs import ReportTargets
 from gate.report.results import Results
@@ -49,32 +49,8 @@ from gate.session.run_config import Candidate
 from gate.store.atomic import write_atomic
 from gate.store.writable import writing
 
-#: Exit codes from least to most severe: an error that stopped a candidate from
-#: being judged outranks a regression, and an interrupt ends the whole run.
-SEVERITY_ORDER: tuple[ExitCode, ...] = (
-    ExitCode.OK,
-    ExitCode.BLOCKED,
-    ExitCode.NO_MEASUREMENTS,
-    ExitCode.USAGE_ERROR,
-    ExitCode.INTERNAL_ERROR,
-    ExitCode.INTERRUPTED,
-)
-
 #: Runs one candidate's gate session: ``(candidate, report targets) -> exit code``.
 SessionRunner = Callable[[Candidate, ReportTargets], ExitCode]
-
-
-def worst_exit(codes: Iterable[int]) -> ExitCode:
-    """The most severe exit code by :data:`SEVERITY_ORDER` (``OK`` for none)."""
-    worst = ExitCode.OK
-    for raw in codes:
-        try:
-            code = ExitCode(raw)
-        except ValueError:
-            code = ExitCode.INTERNAL_ERROR
-        if SEVERITY_ORDER.index(code) > SEVERITY_ORDER.index(worst):
-            worst = code
-    return worst
 
 
 @dataclass(frozen=True)

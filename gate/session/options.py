@@ -39,11 +39,10 @@ from typing import Any, Literal
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
+from gate.store.location import DEFAULT_STORE
 
 Kind = Literal["flag", "path", "str", "append"]
 
-#: Default baseline store directory, relative to the working directory.
-DEFAULT_STORE = Path("baselines")
 #: Default label of a recorded baseline.
 DEFAULT_LABEL = "fp16"
 #: Key of a field's :class:`OptionField` in its ``dataclasses.field`` metadata.

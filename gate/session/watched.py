@@ -39,10 +39,11 @@ from typing import Any
 
 from gate.config import load_toml
 from gate.errors import ConfigError, GateError
+from gate.store.location import DEFAULT_STORE
 
-#: What ``[run].thresholds`` and ``[run].store`` default to (``gate run``'s defaults).
+#: What ``[run].thresholds`` defaults to (``gate run``'s default; ``[run].store``'s is
+#: :data:`gate.store.location.DEFAULT_STORE`).
 DEFAULT_THRESHOLDS = "thresholds.toml"
-DEFAULT_STORE = "baselines"
 #: The packaged demo model's name (never a repository path).
 DEMO = "demo"
 

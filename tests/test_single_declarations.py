@@ -1,0 +1,148 @@
+"""Facts declared once: the exit-code questions (gate/errors.py), the default store
+(gate/store/location.py) and the unnamed baseline's label (gate/gating/against.py).
+
+Each scan parses every module of the package and fails, listing the places, when
+one of them spells the fact again.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import gate
+from gate.errors import SEVERITY_ORDER, ExitCode, decided, worst_exit
+from gate.gating.against import DEFAULT_AGAINST
+from gate.gating.verdict import Verdict
+from gate.session import multirun, options, watched
+from gate.store.location import DEFAULT_STORE
+
+PACKAGE = Path(gate.__file__).resolve().parent
+
+
+def modules() -> Iterator[tuple[str, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _exit_names(node: ast.expr, ints: bool) -> set[str]:
+    """``{"OK", "BLOCKED"}`` for ``(ExitCode.OK, ExitCode.BLOCKED)``; with ``ints`` (the
+    left side names a code or a status), ``(0, 1)`` counts the same."""
+    if not isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return set()
+    names = set()
+    for e in node.elts:
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name):
+            if e.value.id == "ExitCode":
+                names.add(e.attr)
+        elif ints and isinstance(e, ast.Constant) and e.value in (0, 1):
+            names.add("OK" if e.value == 0 else "BLOCKED")
+    return names
+
+
+def _names_a_code(node: ast.expr) -> bool:
+    text = ast.unparse(node).lower()
+    return "code" in text or "status" in text
+
+
+def test_the_decided_question_is_asked_only_in_errors() -> None:
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in modules()
+        if rel != "errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+        and any(
+            {"OK", "BLOCKED"} <= _exit_names(c, _names_a_code(node.left)) for c in node.comparators
+        )
+    ]
+    assert not found, "approved-or-blocked asked outside gate.errors.decided: " + ", ".join(found)
+
+
+def test_exit_severity_is_declared_only_in_errors() -> None:
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in modules()
+        if rel != "errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Tuple | ast.List)
+        and len(node.elts) >= 3
+        and all(
+            isinstance(e, ast.Attribute)
+            and isinstance(e.value, ast.Name)
+            and e.value.id == "ExitCode"
+            for e in node.elts
+        )
+    ]
+    assert not found, "an order of exit codes outside gate.errors: " + ", ".join(found)
+
+
+def test_decided_and_worst_exit() -> None:
+    assert [c for c in ExitCode if decided(c)] == [ExitCode.OK, ExitCode.BLOCKED]
+    assert set(SEVERITY_ORDER) == set(ExitCode)
+    assert worst_exit([]) == ExitCode.OK
+    assert worst_exit([0, 1, 0]) == ExitCode.BLOCKED
+    assert worst_exit([1, 4, 5]) == ExitCode.USAGE_ERROR
+    assert worst_exit([4, 2, 3]) == ExitCode.INTERRUPTED
+    assert worst_exit([1, 99]) == ExitCode.INTERNAL_ERROR
+    assert multirun.worst_exit is worst_exit
+
+
+def _store_default(node: ast.AST) -> bool:
+    """``Path("baselines")``, ``STORE = "baselines"``, ``store="baselines"``, ``default="baselines"``."""
+    spelt = str(DEFAULT_STORE)
+
+    def is_it(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Constant) and value.value == spelt
+
+    if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Path"):
+        return any(is_it(a) for a in node.args)
+    if isinstance(node, ast.Assign | ast.AnnAssign) and is_it(node.value):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any("store" in ast.unparse(t).lower() for t in targets)
+    if isinstance(node, ast.keyword) and is_it(node.value):
+        return node.arg in ("store", "default")
+    return False
+
+
+def test_the_default_store_is_declared_once() -> None:
+    assert options.DEFAULT_STORE is DEFAULT_STORE and watched.DEFAULT_STORE is DEFAULT_STORE
+    found = [
+        f"{rel}:{node.lineno}"
+        for rel, tree in modules()
+        if rel != "store/location.py"
+        for node in ast.walk(tree)
+        if _store_default(node)
+    ]
+    assert not found, f"{str(DEFAULT_STORE)!r} spelt outside gate.store.location: {found}"
+
+
+def test_the_unnamed_baseline_label_is_declared_once() -> None:
+    """No ``against`` parameter, field or ``.get("against", ...)`` defaults to a literal."""
+    found = []
+    for rel, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                pairs = [(node.target.id, node.value)]
+            elif isinstance(node, ast.arguments):
+                named = [*node.posonlyargs, *node.args]
+                pairs = list(zip([a.arg for a in named[::-1]], node.defaults[::-1], strict=False))
+                pairs += [
+                    (a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True)
+                ]
+            elif isinstance(node, ast.Call) and len(node.args) == 2:
+                first = node.args[0]
+                key = first.value if isinstance(first, ast.Constant) else None
+                pairs = [(str(key), node.args[1])]
+            else:
+                continue
+            for name, default in pairs:
+                literal = isinstance(default, ast.Constant) and default.value is not None
+                if name == "against" and literal:
+                    found.append(f"{rel}:{node.lineno}")
+    assert not found, f"against defaults spelt outside gate.gating.against: {found}"
+    against = {f.name: f.default for f in dataclasses.fields(Verdict)}["against"]
+    assert against == DEFAULT_AGAINST
