@@ -35,7 +35,8 @@ def suites_dir() -> Path:
 
 
 def parse_tiers(text: str | None) -> tuple[str, ...] | None:
-    """``"fidelity,latency"`` -> ``("fidelity", "latency")``; ``None``/empty -> all tiers."""
+    """``"fidelity,latency"`` -> ``("fidelity", "latency")``; ``None``/empty -> ``None`` (the
+    default tiers, :func:`select_tiers`)."""
     if not text or not text.strip():
         return None
     tiers = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
