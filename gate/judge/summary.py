@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gate.gating.against import DEFAULT_AGAINST
 from gate.judge.elo import EloResult
 from gate.judge.protocol import Stability
 from gate.measurement import JudgedOutput
@@ -82,7 +83,7 @@ class JudgeSummary:
     #: The candidate's judged answers (with ``elo``; empty otherwise).
     outputs: tuple[JudgedOutput, ...] = ()
     #: The baseline ref the panel judged against (set by the comparison; the tier leaves it).
-    against: str = "baseline"
+    against: str = DEFAULT_AGAINST
 
     def to_details(self) -> dict[str, Any]:
         """The judge tier's measurement details (keys of :class:`JudgeDetail`, no ``against``)."""
