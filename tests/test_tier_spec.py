@@ -19,6 +19,7 @@ from gate.session.runner import build_args, select_tiers, suites_dir
 from gate.tiers.registry import SETTINGS
 from gate.tiers.spec import (
     CALIBRATED_TIERS,
+    DEFAULT_CALIBRATION_TIERS,
     DEFAULT_TIERS,
     OPT_IN_TIERS,
     PORTABLE_TIERS,
@@ -48,6 +49,8 @@ def test_the_tier_lists_are_the_specs_flags() -> None:
     assert DEFAULT_TIERS == ("accuracy", "capability", "fidelity", "latency")
     assert OPT_IN_TIERS == ("judge", "load")
     assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity")
+    assert set(DEFAULT_CALIBRATION_TIERS) <= set(CALIBRATED_TIERS)
+    assert CalibrationRequest(model="demo").tiers == DEFAULT_CALIBRATION_TIERS
     assert set(DEFAULT_TIERS) | set(OPT_IN_TIERS) == set(TIERS)
     assert demo.BASELINE_TIERS == PORTABLE_TIERS
     assert "latency" not in demo.DEFAULT_TIERS and "judge" not in demo.DEFAULT_TIERS

@@ -20,7 +20,7 @@ from gate.commands.options import (
 )
 from gate.errors import ConfigError, ExitCode
 from gate.models.load_settings import LoadSettings
-from gate.tiers.spec import CALIBRATED_TIERS
+from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -54,7 +54,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
 @click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
 @click.option(
     "--tiers",
-    default="fidelity",
+    default=",".join(DEFAULT_CALIBRATION_TIERS),
     show_default=True,
     help=f"Comma-separated tiers to calibrate ({', '.join(CALIBRATED_TIERS)}).",
 )
@@ -181,7 +181,7 @@ def calibrate(
     log_path = log if log is not None else out.with_name(out.name + ".log")
     request = CalibrationRequest(
         model=model,
-        tiers=parse_tiers(tiers) or ("fidelity",),
+        tiers=parse_tiers(tiers) or DEFAULT_CALIBRATION_TIERS,
         repeats=repeats,
         batch_sizes=_sizes(batch_sizes),
         order_seeds=order_seeds,

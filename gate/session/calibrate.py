@@ -68,7 +68,7 @@ from gate.metrics.spec import MetricSpec, SampleKind
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.session.options import SessionOptions
-from gate.tiers.spec import CALIBRATED_TIERS
+from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 #: Ref of the baseline recorded in the temporary store.
 BASE_REF = "base"
@@ -87,7 +87,7 @@ class CalibrationRequest:
     """What ``gate calibrate`` was asked to measure."""
 
     model: str
-    tiers: tuple[str, ...] = ("fidelity",)
+    tiers: tuple[str, ...] = DEFAULT_CALIBRATION_TIERS
     repeats: int = 3
     #: Batch sizes to try (``None``: each tier's own halved and doubled).
     batch_sizes: tuple[int, ...] | None = None
@@ -475,6 +475,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
 __all__ = [
     "BASE_REF",
     "CALIBRATED_TIERS",
+    "DEFAULT_CALIBRATION_TIERS",
     "CalibrationFailed",
     "CalibrationRequest",
     "CalibrationResult",

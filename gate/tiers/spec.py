@@ -107,6 +107,9 @@ DEFAULT_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.default)
 OPT_IN_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if not s.default)
 #: Tiers whose noise ``gate calibrate`` measures.
 CALIBRATED_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.calibrated)
+#: What ``gate calibrate`` measures when ``--tiers`` names nothing: the fidelity tier,
+#: whose bounds a compression gate needs first.
+DEFAULT_CALIBRATION_TIERS: tuple[str, ...] = (fidelity_catalog.TIER,)
 #: Tiers whose baseline holds on any machine (a committed baseline can hold them).
 PORTABLE_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.portable)
 
@@ -124,6 +127,7 @@ def tiers_help() -> str:
 
 __all__ = [
     "CALIBRATED_TIERS",
+    "DEFAULT_CALIBRATION_TIERS",
     "DEFAULT_TIERS",
     "OPT_IN_TIERS",
     "PORTABLE_TIERS",
