@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -136,3 +137,20 @@ def test_no_module_spells_a_tier_list_of_its_own() -> None:
                     found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}: {names}")
     assert not found, "tier lists spelt outside the tier specs:\n" + "\n".join(found)
     assert chosen == set(CHOSEN), "CHOSEN lists a selection that is gone"
+
+
+def test_reading_the_specs_imports_no_tier_workload() -> None:
+    """The CLI reads the specs for its help texts; the settings classes load on first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gate.commands.group; "
+        "print(sorted(m for m in sys.modules if m.startswith('gate.tiers')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['gate.tiers', 'gate.tiers.spec']"
+    for spec in TIER_SPECS:
+        assert dataclasses.is_dataclass(spec.settings) and spec.settings.__name__.endswith(
+            "Settings"
+        )

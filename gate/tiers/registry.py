@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeAlias, overload
 
 from gate.config import build_dataclass
 from gate.errors import ConfigError
@@ -31,7 +31,17 @@ from gate.tiers.fidelity.settings import FidelitySettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadSettings
-from gate.tiers.spec import TIER_SPECS, TierSettings
+from gate.tiers.spec import TIER_SPECS
+
+#: The settings of any tier.
+TierSettings: TypeAlias = (
+    AccuracySettings
+    | CapabilitySettings
+    | FidelitySettings
+    | JudgeSettings
+    | LatencySettings
+    | LoadSettings
+)
 
 #: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
 SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(

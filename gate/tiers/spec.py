@@ -13,9 +13,10 @@ suite files, the ``--help`` texts — is derived from :data:`TIER_SPECS`.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TypeAlias
+from typing import TYPE_CHECKING, cast
 
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import capability as capability_catalog
@@ -25,22 +26,9 @@ from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import load as load_catalog
 from gate.metrics.registry import check_tier
 from gate.metrics.spec import MetricSpec
-from gate.tiers.accuracy import AccuracySettings
-from gate.tiers.capability import CapabilitySettings
-from gate.tiers.fidelity.settings import FidelitySettings
-from gate.tiers.judge import JudgeSettings
-from gate.tiers.latency import LatencySettings
-from gate.tiers.load import LoadSettings
 
-#: The settings of any tier.
-TierSettings: TypeAlias = (
-    AccuracySettings
-    | CapabilitySettings
-    | FidelitySettings
-    | JudgeSettings
-    | LatencySettings
-    | LoadSettings
-)
+if TYPE_CHECKING:
+    from gate.tiers.registry import TierSettings
 
 
 @dataclass(frozen=True)
@@ -54,11 +42,19 @@ class TierSpec:
     """
 
     name: str
-    settings: type[TierSettings]
+    #: Its settings class as ``module:Class``, imported on first use (:attr:`settings`),
+    #: so that reading the specs (the ``--help`` texts) imports no tier workload.
+    settings_class: str
     metrics: tuple[MetricSpec, ...]
     default: bool
     calibrated: bool
     portable: bool
+
+    @property
+    def settings(self) -> type[TierSettings]:
+        """Its typed settings class (the ``[tiers.<name>]`` table)."""
+        module, _, name = self.settings_class.partition(":")
+        return cast("type[TierSettings]", getattr(importlib.import_module(module), name))
 
     @property
     def suite(self) -> str:
@@ -73,7 +69,7 @@ class TierSpec:
 
 def _tier(
     catalog: ModuleType,
-    settings: type[TierSettings],
+    settings: str,
     *,
     default: bool,
     calibrated: bool,
@@ -91,12 +87,48 @@ def _tier(
 #: paired mode in ``gate calibrate`` (``--paired-latency``); the judge tier's noise is
 #: its stability gate.
 TIER_SPECS: tuple[TierSpec, ...] = (
-    _tier(accuracy_catalog, AccuracySettings, default=True, calibrated=True, portable=True),
-    _tier(capability_catalog, CapabilitySettings, default=True, calibrated=True, portable=True),
-    _tier(fidelity_catalog, FidelitySettings, default=True, calibrated=True, portable=True),
-    _tier(judge_catalog, JudgeSettings, default=False, calibrated=False, portable=True),
-    _tier(latency_catalog, LatencySettings, default=True, calibrated=False, portable=False),
-    _tier(load_catalog, LoadSettings, default=False, calibrated=False, portable=False),
+    _tier(
+        accuracy_catalog,
+        "gate.tiers.accuracy:AccuracySettings",
+        default=True,
+        calibrated=True,
+        portable=True,
+    ),
+    _tier(
+        capability_catalog,
+        "gate.tiers.capability:CapabilitySettings",
+        default=True,
+        calibrated=True,
+        portable=True,
+    ),
+    _tier(
+        fidelity_catalog,
+        "gate.tiers.fidelity.settings:FidelitySettings",
+        default=True,
+        calibrated=True,
+        portable=True,
+    ),
+    _tier(
+        judge_catalog,
+        "gate.tiers.judge:JudgeSettings",
+        default=False,
+        calibrated=False,
+        portable=True,
+    ),
+    _tier(
+        latency_catalog,
+        "gate.tiers.latency:LatencySettings",
+        default=True,
+        calibrated=False,
+        portable=False,
+    ),
+    _tier(
+        load_catalog,
+        "gate.tiers.load:LoadSettings",
+        default=False,
+        calibrated=False,
+        portable=False,
+    ),
 )
 
 _BY_NAME: dict[str, TierSpec] = {spec.name: spec for spec in TIER_SPECS}
@@ -132,7 +164,6 @@ __all__ = [
     "OPT_IN_TIERS",
     "PORTABLE_TIERS",
     "TIER_SPECS",
-    "TierSettings",
     "TierSpec",
     "tier_spec",
     "tiers_help",
