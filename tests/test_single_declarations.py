@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import gate
@@ -22,9 +23,17 @@ from gate.store.location import DEFAULT_STORE
 PACKAGE = Path(gate.__file__).resolve().parent
 
 
+@cache
+def _parsed() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple(
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    )
+
+
 def modules() -> Iterator[tuple[str, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+    """Every module of the package, parsed once per test session."""
+    yield from _parsed()
 
 
 def _exit_names(node: ast.expr, ints: bool) -> set[str]:
