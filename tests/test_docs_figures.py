@@ -2,10 +2,11 @@
 
 The convention (docs/architecture.md, "Figures in the docs"): a section
 (heading to next heading) that states a measured figure carries a visible line
-that starts with ``Source:`` and names
+that starts with ``Source:`` (or ``Source (what it covers):``) and names
 
 * the command that produced the figure, as a code span that starts with
-  ``gate``, ``bash``, ``python``, ``pytest``, ``scripts/``, ``tests/`` or ``.ci/``;
+  ``gate``, ``bash``, ``python``, ``pytest``, ``scripts/``, ``tests/`` or ``.ci/``
+  (after environment settings such as ``OMP_NUM_THREADS=1`` and ``.venv/bin/``);
 * the machine it ran on (a word such as CPU, GPU, core or host);
 * the date, as YYYY-MM-DD.
 
@@ -48,8 +49,10 @@ _METRIC = re.compile(
 )
 _DECIMAL = re.compile(r"(?<![\w.])\d\.\d{2,}|\d(?:\.\d+)?e-\d+")
 _OPT_OUT = re.compile(r"<!--\s*not measured:\s*\S.*?-->")
-_SOURCE_START = re.compile(r"^\s*(?:\*\*?)?Source:")
-_SOURCE_COMMAND = re.compile(r"`(?:gate|bash|python|pytest|scripts/|tests/|\.ci/)[^`]*`")
+_SOURCE_START = re.compile(r"^ {0,3}(?:\*\*?)?Source(?: \([^)]*\))?:")
+_SOURCE_COMMAND = re.compile(
+    r"`(?:[A-Z_]+=\S* )*(?:\.venv/bin/)?(?:gate|bash|python|pytest|scripts/|tests/|\.ci/)[^`]*`"
+)
 _SOURCE_MACHINE = re.compile(r"\b(CPU|GPU|cores?|host|H100|H200)\b")
 _SOURCE_DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 
