@@ -251,3 +251,11 @@ def test_defaults_thresholds_and_opt_outs_are_not_figures() -> None:
     assert problems(text, "s.md") == []
     with_speedup = "# S\n\nBatched scoring is 12.2x faster.\n"
     assert "12.2x" in problems(with_speedup, "s.md")[0]
+
+
+def test_an_opt_out_needs_its_reason_and_covers_its_block_only() -> None:
+    empty = "# S\n\nIt took 3 min. <!-- not measured: -->\n"
+    assert "3 min" in problems(empty, "s.md")[0]
+    two_blocks = "# S\n\n<!-- not measured: the default -->\nWaits 30 s.\n\nIt took 3 min.\n"
+    (found,) = problems(two_blocks, "s.md")
+    assert "3 min" in found and "30 s" not in found
