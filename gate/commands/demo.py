@@ -118,10 +118,10 @@ def demo(
       gate demo
       gate demo --recipes none,bnb-nf4,quanto-int2 --tiers fidelity
       gate demo --json-dir demo-results
-      gate demo --tiers fidelity,accuracy,capability   # about 80 s per build
+      gate demo --tiers fidelity,accuracy,capability   # the default: about 2 min in all
       gate demo --panel paper --tiers fidelity,accuracy
       gate demo --recipes none,quanto-int2,drop-layers:2 --tiers judge   # LLM judge, Elo
-      gate demo --model smollm2   # a real LLM: about 25 min on a 2-core CPU (README)
+      gate demo --model smollm2   # a real LLM: about 13 min on a 2-core CPU, 20 the first time (README)
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

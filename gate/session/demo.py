@@ -63,8 +63,8 @@ DEFAULT_RECIPES: tuple[str, ...] = (
 BASELINE_TIERS: tuple[str, ...] = PORTABLE_TIERS
 #: Tiers gated by default: the default tiers the baseline holds (the judge tier is
 #: opt-in, ``--tiers judge``: the packaged judge model answers). The seven-build panel
-#: takes about 75 s on an idle two-core CPU (about 10 s per build); on a heavily
-#: loaded machine `--tiers fidelity` keeps it short.
+#: takes about 2 min on a quiet two-core CPU (README, "What the demo shows", with its
+#: source run); on a heavily loaded machine `--tiers fidelity` keeps it short.
 DEFAULT_TIERS: tuple[str, ...] = tuple(t for t in BASELINE_TIERS if t in SPEC_DEFAULT_TIERS)
 CONTROL = "none"
 #: Ref and label of the committed baseline: the demo model is stored and recorded in float32.
