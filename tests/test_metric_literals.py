@@ -26,10 +26,7 @@ NAME = re.compile(r"^(?:" + "|".join(TIERS) + r")\.[a-z0-9_@]+$")
 
 #: Literals left where they are, each with its reason; the test fails when one of
 #: them is gone, so the list only shrinks.
-PENDING: dict[str, frozenset[str]] = {
-    # gate.localize is reworked on its own
-    "localize/locate.py": frozenset({"fidelity.cga", "fidelity.cga_at_5", "fidelity.kl_mean"}),
-}
+PENDING: dict[str, frozenset[str]] = {}
 
 
 def metric_literals(source: str) -> list[tuple[int, str]]:

@@ -46,15 +46,16 @@ from gate.localize.attribution import (
 from gate.localize.probe import Probe, pack_inputs
 from gate.localize.result import LayerScore, Localization, Repair
 from gate.localize.suggest import repaired_recipe, snippets
+from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.models.compress import quanto, select
 from gate.models.recipes import Recipe, format_recipe, get_recipe
 from gate.store.reference import ReferencePack
 
 #: The gated fidelity metric behind each loss signal (its ``critical`` bound bounds the loss).
 SIGNAL_METRICS: Mapping[str, str] = {
-    "cga": "fidelity.cga",
-    "top5": "fidelity.cga_at_5",
-    "kl": "fidelity.kl_mean",
+    "cga": fidelity_catalog.CGA,
+    "top5": fidelity_catalog.CGA_AT_5,
+    "kl": fidelity_catalog.KL_MEAN,
 }
 
 
