@@ -34,11 +34,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
+
+if TYPE_CHECKING:
+    from gate.session.inputs import SessionInputs
 
 Kind = Literal["flag", "path", "str", "append"]
 
@@ -214,6 +217,15 @@ class SessionRequest:
     #: Model id, local path or ``demo``.
     model: str
     options: SessionOptions = field(default_factory=SessionOptions)
+    #: The session's inputs as the command read and checked them
+    #: (:func:`gate.session.inputs.prepare_session`; their ``options`` are this
+    #: request's, defaults filled in); ``None``: the plugin reads them.
+    inputs: SessionInputs | None = None
+
+    @classmethod
+    def checked(cls, inputs: SessionInputs) -> SessionRequest:
+        """The request of a session whose inputs a command already read and checked."""
+        return cls(mode=inputs.mode, model=inputs.model, options=inputs.options, inputs=inputs)
 
 
 class SessionRequestPlugin:

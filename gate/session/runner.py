@@ -17,12 +17,16 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
 from gate.metrics.registry import DEFAULT_TIERS, TIERS, check_tier
 from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
+
+if TYPE_CHECKING:
+    from gate.session.inputs import SessionInputs
 
 
 def suites_dir() -> Path:
@@ -96,21 +100,44 @@ def run_pytest(
     tiers: Sequence[str] | None = None,
     directory: Path | None = None,
 ) -> ExitCode:
-    """Run the gate's pytest session with ``options``; returns its exit status.
+    """Run the gate's pytest session with ``options``; returns its exit status (the
+    session reads its inputs itself).
 
     Tiers without a suite file are reported on stderr as unavailable; when
     none of the requested tiers is available, :class:`NothingMeasuredError`.
     """
-    import pytest
-
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}", "use 'record' or 'run'")
+    request = SessionRequest(mode=mode, model=model, options=options)
+    return run_request(request, tiers=tiers, directory=directory)
+
+
+def run_session(
+    inputs: SessionInputs,
+    *,
+    tiers: Sequence[str] | None = None,
+    directory: Path | None = None,
+) -> ExitCode:
+    """Run the gate's pytest session on ``inputs`` a command already read and checked
+    (:func:`gate.session.inputs.prepare_session`): the session reads none of them again."""
+    return run_request(SessionRequest.checked(inputs), tiers=tiers, directory=directory)
+
+
+def run_request(
+    request: SessionRequest,
+    *,
+    tiers: Sequence[str] | None = None,
+    directory: Path | None = None,
+) -> ExitCode:
+    """Run the pytest session of ``request`` over ``tiers``; returns its exit status."""
+    import pytest
+
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
     for tier in missing:
         print(f"gate: tier {tier!r} unavailable (no suite {root}/test_{tier}.py)", file=sys.stderr)
-    args = build_args(selected, directory=root, verbose=options.verbose)
-    carrier = SessionRequestPlugin(SessionRequest(mode=mode, model=model, options=options))
+    args = build_args(selected, directory=root, verbose=request.options.verbose)
+    carrier = SessionRequestPlugin(request)
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
         code = int(pytest.main(args, plugins=[carrier]))
     try:
