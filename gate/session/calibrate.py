@@ -1,7 +1,8 @@
 """``gate calibrate``: measure a model's noise floor on this machine and derive bounds from it.
 
 Everything runs as ordinary gate sessions in this process
-(:func:`gate.session.runner.run_pytest`) against a baseline recorded into a
+(:func:`gate.session.runner.run_session`, each handed its checked inputs and a run
+config built typed, never written as TOML) against a baseline recorded into a
 *temporary* store, so the user's baseline store is never written:
 
 1. **record** the model once (``record`` mode, ref ``base``) with the tier

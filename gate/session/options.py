@@ -2,7 +2,7 @@
 
 A command builds a :class:`SessionOptions` (and with the mode and model, a
 :class:`SessionRequest`) and hands that one object to the pytest session
-(:func:`gate.session.runner.run_pytest`); nothing becomes argument strings on
+(:func:`gate.session.runner.run_request`); nothing becomes argument strings on
 the way. Each scalar field is one row of the table (:data:`SESSION_FIELDS`):
 its name, kind, help text, the pytest option it becomes for people who run
 the suites with pytest directly (``--gate-<name>`` unless named), the
@@ -208,7 +208,7 @@ class SessionRequest:
     """Everything one gate session is handed: its mode, the model under test, its options.
 
     ``gate run``/``gate baseline record``/``gate demo`` pass it to pytest inside the
-    plugin object (:func:`gate.session.runner.run_pytest`); ``--gate-*`` pytest options
+    plugin object (:func:`gate.session.runner.run_request`); ``--gate-*`` pytest options
     are read into one by :func:`gate.session.flags.request_from_pytest`.
     """
 

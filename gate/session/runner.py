@@ -6,7 +6,9 @@ latency"``), hands the session its typed
 :class:`~gate.session.options.SessionRequest` as a plugin object
 (:class:`~gate.session.options.SessionRequestPlugin`; no ``--gate-*``
 argument strings) and returns pytest's exit status, whose numbers are the
-gate's (:class:`~gate.errors.ExitCode`). A tier asked for whose suite does
+gate's (:class:`~gate.errors.ExitCode`). A command that checked the session's
+inputs hands them over with it (:func:`run_session`), so the session reads
+none of them again; :func:`run_pytest` leaves the reading to the session. A tier asked for whose suite does
 not exist is reported as unavailable, never faked.
 """
 
