@@ -51,6 +51,14 @@ _LINE = re.compile(r"at line (\d+)")
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; unreadable or malformed files raise :class:`ConfigError`."""
+    return load_toml_file(path)[0]
+
+
+def load_toml_file(path: Path) -> tuple[dict[str, Any], str]:
+    """Parse a TOML file read once: its tables and the sha256 of its bytes (what a
+    results document records of the file that was parsed)."""
+    import hashlib
+
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -58,7 +66,7 @@ def load_toml(path: Path) -> dict[str, Any]:
             f"cannot read {path}: {exc.strerror or exc}", "check the path and permissions"
         ) from None
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest()
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text", "save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
@@ -191,4 +199,4 @@ def build_dataclass(cls: type[T], mapping: Mapping[str, Any], *, where: str) -> 
         raise ConfigError(f"{where}: {exc}", "see the documented defaults") from None
 
 
-__all__ = ["build_dataclass", "check_keys", "load_toml", "suggest"]
+__all__ = ["build_dataclass", "check_keys", "load_toml", "load_toml_file", "suggest"]

@@ -437,12 +437,12 @@ def test_demo_judgement() -> None:
     assert code == ExitCode.INTERNAL_ERROR
 
 
-def test_demo_config_is_a_valid_run_config(tmp_path: Path) -> None:
-    from gate.session.demo import DEFAULT_RECIPES, DEMO_SETTINGS, store_dir, write_config
-    from gate.session.run_config import load_run_config
+def test_demo_config_is_a_valid_run_config() -> None:
+    from gate.session.demo import DEFAULT_RECIPES, DEMO_SETTINGS, demo_config, store_dir
     from gate.tiers.registry import build_settings
 
-    loaded = load_run_config(write_config(tmp_path / "demo.toml"))
+    loaded = demo_config()
+    assert loaded.path is None and loaded.sha256 is None  # built typed, no file
     assert loaded.tiers == {k: dict(v) for k, v in DEMO_SETTINGS.items()}
     for name, table in loaded.tiers.items():
         build_settings(name, table)  # each table builds its tier's settings class

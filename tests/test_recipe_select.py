@@ -196,7 +196,7 @@ def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(localize_module, "run_localize", lambda request: calls.append(request) or 0)
     args = ["run", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
     for code, expected in ((ExitCode.OK, 0), (ExitCode.BLOCKED, 1)):
-        monkeypatch.setattr(multirun, "execute_plan", lambda plan, console, c=code: c)
+        monkeypatch.setattr(multirun, "execute_plan", lambda plan, checked, console, c=code: c)
         assert main([*args, "--tiers", "fidelity", "--localize"]) == int(code)
         assert len(calls) == expected
     assert calls[0].candidate == "demo" and calls[0].recipe == "quanto-int2"

@@ -279,7 +279,7 @@ def record(
     from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
     from gate.session.run_config import RunDefaults, load_run_config
-    from gate.session.runner import parse_tiers, run_pytest
+    from gate.session.runner import parse_tiers, run_session
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()
@@ -310,8 +310,9 @@ def record(
             "--baseline-serve/--baseline-endpoint given to baseline record",
             "they time a baseline beside a candidate in `gate run`; drop them here",
         )
-    prepare_session("record", model, options)  # bad input fails here, before any model loads
-    code = run_pytest("record", model, options, tiers=parse_tiers(tiers) or defaults.tiers)
+    # bad input fails here, before any model loads; the session reads nothing again
+    inputs = prepare_session("record", model, options, run_config=run_config)
+    code = run_session(inputs, tiers=parse_tiers(tiers) or defaults.tiers)
     return int(code)
 
 

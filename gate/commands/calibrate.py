@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from gate.commands.options import (
 from gate.errors import ConfigError, ExitCode
 from gate.models.load_settings import LoadSettings
 from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
+
+if TYPE_CHECKING:
+    from gate.session.run_config import RunConfig
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -170,6 +173,7 @@ def calibrate(
     from gate.metrics.registry import all_metrics
     from gate.models.engine_settings import engine_from_options
     from gate.session.calibrate import CalibrationRequest, check_calibration, run_calibration
+    from gate.session.run_config import load_run_config
     from gate.session.runner import parse_tiers
     from gate.store.atomic import write_atomic
     from gate.store.writable import check_writable, writing
@@ -179,6 +183,7 @@ def calibrate(
         {**given, "served_model": served_model, "api_key_env": api_key_env}
     )
     log_path = log if log is not None else out.with_name(out.name + ".log")
+    run_config = load_run_config(config) if config is not None else None  # parsed once
     request = CalibrationRequest(
         model=model,
         tiers=parse_tiers(tiers) or DEFAULT_CALIBRATION_TIERS,
@@ -188,14 +193,14 @@ def calibrate(
         tail_seeds=tail_seeds,
         dtype_control=dtype_control,
         engine=engine,
-        config=config,
+        config=run_config,
         thresholds=thresholds,
         model_slug=model_slug,
         margin=margin,
         quantile=quantile,
         power=power,
         allow_pickle=allow_pickle,
-        load=_load_settings(load_settings(device, dtype, trust_remote_code), config),
+        load=_load_settings(load_settings(device, dtype, trust_remote_code), run_config),
         log=log_path,
     )
     checked = check_calibration(request)
@@ -292,10 +297,8 @@ def calibrate(
     return int(ExitCode.OK)
 
 
-def _load_settings(given: LoadSettings, config: Path | None) -> LoadSettings:
+def _load_settings(given: LoadSettings, config: RunConfig | None) -> LoadSettings:
     """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``."""
     if config is None:
         return given
-    from gate.session.run_config import load_run_config
-
-    return given.over(load_run_config(config).run.settings())
+    return given.over(config.run.settings())

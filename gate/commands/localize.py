@@ -65,9 +65,9 @@ def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
     )
     options = SessionOptions(store=request.store, thresholds=request.thresholds)
     plan = plan_run(None, overrides, options, ReportTargets())
-    check_plan(plan)
+    checked = check_plan(plan)
     with handoff.collect() as collected:
-        code = execute_plan(plan, make_console())
+        code = execute_plan(plan, checked, make_console())
     values: dict[str, float | None] = {fidelity_catalog.CGA: None, fidelity_catalog.KL_MEAN: None}
     verdict = exit_meaning(int(code))
     if collected:

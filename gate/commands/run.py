@@ -289,7 +289,7 @@ def run(
             "--localize localizes one --candidate build",
             "gate run --candidate MODEL --recipe RECIPE --localize",
         )
-    code = execute_plan(plan, make_console())
+    code = execute_plan(plan, checked, make_console())
     if localize and code == ExitCode.BLOCKED:
         from gate.commands.localize import localize_blocked
 

@@ -1,7 +1,8 @@
 """``gate calibrate``: measure a model's noise floor on this machine and derive bounds from it.
 
 Everything runs as ordinary gate sessions in this process
-(:func:`gate.session.runner.run_pytest`) against a baseline recorded into a
+(:func:`gate.session.runner.run_session`, each handed its checked inputs and a run
+config built typed, never written as TOML) against a baseline recorded into a
 *temporary* store, so the user's baseline store is never written:
 
 1. **record** the model once (``record`` mode, ref ``base``) with the tier
@@ -38,7 +39,6 @@ measurements, not from the sessions' verdicts.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import time
@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,8 +67,14 @@ from gate.measurement import Measurement
 from gate.metrics.spec import MetricSpec, SampleKind
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
+from gate.session.inputs import InputFiles
 from gate.session.options import SessionOptions
 from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
+
+if TYPE_CHECKING:
+    from gate.session.inputs import SessionInputs
+    from gate.session.run import Mode
+    from gate.session.run_config import RunConfig
 
 #: Ref of the baseline recorded in the temporary store.
 BASE_REF = "base"
@@ -95,7 +101,9 @@ class CalibrationRequest:
     tail_seeds: int = 1
     dtype_control: str | None = None
     engine: EngineSettings | None = None
-    config: Path | None = None
+    #: The run config (``--config``), parsed once by the command: its ``[tiers]`` are the
+    #: calibrated settings.
+    config: RunConfig | None = None
     thresholds: Path | None = None
     model_slug: str | None = None
     margin: float = DEFAULT_MARGIN
@@ -134,6 +142,8 @@ class CheckedCalibration:
     #: Extra baselines recorded with ``tail_seed`` k (ref ``tail<k>``).
     tail_refs: tuple[tuple[str, int], ...]
     perturbations: tuple[Perturbation, ...]
+    #: The input files read so far (the thresholds file), each read once by every session.
+    files: InputFiles = field(default_factory=InputFiles, compare=False, repr=False)
 
     @property
     def sessions(self) -> int:
@@ -149,11 +159,8 @@ def _demo_tables(tiers: Sequence[str]) -> dict[str, dict[str, Any]]:
 
 def base_tables(request: CalibrationRequest) -> dict[str, dict[str, Any]]:
     """The calibrated tiers' settings: ``--config``'s ``[tiers]``, else the demo's for ``demo``."""
-    from gate.session.run_config import load_run_config
-
     if request.config is not None:
-        config = load_run_config(request.config)
-        return {t: dict(config.tiers.get(t, {})) for t in request.tiers}
+        return {t: dict(request.config.tiers.get(t, {})) for t in request.tiers}
     if request.model == "demo":
         return _demo_tables(request.tiers)
     return {}
@@ -229,7 +236,6 @@ def plan_perturbations(
 
 def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     """Validate every input (loads no model, starts no server); raises a ``GateError``."""
-    from gate.gating.thresholds import load_thresholds
     from gate.hw.devices import check_device
     from gate.models.spec import ModelSpec
     from gate.session.engine import session_engines
@@ -252,32 +258,29 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     ModelSpec.parse(request.model, dtype=request.dtype_control or "auto")
     if request.engine is None:
         check_device(request.load.effective_device)  # --device cuda without CUDA: exit 4 now
-    thresholds = load_thresholds(request.thresholds)
+    files = InputFiles()
+    thresholds = files.thresholds(request.thresholds)  # its [tiers] tables validated
     if request.power is None:
         request = replace(request, power=thresholds.power)
     elif not 0.0 < thresholds.alpha < request.power < 1.0:
         raise ConfigError(f"--power {request.power}: outside (alpha, 1)", "the default is 0.8")
-    validate_tables(thresholds.tiers, source=thresholds.source)
     tables = _merge(
         {t: v for t, v in thresholds.tiers.items() if t in request.tiers}, base_tables(request)
     )
     validate_tables(tables, source="calibration settings")
     session_engines(SessionOptions(engine=request.engine))
     tails, runs = plan_perturbations(request, tables)
-    return CheckedCalibration(request, thresholds, tables, tails, runs)
+    return CheckedCalibration(request, thresholds, tables, tails, runs, files)
 
 
 # ------------------------------------------------------------------ running
 
 
-def _write_config(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> Path:
-    """A run config holding only ``[tiers.<name>]`` tables (values as JSON, which TOML reads)."""
-    lines = ["# gate calibrate: tier settings of one session"]
-    for tier, table in tables.items():
-        lines += ["", f"[tiers.{tier}]"]
-        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+def session_config(what: str, tables: Mapping[str, Mapping[str, Any]]) -> RunConfig:
+    """The run config of one calibration session: only ``[tiers.<name>]`` tables, built typed."""
+    from gate.session.run_config import built_run_config
+
+    return built_run_config(f"gate calibrate ({what})", tiers=tables)
 
 
 @contextlib.contextmanager
@@ -351,8 +354,8 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
     derive each metric's calibration. A session that ends with an error raises."""
     from gate.metrics.registry import all_metrics
     from gate.session.handoff import collect_measurements
-    from gate.session.inputs import model_slug
-    from gate.session.runner import run_pytest
+    from gate.session.inputs import model_slug, prepare_session
+    from gate.session.runner import run_session
     from gate.store.baseline import BaselineStore
 
     request = checked.request
@@ -371,8 +374,13 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
             allow_pickle=request.allow_pickle,
             load=request.load,
         )
+        files = checked.files
+
+        def inputs(mode: Mode, options: SessionOptions, config: RunConfig) -> SessionInputs:
+            return prepare_session(mode, request.model, options, run_config=config, files=files)
+
         with progress.task("calibrate: sessions", total=checked.sessions) as step:
-            base_config = _write_config(root / "base.toml", checked.tables)
+            base_config = session_config("base settings", checked.tables)
             records: list[tuple[str, Mapping[str, Mapping[str, Any]]]] = [
                 (BASE_REF, checked.tables)
             ]
@@ -380,13 +388,11 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
             for ref, tables in records:
                 progress.note(f"calibrate: recording baseline {ref}")
-                config = (
-                    base_config if ref == BASE_REF else _write_config(root / f"{ref}.toml", tables)
-                )
+                config = base_config if ref == BASE_REF else session_config(ref, tables)
                 tiers = request.tiers if ref == BASE_REF else ("fidelity",)
-                options = replace(common, label=ref, ref=ref, config=config)
+                options = replace(common, label=ref, ref=ref)
                 with _quiet(request.log):
-                    code = run_pytest("record", request.model, options, tiers=tiers)
+                    code = run_session(inputs("record", options, config), tiers=tiers)
                 if code != ExitCode.OK:
                     raise CalibrationFailed(
                         f"recording the {ref} baseline ended with exit {int(code)}",
@@ -395,18 +401,15 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                     )
                 step()
             store_ = BaselineStore(store)
-            bases = {ref: store_.resolve(ref, slug).measurements for ref, _ in records}
+            bases = {ref: files.baseline(store_, ref, slug).measurements for ref, _ in records}
             for index, pert in enumerate(checked.perturbations):
                 progress.note(
                     f"calibrate: run {index + 1}/{len(checked.perturbations)}: {pert.source}"
                 )
-                config = _write_config(
-                    root / f"run{index}.toml", _merge(checked.tables, pert.overrides)
-                )
+                config = session_config(pert.source, _merge(checked.tables, pert.overrides))
                 options = replace(
                     common,
                     against=(pert.against,),
-                    config=config,
                     load=replace(common.load, dtype=pert.dtype)
                     if pert.dtype is not None
                     else common.load,
@@ -414,7 +417,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 )
                 started = time.perf_counter()
                 with collect_measurements() as handed, _quiet(request.log):
-                    code = run_pytest("run", request.model, options, tiers=pert.tiers)
+                    code = run_session(inputs("run", options, config), tiers=pert.tiers)
                 elapsed = time.perf_counter() - started
                 codes[pert.source] = int(code)
                 if not decided(code) or not handed:

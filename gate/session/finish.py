@@ -224,11 +224,10 @@ def run_identity(inputs: SessionInputs, model_slug: str) -> RunIdentity:
     """What a session's verdicts were decided with, and the candidate's name (its
     ``[[candidates]]`` name, else ``model_slug``): the results document's ``run`` object."""
     from gate import __version__
-    from gate.provenance import sha256_file
     from gate.report.results import RunIdentity
 
     options = inputs.options
-    config = options.config
+    config = inputs.run_config.path if inputs.run_config is not None else None
     return RunIdentity(
         candidate=options.candidate_name or model_slug,
         gate_version=__version__,
@@ -236,7 +235,7 @@ def run_identity(inputs: SessionInputs, model_slug: str) -> RunIdentity:
         thresholds_sha256=inputs.thresholds.digest,
         strict=options.strict,
         config=str(config) if config is not None else None,
-        config_sha256=sha256_file(config) if config is not None and config.is_file() else None,
+        config_sha256=inputs.run_config.sha256 if inputs.run_config is not None else None,
     )
 
 

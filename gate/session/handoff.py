@@ -1,6 +1,6 @@
 """How a finished gate session hands its results to the code that started it.
 
-A gate session runs in this process (:func:`gate.session.runner.run_pytest`),
+A gate session runs in this process (:func:`gate.session.runner.run_session`),
 so the caller need not read its results JSON back from a file: inside
 :func:`collect`, every session that builds its
 :class:`~gate.report.results.Results` passes them to :func:`publish`, and the

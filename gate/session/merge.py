@@ -64,7 +64,7 @@ from gate.session.multirun import (
     worst_exit,
 )
 from gate.session.plan import candidate_targets, check_targets
-from gate.session.run_config import Candidate
+from gate.session.run_config import Candidate, RunConfig
 from gate.store.atomic import write_atomic
 from gate.store.writable import writing
 
@@ -96,8 +96,8 @@ class Expected:
     candidates: tuple[Candidate, ...]
     #: sha256 of the run config file (``None``: a matrix document was given).
     config_sha256: str | None = None
-    #: The run config itself (its judge settings are the round robin's).
-    config: Path | None = None
+    #: The run config itself, parsed (its judge settings are the round robin's).
+    config: RunConfig | None = None
 
 
 def results_files(paths: Sequence[Path]) -> list[Path]:
@@ -241,11 +241,10 @@ def expected_from(path: Path) -> Expected:
         from gate.session.matrix import expected_from_matrix
 
         return Expected(path, tuple(expected_from_matrix(path)))
-    from gate.provenance import sha256_file
     from gate.session.run_config import load_run_config
 
     config = load_run_config(path)
-    return Expected(path, tuple(config.resolved()), sha256_file(path), path)
+    return Expected(path, tuple(config.resolved()), config.sha256, config)
 
 
 def check_expected(merged: Sequence[Merged], expected: Expected) -> None:

@@ -6,7 +6,8 @@ both land in :func:`run_candidates`:
 1. every candidate has been checked before (:func:`gate.session.plan.check_plan`:
    its baseline refs resolve in the store, its settings and calibration file
    read), so a typo fails at once with exit 4;
-2. each candidate runs its own gate session (:func:`gate.session.runner.run_pytest`),
+2. each candidate runs its own gate session on the inputs checked in step 1
+   (:func:`gate.session.runner.run_session`; the session reads none again),
    which prints that candidate's report; a candidate's ``GateError`` is printed
    on one line and becomes its exit code without stopping the others; an
    interrupted candidate ends the loop;
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich import box
@@ -44,8 +45,8 @@ from gate.gating.verdict import Severity, Verdict
 from gate.report.outputs import ReportTargets
 from gate.report.results import Results
 from gate.session.handoff import collect
-from gate.session.plan import RunPlan
-from gate.session.run_config import Candidate
+from gate.session.plan import CheckedCandidate, RunPlan, check_targets
+from gate.session.run_config import Candidate, RunConfig
 from gate.store.atomic import write_atomic
 from gate.store.writable import writing
 
@@ -229,23 +230,35 @@ def _shown(results: Results) -> Results:
     return Results.from_document(results.to_document())
 
 
-def session_runner(plan: RunPlan) -> SessionRunner:
-    """Runs one candidate of ``plan`` in its own pytest session."""
-    from gate.session.runner import run_pytest
+def session_runner(checked: Sequence[CheckedCandidate]) -> SessionRunner:
+    """Runs one checked candidate in its own pytest session, handing it the inputs
+    :func:`gate.session.plan.check_plan` read (the session reads none of them again).
+
+    Report paths other than the checked ones (the demo's ``--json-dir``) are checked here,
+    once, and replace them.
+    """
+    from gate.session.runner import run_session
+
+    by_name = {item.candidate.name: item for item in checked}
 
     def run(candidate: Candidate, targets: ReportTargets) -> ExitCode:
-        options = plan.options_for(candidate, targets)
-        return run_pytest("run", candidate.model, options, tiers=candidate.tiers)
+        item = by_name[candidate.name]
+        inputs = item.inputs
+        if targets != item.targets:
+            check_targets(targets)
+            inputs = replace(inputs, options=replace(inputs.options, reports=targets))
+        return run_session(inputs, tiers=candidate.tiers)
 
     return run
 
 
-def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
-    """Run every candidate of ``plan``; the summary (several or ``--config``) and worst exit code.
+def execute_plan(plan: RunPlan, checked: Sequence[CheckedCandidate], console: Console) -> ExitCode:
+    """Run every candidate of ``plan`` on its ``checked`` inputs (:func:`~gate.session.plan.check_plan`);
+    the summary (several or ``--config``) and worst exit code.
 
     One ``--candidate`` prints its own report only; its exit code is the command's.
     """
-    session = session_runner(plan)
+    session = session_runner(checked)
     if plan.single:
         (candidate,) = plan.candidates
         return session(candidate, plan.targets_for(candidate))
@@ -256,7 +269,7 @@ def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
     if skipped:
         console.print(f"gate: {skipped} candidate(s) not run (interrupted)")
     console.print(f"gate: worst exit code {int(worst)} over {len(outcomes)} candidate(s)")
-    judge_round_robin(outcomes, plan.shared.config, plan.targets.json, console)
+    judge_round_robin(outcomes, plan.run_config, plan.targets.json, console)
     if plan.several and plan.targets.markdown is not None:
         with writing("the combined markdown report", plan.targets.markdown):
             write_atomic(plan.targets.markdown, summary_markdown(outcomes, worst).encode())
@@ -264,11 +277,14 @@ def execute_plan(plan: RunPlan, console: Console) -> ExitCode:
 
 
 def judge_round_robin(
-    outcomes: Sequence[Outcome], config: Path | None, json_path: Path | None, console: Console
+    outcomes: Sequence[Outcome],
+    config: RunConfig | None,
+    json_path: Path | None,
+    console: Console,
 ) -> None:
     """Two or more candidates judged by the judge tier: their round robin, judged per the
-    run ``config`` (printed; JSON ``<stem>-round-robin.json`` beside ``json_path``). A
-    failure there is one line."""
+    run ``config``'s judge settings (printed; JSON ``<stem>-round-robin.json`` beside
+    ``json_path``). A failure there is one line."""
     from gate.session.round_robin import report_round_robin, write_round_robin
 
     try:

@@ -2,7 +2,7 @@
 
 A command builds a :class:`SessionOptions` (and with the mode and model, a
 :class:`SessionRequest`) and hands that one object to the pytest session
-(:func:`gate.session.runner.run_pytest`); nothing becomes argument strings on
+(:func:`gate.session.runner.run_request`); nothing becomes argument strings on
 the way. Each scalar field is one row of the table (:data:`SESSION_FIELDS`):
 its name, kind, help text, the pytest option it becomes for people who run
 the suites with pytest directly (``--gate-<name>`` unless named), the
@@ -34,12 +34,15 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.store.location import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    from gate.session.inputs import SessionInputs
 
 Kind = Literal["flag", "path", "str", "append"]
 
@@ -204,7 +207,7 @@ class SessionRequest:
     """Everything one gate session is handed: its mode, the model under test, its options.
 
     ``gate run``/``gate baseline record``/``gate demo`` pass it to pytest inside the
-    plugin object (:func:`gate.session.runner.run_pytest`); ``--gate-*`` pytest options
+    plugin object (:func:`gate.session.runner.run_request`); ``--gate-*`` pytest options
     are read into one by :func:`gate.session.flags.request_from_pytest`.
     """
 
@@ -213,6 +216,15 @@ class SessionRequest:
     #: Model id, local path or ``demo``.
     model: str
     options: SessionOptions = field(default_factory=SessionOptions)
+    #: The session's inputs as the command read and checked them
+    #: (:func:`gate.session.inputs.prepare_session`; their ``options`` are this
+    #: request's, defaults filled in); ``None``: the plugin reads them.
+    inputs: SessionInputs | None = None
+
+    @classmethod
+    def checked(cls, inputs: SessionInputs) -> SessionRequest:
+        """The request of a session whose inputs a command already read and checked."""
+        return cls(mode=inputs.mode, model=inputs.model, options=inputs.options, inputs=inputs)
 
 
 class SessionRequestPlugin:

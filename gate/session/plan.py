@@ -8,7 +8,11 @@ candidate, without loading a model or importing a model library — the run
 config, ``thresholds.toml``, every tier's settings, the recipes, the baseline
 refs in the store, the calibration texts, the tiers' suites and that every
 report file, the latency history and a server log can be written — and
-returns what each session will use.
+returns what each session will use: its :class:`CheckedCandidate`, whose
+inputs the session receives (:func:`gate.session.multirun.execute_plan`) and
+does not read again. The run config is parsed once, by :func:`plan_run`; the
+thresholds file and each baseline file once, by the plan's
+:class:`~gate.session.inputs.InputFiles`, whatever the number of candidates.
 ``gate run`` runs it before the first session starts (so a typo fails in a
 second with exit 4, not after an hour of measuring); ``gate run --dry-run``
 stops after it and prints :func:`describe_plan` (with the CI matrix the
@@ -17,11 +21,12 @@ candidates make, :mod:`gate.session.matrix`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gate.errors import GateError
+from gate.session.inputs import InputFiles
 from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.store.writable import check_writable, check_writable_dir
 
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
     from gate.models.engine_settings import EngineSettings
     from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
-    from gate.session.run_config import Candidate, CandidateOverrides
+    from gate.session.run_config import Candidate, CandidateOverrides, RunConfig
 
 
 def packaged_store() -> Path:
@@ -83,6 +88,10 @@ class RunPlan:
     targets: ReportTargets
     #: One ``--candidate``: its own report only, no summary table.
     single: bool = False
+    #: The run config, parsed once (``None``: none given).
+    run_config: RunConfig | None = None
+    #: The run's input files, each read once (thresholds, baselines) by every candidate's check.
+    files: InputFiles = field(default_factory=InputFiles, compare=False, repr=False)
 
     @property
     def several(self) -> bool:
@@ -118,16 +127,19 @@ class RunPlan:
 
 
 def plan_run(
-    config: Path | None,
+    config: Path | RunConfig | None,
     overrides: CandidateOverrides,
     shared: SessionOptions,
     targets: ReportTargets,
 ) -> RunPlan:
-    """The plan of ``gate run``: candidates from ``config`` and ``overrides``; ``shared``'s
-    store, thresholds and strictness fall back to the config's ``[run]`` when not given."""
-    from gate.session.run_config import build_candidates, load_run_config
+    """The plan of ``gate run``: candidates from ``config`` (a ``gate.toml`` path, parsed
+    here, the one time a run reads it; or a run config a command built) and ``overrides``;
+    ``shared``'s store, thresholds and strictness fall back to the config's ``[run]`` when
+    not given."""
+    from gate.session.run_config import build_candidates
 
-    run_config = load_run_config(config) if config is not None else None
+    files = InputFiles()
+    run_config = files.run_config(config) if isinstance(config, Path) else config
     candidates = build_candidates(run_config, overrides)
     if run_config is not None:
         defaults = run_config.run
@@ -139,9 +151,11 @@ def plan_run(
         )
     return RunPlan(
         candidates=tuple(candidates),
-        shared=replace(shared, config=config),
+        shared=replace(shared, config=run_config.path if run_config is not None else None),
         targets=targets,
         single=overrides.candidate is not None,
+        run_config=run_config,
+        files=files,
     )
 
 
@@ -172,12 +186,15 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     from gate.session.run_config import canonical_recipe
     from gate.session.runner import select_tiers
 
-    check_targets(plan.targets)  # as given; each candidate's own below
+    if plan.several:  # the combined markdown, beside the given paths; each candidate's below
+        check_targets(plan.targets)
     checked: list[CheckedCandidate] = []
     for candidate in plan.candidates:
         targets = plan.targets_for(candidate)
         options = plan.options_for(candidate, targets)
-        inputs = prepare_session("run", candidate.model, options)
+        inputs = prepare_session(
+            "run", candidate.model, options, run_config=plan.run_config, files=plan.files
+        )
         engines = session_engines(options)  # validated, nothing started or contacted
         try:
             check_model_file(candidate.model)

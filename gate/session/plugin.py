@@ -14,10 +14,12 @@ registers a :class:`GatePlugin` for the session, the way pytest registers its
 own optional plugins (``--stepwise``, ``--junit-xml``), and keeps the
 session's :class:`GateState` in ``config.stash``:
 
-* ``pytest_sessionstart`` reads and validates the inputs
+* ``pytest_sessionstart`` takes the inputs the request carries, read and
+  checked by the command (``gate run``: :func:`gate.session.plan.check_plan`);
+  run directly with ``--gate-model``, it reads and validates them itself
   (:func:`gate.session.inputs.prepare_session`: thresholds, run config,
-  baseline refs, every tier's settings) and stops the session with exit 4 and
-  one line when one is bad, before any model is loaded;
+  baseline refs, every tier's settings, the report paths) and stops the
+  session with exit 4 and one line when one is bad, before any model is loaded;
 * tier tests receive the session's :class:`~gate.session.run.GateRun` through
   the ``gate_run`` fixture and record measurements with it;
 * ``pytest_sessionfinish`` hands the run to
@@ -272,9 +274,11 @@ class GatePlugin:
         request = self.request or request_from_pytest(self.config.option)
         assert request is not None  # registered only with a request or --gate-model
         model = request.model
-        inputs = prepare_session(request.mode, model, request.options)
+        inputs = request.inputs  # read and checked by the command that asked for the session
+        if inputs is None:  # pytest run directly: read here, before any tier test measures
+            inputs = prepare_session(request.mode, model, request.options)
+            check_targets(inputs.options.reports, prefix="--gate-")
         options = inputs.options
-        check_targets(options.reports, prefix="--gate-")  # before any tier test measures
         engines = session_engines(options)
         load = self._backend_loader(options)
         factory: Callable[[], Backend] = _once(lambda: load(model, options.recipe))

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
@@ -33,6 +33,9 @@ from rich.table import Table
 from gate.judge.elo import EloResult, Match, Transitivity, fit_ratings, transitivity
 from gate.measurement import OutputSet
 from gate.report.results import Results
+
+if TYPE_CHECKING:
+    from gate.session.run_config import RunConfig
 
 __all__ = ["Judged", "RoundRobin", "judged_candidates", "round_robin", "round_robin_table"]
 
@@ -150,17 +153,16 @@ def transitivity_lines(rr: RoundRobin) -> list[str]:
     return lines
 
 
-def settings_from_config(config: Path | None) -> Any:
-    """The judge tier's settings of the run config (defaults without one)."""
-    from gate.session.run_config import load_run_config
+def settings_from_config(config: RunConfig | None) -> Any:
+    """The judge tier's settings of the (parsed) run config (defaults without one)."""
     from gate.tiers.registry import build_settings
 
-    tables = load_run_config(config).tiers if config is not None else {}
+    tables = config.tiers if config is not None else {}
     return build_settings("judge", tables.get("judge", {}))
 
 
 def report_round_robin(
-    runs: Mapping[str, Results | None], config: Path | None, console: Any
+    runs: Mapping[str, Results | None], config: RunConfig | None, console: Any
 ) -> RoundRobin | None:
     """Run and print the round robin when two or more candidates were judged."""
     judged = judged_candidates(runs)

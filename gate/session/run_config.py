@@ -53,12 +53,12 @@ relative to the directory ``gate`` runs in, as the tiers' own path settings are.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gate.config import build_dataclass, check_keys, load_toml
+from gate.config import build_dataclass, check_keys, load_toml_file
 from gate.errors import ConfigError, UsageError
 from gate.metrics.registry import TIERS, check_tier
 from gate.models.engine_settings import EngineSettings
@@ -205,6 +205,10 @@ class RunConfig:
     candidates: tuple[CandidateConfig, ...] = ()
     #: ``[tiers.<name>]`` tables, as written.
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The file it was parsed from (``None``: built by a command, e.g. ``gate demo``).
+    path: Path | None = None
+    #: sha256 of that file's bytes, as parsed (the results document's ``config_sha256``).
+    sha256: str | None = None
 
     def slug_for(self, candidate: CandidateConfig) -> str | None:
         """Store slug: the candidate's, else ``[run].model_slug``, else the baseline model's."""
@@ -272,6 +276,34 @@ def parse_run_config(data: Mapping[str, Any], *, source: str) -> RunConfig:
 
     tiers = validate_tables(tiers_table, source=source)
     return RunConfig(source=source, run=run, candidates=tuple(candidates), tiers=tiers)
+
+
+def built_run_config(
+    source: str,
+    *,
+    run: RunDefaults | None = None,
+    candidates: Sequence[CandidateConfig] = (),
+    tiers: Mapping[str, Mapping[str, Any]] | None = None,
+) -> RunConfig:
+    """A run config a command builds from typed parts (no file): the tables checked as a
+    ``gate.toml``'s are (unknown tiers or keys: :class:`ConfigError`), recipes made canonical,
+    candidate names unique."""
+    from gate.tiers.registry import validate_tables
+
+    named: list[CandidateConfig] = []
+    for candidate in candidates:
+        where = f"{source}: candidate {candidate.name!r}"
+        if candidate.recipe is not None:
+            candidate = replace(candidate, recipe=canonical_recipe(candidate.recipe, where))
+        if any(c.name == candidate.name for c in named):
+            raise ConfigError(f"{where} is named twice", "give every candidate its own name")
+        named.append(candidate)
+    return RunConfig(
+        source=source,
+        run=run if run is not None else RunDefaults(),
+        candidates=tuple(named),
+        tiers=validate_tables(tiers or {}, source=source),
+    )
 
 
 def _with_judges(judges: Any, tiers_table: Mapping[str, Any], source: str) -> Mapping[str, Any]:
@@ -397,7 +429,8 @@ def load_run_config(path: Path) -> RunConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"run config {path} not found", "pass an existing --config file")
-    return parse_run_config(load_toml(path), source=str(path))
+    data, digest = load_toml_file(path)
+    return replace(parse_run_config(data, source=str(path)), path=path, sha256=digest)
 
 
 __all__ = [
@@ -408,6 +441,7 @@ __all__ = [
     "RunConfig",
     "RunDefaults",
     "build_candidates",
+    "built_run_config",
     "canonical_recipe",
     "load_run_config",
     "only_candidate",

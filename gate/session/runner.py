@@ -6,7 +6,9 @@ latency"``), hands the session its typed
 :class:`~gate.session.options.SessionRequest` as a plugin object
 (:class:`~gate.session.options.SessionRequestPlugin`; no ``--gate-*``
 argument strings) and returns pytest's exit status, whose numbers are the
-gate's (:class:`~gate.errors.ExitCode`). A tier asked for whose suite does
+gate's (:class:`~gate.errors.ExitCode`). A command that checked the session's
+inputs hands them over with it (:func:`run_session`), so the session reads
+none of them again; :func:`run_pytest` leaves the reading to the session. A tier asked for whose suite does
 not exist is reported as unavailable, never faked.
 """
 
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
@@ -24,6 +27,9 @@ from gate.metrics.registry import check_tier
 from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
 from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
+
+if TYPE_CHECKING:
+    from gate.session.inputs import SessionInputs
 
 
 def suites_dir() -> Path:
@@ -98,15 +104,38 @@ def run_pytest(
     tiers: Sequence[str] | None = None,
     directory: Path | None = None,
 ) -> ExitCode:
-    """Run the gate's pytest session with ``options``; returns its exit status.
+    """Run the gate's pytest session with ``options``; returns its exit status (the
+    session reads its inputs itself).
 
     Tiers without a suite file are reported on stderr as unavailable; when
     none of the requested tiers is available, :class:`NothingMeasuredError`.
     """
-    import pytest
-
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}", "use 'record' or 'run'")
+    request = SessionRequest(mode=mode, model=model, options=options)
+    return run_request(request, tiers=tiers, directory=directory)
+
+
+def run_session(
+    inputs: SessionInputs,
+    *,
+    tiers: Sequence[str] | None = None,
+    directory: Path | None = None,
+) -> ExitCode:
+    """Run the gate's pytest session on ``inputs`` a command already read and checked
+    (:func:`gate.session.inputs.prepare_session`): the session reads none of them again."""
+    return run_request(SessionRequest.checked(inputs), tiers=tiers, directory=directory)
+
+
+def run_request(
+    request: SessionRequest,
+    *,
+    tiers: Sequence[str] | None = None,
+    directory: Path | None = None,
+) -> ExitCode:
+    """Run the pytest session of ``request`` over ``tiers``; returns its exit status."""
+    import pytest
+
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
     for tier in missing:
@@ -114,8 +143,8 @@ def run_pytest(
             f"gate: tier {tier!r} unavailable (no suite {root / tier_spec(tier).suite})",
             file=sys.stderr,
         )
-    args = build_args(selected, directory=root, verbose=options.verbose)
-    carrier = SessionRequestPlugin(SessionRequest(mode=mode, model=model, options=options))
+    args = build_args(selected, directory=root, verbose=request.options.verbose)
+    carrier = SessionRequestPlugin(request)
     with progress.terminal():  # progress reaches the real stderr while pytest captures it
         code = int(pytest.main(args, plugins=[carrier]))
     try:

@@ -662,13 +662,17 @@ class BaselineStore:
 
     def get(self, model_slug: str, number: int) -> Baseline:
         """Baseline ``number`` of a model."""
+        return load_baseline_file(self._numbered(model_slug, number))
+
+    def _numbered(self, model_slug: str, number: int) -> Path:
+        """The file of baseline ``number`` of a model."""
         matches = [path for n, _, path in self._files(model_slug) if n == number]
         if not matches:
             raise BaselineError(
                 f"baseline #{number:04d} of {model_slug!r} does not exist",
                 "see `gate baseline list`",
             )
-        return load_baseline_file(matches[0])
+        return matches[0]
 
     def _pick_slug(self, model_slug: str | None) -> str:
         slugs = self.slugs()
@@ -697,9 +701,13 @@ class BaselineStore:
         Resolution order for a name: a named ref in ``refs.json``; a number
         (``3`` or ``0003``); ``latest``; the newest baseline with that label.
         """
+        return load_baseline_file(self.locate(ref_or_path, model_slug))
+
+    def locate(self, ref_or_path: str, model_slug: str | None = None) -> Path:
+        """The file :meth:`resolve` reads for ``ref_or_path`` (found, not read)."""
         text = ref_or_path.strip()
         if Path(text).is_file():
-            return load_baseline_file(Path(text))
+            return Path(text)
         if text.endswith(".json"):
             raise BaselineError(f"baseline file {text} does not exist", "check the path")
         if text.count("/") == 1 and (self.root / text.split("/")[0]).is_dir():
@@ -710,14 +718,14 @@ class BaselineStore:
             raise BaselineError(f"no baselines for model {slug!r}", "record one first")
         refs = self.refs(slug)
         if text in refs:
-            return self.get(slug, refs[text])
+            return self._numbered(slug, refs[text])
         if text.isdigit():
-            return self.get(slug, int(text))
+            return self._numbered(slug, int(text))
         if text == "latest":
-            return load_baseline_file(files[-1][2])
+            return files[-1][2]
         labelled = [path for _, label, path in files if label == text]
         if labelled:
-            return load_baseline_file(labelled[-1])
+            return labelled[-1]
         choices = sorted({*refs, *(label for _, label, _ in files), "latest"})
         raise BaselineError(
             f"unknown baseline ref {text!r} for model {slug!r}", suggest(text, choices)
