@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from gate.commands.options import (
 from gate.errors import ConfigError, ExitCode, GateError, exit_meaning
 from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequest
 from gate.metrics.catalog import fidelity as fidelity_catalog
+
+if TYPE_CHECKING:
+    from gate.session.run_config import RunConfig
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -77,7 +80,7 @@ def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
     return Gated(verdict, int(code), values[fidelity_catalog.CGA], values[fidelity_catalog.KL_MEAN])
 
 
-def run_localize(request: LocalizeRequest) -> int:
+def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
     from gate.models.recipes import parse_recipe
     from gate.report.outputs import ReportTargets
@@ -96,7 +99,9 @@ def run_localize(request: LocalizeRequest) -> int:
         model_slug=request.model_slug,
     )
     shared = SessionOptions(store=request.store, thresholds=request.thresholds)
-    plan = plan_run(request.config, overrides, shared, ReportTargets())
+    # a run config gate run already parsed is used as it is (gate.toml read once per run)
+    config = run_config if run_config is not None else request.config
+    plan = plan_run(config, overrides, shared, ReportTargets())
     (checked,) = check_plan(plan)
     inputs = checked.inputs
     ((ref, baseline),) = inputs.baselines.items()
@@ -221,7 +226,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
         outputs=LocalizeOutputs(json=target),
     )
     try:
-        run_localize(request)
+        run_localize(request, plan.run_config)
     except GateError as exc:  # the run's verdict stands: it is blocked whatever localize says
         _echo_err(f"gate: --localize could not run: {exc.message}")
 
