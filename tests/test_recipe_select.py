@@ -193,7 +193,9 @@ def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch
     from gate.localize.request import LocalizeOutputs, LocalizeRequest
 
     calls: list[LocalizeRequest] = []
-    monkeypatch.setattr(localize_module, "run_localize", lambda request: calls.append(request) or 0)
+    monkeypatch.setattr(
+        localize_module, "run_localize", lambda request, run_config=None: calls.append(request) or 0
+    )
     args = ["run", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
     for code, expected in ((ExitCode.OK, 0), (ExitCode.BLOCKED, 1)):
         monkeypatch.setattr(multirun, "execute_plan", lambda plan, checked, console, c=code: c)
