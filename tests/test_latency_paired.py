@@ -27,7 +27,7 @@ from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import summarize
 from gate.provenance import ModelProvenance
-from gate.session.options import SessionOptions
+from gate.session.options import SessionRequest
 from gate.session.runner import suites_dir
 from gate.store.baseline import BaselineStore
 from gate.tiers.latency import (
@@ -232,11 +232,13 @@ def test_latency_flags_reach_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None
 
     seen: dict[str, Any] = {}
 
-    def fake_run_pytest(mode: str, model: str, options: SessionOptions, **kwargs: Any) -> int:
-        seen["latency"] = options.setting_overrides()["latency"]
+    def fake_run_request(request: SessionRequest, **kwargs: Any) -> int:
+        assert request.inputs is not None  # gate run hands the session its checked inputs
+        seen["latency"] = request.inputs.options.setting_overrides()["latency"]
         return 0
 
-    monkeypatch.setattr(gate.session.runner, "run_pytest", fake_run_pytest)
+    # every session starts through run_request (a stand-in there: no tier runs)
+    monkeypatch.setattr(gate.session.runner, "run_request", fake_run_request)
     argv = ["run", "--candidate", "demo", "--tiers", "latency", "--history", "hist"]
     assert main([*argv, "--allow-hardware-mismatch", "--paired-latency"]) == 0
     assert seen["latency"] == {

@@ -410,7 +410,7 @@ def test_record_checks_the_store_and_names_before_measuring(
     def never(*args: object, **kwargs: object) -> int:
         raise AssertionError("the tiers ran although the input was bad")
 
-    monkeypatch.setattr(runner, "run_pytest", never)
+    monkeypatch.setattr(runner, "run_request", never)  # every session starts through it
     store = tmp_path / "store"
     record = ["baseline", "record", "--model", "demo", "--store", str(store)]
     assert main([*record, "--ref", "Prod!"]) == 4
