@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -287,18 +288,143 @@ def test_bad_input_is_one_line_each() -> None:
         guidellm.find_executable("/nowhere/guidellm")
 
 
-def test_results_reader_on_a_real_guidellm_file() -> None:
+def _benchmarks() -> list[dict[str, Any]]:
+    """The real GuideLLM 0.8.1 results file's benchmarks: the float32 vLLM server at 0.5
+    req/s (every stream observed) and at 1 req/s (one of five read in one burst)."""
+    found: list[dict[str, Any]] = json.loads(RESULTS.read_text())["benchmarks"]
+    return found
+
+
+def _file_with(tmp_path: Path, benchmarks: Sequence[dict[str, Any]]) -> Path:
+    report = json.loads(RESULTS.read_text())
+    report["benchmarks"] = list(benchmarks)
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps(report))
+    return out
+
+
+def test_results_reader_matches_guidellm_where_every_stream_was_observed() -> None:
     points = guidellm.read_results(RESULTS)
-    raw = json.loads(RESULTS.read_text())["benchmarks"]
-    assert [p.offered_rate for p in points] == [1.0, 4.0]
-    for p, b in zip(points, raw, strict=True):
-        m = b["metrics"]
-        assert p.achieved_rate == m["requests_per_second"]["successful"]["mean"]
-        assert p.ttft_ms.p95 == m["time_to_first_token_ms"]["successful"]["percentiles"]["p95"]
-        assert p.itl_ms.p99 == m["inter_token_latency_ms"]["successful"]["percentiles"]["p99"]
-        assert p.e2e_s.p50 == m["request_latency"]["successful"]["percentiles"]["p50"]
-        assert p.completed == m["request_totals"]["successful"]
-        assert p.attainment == m["slo_attainment"]
+    assert [p.offered_rate for p in points] == [0.5, 1.0]
+    p, b = points[0], _benchmarks()[0]
+    m = b["metrics"]
+    # GuideLLM's own aggregates are the independent computation: per-request percentiles
+    # with its weighting must reproduce them exactly when no request is left out
+    assert p.unobserved == 0 and p.timed
+    for mine, key in ((p.ttft_ms, "time_to_first_token_ms"), (p.itl_ms, "inter_token_latency_ms")):
+        theirs = m[key]["successful"]["percentiles"]
+        assert (mine.p50, mine.p95, mine.p99) == (theirs["p50"], theirs["p95"], theirs["p99"])
+    assert p.e2e_s.p50 == m["request_latency"]["successful"]["percentiles"]["p50"]
+    assert p.achieved_rate == m["requests_per_second"]["successful"]["mean"]
+    assert p.completed == m["request_totals"]["successful"] == 3
+    assert p.attainment == m["slo_attainment"]
+
+
+def test_a_stream_read_in_one_burst_is_left_out_of_ttft_and_itl() -> None:
+    point_1r, b = guidellm.read_results(RESULTS)[1], _benchmarks()[1]
+    records = b["requests"]["successful"]
+    burst = [r for r in records if r["inter_token_latency_ms"] < guidellm.BURST_ITL_MS]
+    # the real record: 32 tokens in 32 stream iterations, all within a millisecond, after a
+    # first token that took the whole decode (the client was not scheduled meanwhile)
+    assert len(burst) == 1 and burst[0]["output_tokens"] == 32
+    assert (
+        burst[0]["inter_token_latency_ms"]
+        < 0.05
+        < 2.0
+        < min(r["inter_token_latency_ms"] for r in records if r not in burst)
+    )
+    assert burst[0]["time_to_first_token_ms"] > 0.9 * 1000 * burst[0]["request_latency"]
+    assert point_1r.unobserved == 1 and point_1r.completed == 5 and point_1r.timed
+    kept = [r for r in records if r not in burst]
+    # independent: equal weights, GuideLLM's rule is the lower median (numpy's inverted CDF)
+    ttfts = sorted(r["time_to_first_token_ms"] for r in kept)
+    assert point_1r.ttft_ms.p50 == np.quantile(ttfts, 0.5, method="inverted_cdf") == ttfts[1]
+    # GuideLLM's aggregate counted the stalled first token: its median is a later one
+    theirs = b["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]["p50"]
+    assert theirs > point_1r.ttft_ms.p50
+    itl = [r["inter_token_latency_ms"] for r in kept]
+    weights = [r["output_tokens"] - 1 for r in kept]
+    assert point_1r.itl_ms.p95 == np.quantile(itl, 0.95, method="inverted_cdf", weights=weights)
+    # the end-to-end latency keeps every request (the stall does not move the last token)
+    assert point_1r.e2e_s.p99 == max(r["request_latency"] for r in records)
+
+
+def _as_burst(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as a starved client reads it: the first token late, the rest at once."""
+    return record | {
+        "inter_token_latency_ms": 0.03,
+        "time_to_first_token_ms": 1000 * record["request_latency"] - 1.0,
+    }
+
+
+def test_burst_reads_at_the_median_no_longer_move_the_speed_ratio(tmp_path: Path) -> None:
+    # the failure this guards: a benchmark of 3-5 requests where the median request was read
+    # in one burst gave an ITL p50 of 0.03 ms and the pair's speed ratio was off 10-100x
+    base_b, cand_b = _benchmarks()[1], _benchmarks()[1]
+    starved = dict(base_b, requests=dict(base_b["requests"]))
+    records = starved["requests"]["successful"]
+    order = sorted(range(len(records)), key=lambda i: records[i]["inter_token_latency_ms"])
+    starved["requests"]["successful"] = [
+        _as_burst(r) if i in order[2:4] else r for i, r in enumerate(records)
+    ]
+    base = guidellm.read_results(_file_with(tmp_path, [starved]))[0]
+    cand = guidellm.read_results(_file_with(tmp_path, [cand_b]))[0]
+    assert base.unobserved == 3 and cand.unobserved == 1
+    slo = Slo(ttft_p95_ms=5000.0, itl_p95_ms=200.0)
+    # GuideLLM's aggregate over the doctored records (what gate read before) ...
+    values = [(r["inter_token_latency_ms"], r["output_tokens"] - 1) for r in records]
+    values = [(0.03, w) if i in order[2:4] else (v, w) for i, (v, w) in enumerate(values)]
+    naive_p50 = maths.weighted_percentile(values, 0.5)
+    assert naive_p50 == 0.03  # the median fell on a burst read
+    # ... against the observed ones: the same server, so the ratio stays near 1
+    pair = maths.PairedRate(0, 1.0, cand, base)
+    ratio = maths.slo_speedup([pair], slo, percentile="p50").value
+    assert 0.5 < ratio < 2.0
+    # the old reading's ITL median was a hundredth of what the server took per token
+    assert base.itl_ms.p50 > 100 * naive_p50 and cand.itl_ms.p50 > 100 * naive_p50
+
+
+def test_a_rate_with_no_observed_stream_gives_no_pair_and_no_slo_verdict(tmp_path: Path) -> None:
+    b = _benchmarks()[1]
+    blind = dict(b, requests=dict(b["requests"]))
+    blind["requests"]["successful"] = [_as_burst(r) for r in b["requests"]["successful"]]
+    point_blind = guidellm.read_results(_file_with(tmp_path, [blind]))[0]
+    assert point_blind.completed == point_blind.unobserved == 5 and not point_blind.timed
+    with pytest.raises(ValueError, match="no latency was observed at 1 req/s"):
+        SLO.met(point_blind)
+    seen = point(0.5, 0.5, 100, 10)
+    # goodput skips it (neither met nor violated); pairing drops it
+    assert maths.goodput([seen, point_blind], SLO) == maths.goodput([seen], SLO)
+    twin = dataclasses.replace(point_blind, unobserved=0)
+    assert len(maths.paired_rates([[twin]], [[point_blind]])) == 0
+    assert len(maths.paired_rates([[twin]], [[twin]])) == 1
+    # a baseline sweep with nothing observed is one line, exit 4
+    settings = LoadSettings(rates=(1.0,), repeats=3)
+    with pytest.raises(DataError, match="GuideLLM observed no token stream of the baseline"):
+        run_tier(lambda jobs: [(point_blind, 1.0) for _ in jobs], settings)
+
+
+def test_a_sampled_results_file_is_refused(tmp_path: Path) -> None:
+    b = _benchmarks()[0]
+    sampled = dict(b, requests=dict(b["requests"]))
+    sampled["requests"]["successful"] = b["requests"]["successful"][:2]
+    with pytest.raises(DataError, match=r"2 request records for 3 successful requests"):
+        guidellm.read_results(_file_with(tmp_path, [sampled]))
+
+
+def test_weighted_percentile_is_the_inverted_cdf() -> None:
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 5, 8, 40):
+        x = rng.lognormal(size=n).round(3)  # rounding makes ties, pooled by both
+        w = rng.integers(0, 40, size=n).astype(float)
+        if w.sum() == 0:
+            w[0] = 1.0
+        for q in (0.0, 0.1, 0.5, 0.95, 0.99, 1.0):
+            assert maths.weighted_percentile(list(zip(x, w, strict=True)), q) == pytest.approx(
+                np.quantile(x, q, method="inverted_cdf", weights=w) if q > 0 else x[w > 0].min()
+            )
+    assert maths.weighted_percentile([], 0.5) == 0.0
+    assert maths.weighted_percentile([(3.0, 0.0), (1.0, 0.0)], 0.5) == 1.0
 
 
 def test_results_reader_refuses_other_files(tmp_path: Path) -> None:
@@ -416,7 +542,7 @@ def test_run_batch_runs_every_scenario_in_one_process_and_reads_the_results(
         done = _batch_with(exe, tmp_path)
     assert shown.getvalue().splitlines()[0] == "gate: load: GuideLLM benchmarks: 0/2"
     assert "gate: load: GuideLLM benchmarks: done 2/2 in " in shown.getvalue()
-    assert [[p.offered_rate for p in points] for points, _ in done] == [[1.0, 4.0], [1.0, 4.0]]
+    assert [[p.offered_rate for p in points] for points, _ in done] == [[0.5, 1.0], [0.5, 1.0]]
     assert [wall for _, wall in done] == [2.5, 2.5]
     written = json.loads((tmp_path / "work" / "candidate-1-1r.scenario.json").read_text())
     assert written["spec"]["backend"]["target"] == "http://127.0.0.1:8"

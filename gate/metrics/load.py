@@ -44,6 +44,24 @@ Speed at the SLO (the gated figure)
     ``speed_percentile``), ``u = max(TTFT_q / B_ttft, ITL_q / B_itl)``, the
     bounds only weighing the two latencies.
 
+Latencies observed request by request
+    A rate's TTFT, ITL and end-to-end percentiles are taken from GuideLLM's
+    per-request records, with GuideLLM's own definition
+    (:func:`weighted_percentile`): each request's TTFT and end-to-end latency
+    weigh 1, its mean ITL ``(t_last - t_first) / (n - 1)`` weighs its ``n - 1``
+    later tokens, and ``p_q`` is the smallest value whose share of the total
+    weight, counted from below, reaches ``q``. One kind of request is left
+    out of TTFT and ITL: one whose token stream the load generator read in one
+    burst, after the server had sent it all (its mean ITL below
+    ``BURST_ITL_MS``, :mod:`gate.models.guidellm`). A client that was not
+    scheduled while the tokens arrived (a loaded machine) moves the whole
+    decode into that request's TTFT and leaves an ITL of microseconds that no
+    server produced; with a handful of requests per rate such a request can be
+    the median, and one pair's speed ratio was seen off by 10-100x. The
+    point counts them (:attr:`RatePoint.unobserved`); a rate where every
+    completed request was read that way has no observed latency
+    (:attr:`RatePoint.timed` is false) and gives no pair and no SLO verdict.
+
 Ratios with a confidence interval
     A ratio metric has ``N`` paired observations ``q_i = c_i / b_i`` (candidate
     over baseline, taken back to back so that a shared machine's drift hits
@@ -86,6 +104,33 @@ MIN_PAIRS = 3
 PERCENTILES: tuple[str, ...] = ("p50", "p95", "p99")
 
 
+def weighted_percentile(values: Sequence[tuple[float, float]], q: float) -> float:
+    """GuideLLM's percentile of weighted values: ``p_q = min{x : W(<= x) / W >= q}``.
+
+    ``values`` are ``(value, weight)`` pairs; equal values pool their weights and
+    zero weights drop out (as GuideLLM's ``DistributionSummary.from_values``);
+    ``W(<= x)`` is the weight of the values at most ``x``, ``W`` the total. All
+    weights zero: every value weighs 1. No values: 0.0 (GuideLLM's empty
+    distribution).
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError("q must be in [0, 1]")
+    pooled: dict[float, float] = {}
+    for value, weight in values:
+        pooled[float(value)] = pooled.get(float(value), 0.0) + float(weight)
+    kept = sorted((v, w) for v, w in pooled.items() if w > 0.0)
+    if not kept:
+        kept = sorted((v, 1.0) for v in pooled)
+    if not kept:
+        return 0.0
+    import numpy as np
+
+    weights = np.array([w for _, w in kept])
+    cdf = np.cumsum(weights / weights.sum())
+    index = min(int(np.searchsorted(cdf, q, side="left")), len(kept) - 1)
+    return kept[index][0]
+
+
 @dataclass(frozen=True)
 class Latencies:
     """One latency distribution of a rate: its p50, p95 and p99 (GuideLLM's percentiles)."""
@@ -93,6 +138,11 @@ class Latencies:
     p50: float
     p95: float
     p99: float
+
+    @classmethod
+    def of(cls, values: Sequence[tuple[float, float]]) -> Latencies:
+        """The p50, p95 and p99 of weighted values (:func:`weighted_percentile`)."""
+        return cls(*(weighted_percentile(values, q) for q in (0.5, 0.95, 0.99)))
 
     def at(self, percentile: str) -> float:
         """The value at ``"p50"``, ``"p95"`` or ``"p99"``."""
@@ -118,6 +168,15 @@ class RatePoint:
     conforming_rate: float | None = None
     #: GuideLLM's share of requests meeting the per-request SLO (``None`` without one).
     attainment: float | None = None
+    #: Completed requests whose token stream was read in one burst: left out of the TTFT
+    #: and ITL percentiles (module docstring, "Latencies observed request by request").
+    unobserved: int = 0
+
+    @property
+    def timed(self) -> bool:
+        """Whether the TTFT/ITL percentiles describe this rate: some completed request was
+        observed, or none completed (then they are infinite: nothing finished in time)."""
+        return self.completed == 0 or self.completed > self.unobserved
 
 
 @dataclass(frozen=True)
@@ -128,7 +187,14 @@ class Slo:
     itl_p95_ms: float
 
     def violations(self, point: RatePoint) -> list[tuple[str, float, float]]:
-        """``(name, value, bound)`` of each bound ``point`` is past (empty: it meets the SLO)."""
+        """``(name, value, bound)`` of each bound ``point`` is past (empty: it meets the SLO).
+
+        A point whose latencies were not observed (:attr:`RatePoint.timed`) has no verdict:
+        ValueError, so that it is never counted as meeting the SLO."""
+        if not point.timed:
+            raise ValueError(
+                f"no latency was observed at {point.offered_rate:g} req/s: no SLO verdict"
+            )
         checks = (
             ("ttft_p95", point.ttft_ms.p95, self.ttft_p95_ms),
             ("itl_p95", point.itl_ms.p95, self.itl_p95_ms),
@@ -160,8 +226,11 @@ def _ordered(sweep: Sequence[RatePoint]) -> list[RatePoint]:
 
 
 def goodput(sweep: Sequence[RatePoint], slo: Slo) -> Capacity:
-    """The highest completed throughput at which the SLO holds (module docstring)."""
-    points = _ordered(sweep)
+    """The highest completed throughput at which the SLO holds (module docstring); rates
+    with no observed latency (:attr:`RatePoint.timed`) are left out of the sweep."""
+    points = [p for p in _ordered(sweep) if p.timed]
+    if not points:
+        return Capacity(0.0, None, False)
     k = max((i for i, point in enumerate(points) if slo.met(point)), default=-1)
     if k < 0:
         return Capacity(0.0, None, False)
@@ -286,7 +355,9 @@ def paired_rates(
     """Repeat by repeat, the offered rates both builds swept and completed requests at.
 
     A rate at which either build completed nothing has no finite latency and
-    gives no pair (the tier reports it; the goodput and the knee count it).
+    gives no pair (the tier reports it; the goodput and the knee count it); nor
+    does one whose completed requests were all read in one burst
+    (:attr:`RatePoint.timed`: no latency observed).
     """
     if len(candidate) != len(baseline):
         raise ValueError("candidate and baseline need the same number of sweeps")
@@ -295,7 +366,7 @@ def paired_rates(
         base_at = {p.offered_rate: p for p in base}
         for c in _ordered(cand):
             b = base_at.get(c.offered_rate)
-            if b is not None and c.completed > 0 and b.completed > 0:
+            if b is not None and c.completed > 0 and b.completed > 0 and c.timed and b.timed:
                 pairs.append(PairedRate(j, c.offered_rate, c, b))
     return pairs
 
@@ -328,4 +399,5 @@ __all__ = [
     "slo_load",
     "slo_speedup",
     "sustained",
+    "weighted_percentile",
 ]

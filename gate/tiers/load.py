@@ -163,6 +163,12 @@ def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
             "lower [tiers.load] rates (start below what the baseline serves) or lengthen"
             " duration_s",
         )
+    if not any(p.timed for p in points):
+        raise DataError(
+            "GuideLLM observed no token stream of the baseline's sweep (every completed"
+            " request was read in one burst: its client was not scheduled while tokens arrived)",
+            "run the load tier where GuideLLM has a core to itself, or lower [tiers.load] rates",
+        )
     if maths.goodput(points, settings.slo).last_ok is None:
         raise DataError(
             f"the SLO (TTFT p95 <= {settings.ttft_p95_ms:g} ms, ITL p95 <="
@@ -231,6 +237,7 @@ def _curve(points: Sequence[RatePoint]) -> list[dict[str, Any]]:
             "rate": p.offered_rate,
             "achieved": p.achieved_rate,
             "completed": p.completed,
+            "unobserved": p.unobserved,
             "incomplete": p.incomplete,
             "errored": p.errored,
             "ttft_p50_ms": num(p.ttft_ms.p50),
@@ -256,7 +263,7 @@ def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
             good = maths.goodput(points, s.slo)
             top = maths.max_sustainable(points, s.sustain)
             q = s.speed_percentile
-            loads = [maths.slo_load(p, s.slo, q) for p in points if p.completed > 0]
+            loads = [maths.slo_load(p, s.slo, q) for p in points if p.completed > 0 and p.timed]
             rows.append(
                 {
                     "goodput": good.value,
@@ -278,10 +285,39 @@ def _pairs(result: LoadResult) -> list[maths.PairedRate]:
     if len(pairs) < maths.MIN_PAIRS:
         raise DataError(
             f"only {len(pairs)} offered rates have requests completed by both builds (the"
-            f" paired intervals need {maths.MIN_PAIRS})",
+            f" paired intervals need {maths.MIN_PAIRS}){_unobserved_clause(result)}",
             "lower [tiers.load] rates, lengthen duration_s, or add repeats",
         )
     return pairs
+
+
+def unobserved_requests(result: LoadResult) -> dict[str, dict[str, int]]:
+    """Per build: completed requests, and those read in one burst (left out of TTFT/ITL,
+    :attr:`gate.metrics.load.RatePoint.unobserved`) over all its benchmarks."""
+    return {
+        side: {
+            "completed": sum(p.completed for sweep in sweeps for p in sweep),
+            "unobserved": sum(p.unobserved for sweep in sweeps for p in sweep),
+        }
+        for side, sweeps in (("baseline", result.baseline), ("candidate", result.candidate))
+    }
+
+
+def _unobserved_clause(result: LoadResult) -> str:
+    """``; at N rates no request's stream was observed`` when that dropped pairs, else ``""``."""
+    blind = sum(
+        1
+        for sweeps in (result.baseline, result.candidate)
+        for s in sweeps
+        for p in s
+        if not p.timed
+    )
+    if not blind:
+        return ""
+    return (
+        f"; at {blind} benchmark(s) every completed request's token stream was read in one"
+        " burst, so no latency was observed (a loaded load-generator machine)"
+    )
 
 
 def _latency_values(pairs: Sequence[maths.PairedRate]) -> dict[str, tuple[list[float], ...]]:
@@ -333,6 +369,7 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
     pairs = _pairs(result)
     paired = [[p.repeat + 1, p.rate] for p in pairs]
     common: dict[str, Any] = {
+        "unobserved_requests": unobserved_requests(result),
         "repeats": s.repeats,
         "rates": list(s.rates),
         "duration_s": s.duration_s,
@@ -411,4 +448,5 @@ __all__ = [
     "plan",
     "run_tier",
     "to_measurements",
+    "unobserved_requests",
 ]
