@@ -408,8 +408,41 @@ def test_a_sampled_results_file_is_refused(tmp_path: Path) -> None:
     b = _benchmarks()[0]
     sampled = dict(b, requests=dict(b["requests"]))
     sampled["requests"]["successful"] = b["requests"]["successful"][:2]
-    with pytest.raises(DataError, match=r"2 request records for 3 successful requests"):
+    with pytest.raises(DataError, match=r"2 request records in the measured window for 3"):
         guidellm.read_results(_file_with(tmp_path, [sampled]))
+
+
+def _shifted(record: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The record with every timestamp the reader uses moved by ``seconds``."""
+    timings = dict(record["info"]["timings"])
+    timings["first_token_iteration"] += seconds
+    return record | {
+        "request_start_time": record["request_start_time"] + seconds,
+        "request_end_time": record["request_end_time"] + seconds,
+        "info": record["info"] | {"timings": timings},
+    }
+
+
+def test_records_outside_the_measured_window_are_not_counted(tmp_path: Path) -> None:
+    # GuideLLM keeps the records of requests that finished after its measured window (seen
+    # in a CI run: 6 records for 5 successful requests); its figures leave them out, so must
+    # the reader, whatever their latencies
+    b = _benchmarks()[1]
+    window = b["scheduler_metrics"]
+    late = window["measure_end_time"] - b["requests"]["successful"][0]["request_start_time"] + 1
+    extra = _as_burst(_shifted(b["requests"]["successful"][0], late))
+    padded = dict(b, requests=dict(b["requests"]))
+    padded["requests"]["successful"] = [*b["requests"]["successful"], extra]
+    (plain,) = guidellm.read_results(_file_with(tmp_path, [b]))
+    (with_late,) = guidellm.read_results(_file_with(tmp_path, [padded]))
+    assert with_late == plain and plain.completed == 5
+    # a request that started in the window and ended after it is GuideLLM's too (overlap)
+    spanning = _shifted(b["requests"]["successful"][0], late - 1.05)
+    assert spanning["request_start_time"] < window["measure_end_time"]
+    assert spanning["request_end_time"] > window["measure_end_time"]
+    padded["requests"]["successful"] = [*b["requests"]["successful"], spanning]
+    with pytest.raises(DataError, match=r"6 request records in the measured window for 5"):
+        guidellm.read_results(_file_with(tmp_path, [padded]))
 
 
 def test_weighted_percentile_is_the_inverted_cdf() -> None:

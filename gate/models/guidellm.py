@@ -318,34 +318,65 @@ def read_in_one_burst(request: Mapping[str, Any]) -> bool:
     return itl is not None and float(itl) < BURST_ITL_MS
 
 
-def observed_latencies(benchmark: Mapping[str, Any]) -> _Observed:
-    """TTFT/ITL/end-to-end percentiles of the benchmark's successful requests, by GuideLLM's
-    own weighting (ITL by each request's ``n - 1`` later tokens), requests read in one burst
-    left out of TTFT and ITL (they stay in the end-to-end latency and every count).
+def _overlaps(start: float | None, end: float | None, window: tuple[float, float]) -> bool:
+    """GuideLLM's window test (``get_within_range``, not closed): an event ``[start, end]``
+    counts when it overlaps the measured window; no end: it does not; no start: it is the
+    instant ``end``."""
+    if end is None:
+        return False
+    first = start if start is not None else end
+    return end >= window[0] and first <= window[1]
 
-    Needs every successful request's record (GuideLLM keeps them all unless ``sample_size``
-    is set, which gate's scenarios never do); KeyError/ValueError otherwise."""
+
+def _first_token(request: Mapping[str, Any]) -> float | None:
+    value = request["info"]["timings"].get("first_token_iteration")
+    return None if value is None else float(value)
+
+
+def observed_latencies(benchmark: Mapping[str, Any]) -> _Observed:
+    """TTFT/ITL/end-to-end percentiles of the benchmark's successful requests as GuideLLM
+    takes them, requests read in one burst left out of TTFT and ITL (they stay in the
+    end-to-end latency and every count).
+
+    GuideLLM keeps the record of every completed request but measures over its window
+    ``[measure_start_time, measure_end_time]``: the end-to-end latency and the counts over
+    the requests whose ``[start, end]`` overlaps it, TTFT over those whose ``[start, first
+    token]`` does, ITL (weighted by each request's ``n - 1`` later tokens) over those whose
+    ``[first token, end]`` does. The same selections here reproduce its figures exactly
+    where no request was read in one burst (tests/test_load_tier.py). A file whose records
+    do not account for its successful count (``sample_size`` set, which gate's scenarios
+    never do) is a ValueError; a malformed one a KeyError/TypeError."""
     completed = int(benchmark["metrics"]["request_totals"]["successful"])
-    requests = list(benchmark["requests"]["successful"])
+    timing = benchmark["scheduler_metrics"]
+    window = (float(timing["measure_start_time"]), float(timing["measure_end_time"]))
+    records = list(benchmark["requests"]["successful"])
+    requests = [
+        r for r in records if _overlaps(r["request_start_time"], r["request_end_time"], window)
+    ]
     if len(requests) != completed:
         raise ValueError(
-            f"{len(requests)} request records for {completed} successful requests (sampled)"
+            f"{len(requests)} request records in the measured window for {completed}"
+            " successful requests (sampled)"
         )
     if completed == 0:  # nothing finished at this rate: no latency is acceptable
         return _Observed(_INFINITE, _INFINITE, _INFINITE, 0)
-    seen = [r for r in requests if not read_in_one_burst(r)]
-    ttft = [(float(r["time_to_first_token_ms"]), 1.0) for r in seen]
+    bursts = [r for r in requests if read_in_one_burst(r)]
+    kept = [r for r in records if not read_in_one_burst(r)]
+    ttft = [
+        (float(r["time_to_first_token_ms"]), 1.0)
+        for r in kept
+        if _overlaps(r["request_start_time"], _first_token(r), window)
+    ]
     itl = [
         (float(r["inter_token_latency_ms"]), float(r["output_tokens"]) - 1.0)
-        for r in seen
+        for r in kept
         if r.get("inter_token_latency_ms") is not None
+        and _overlaps(_first_token(r), r["request_end_time"], window)
     ]
-    e2e = [(float(r["request_latency"]), 1.0) for r in requests]
-    if not seen:  # every request read in one burst: nothing observed (RatePoint.timed)
-        return _Observed(_INFINITE, _INFINITE, Latencies.of(e2e), completed)
-    return _Observed(
-        Latencies.of(ttft), Latencies.of(itl), Latencies.of(e2e), len(requests) - len(seen)
-    )
+    e2e = Latencies.of([(float(r["request_latency"]), 1.0) for r in requests])
+    if len(bursts) == completed:  # every request read in one burst (RatePoint.timed)
+        return _Observed(_INFINITE, _INFINITE, e2e, completed)
+    return _Observed(Latencies.of(ttft), Latencies.of(itl), e2e, len(bursts))
 
 
 def _optional(metrics: Mapping[str, Any], key: str) -> float | None:
