@@ -391,3 +391,22 @@ def test_a_request_refuses_a_share_or_prompt_count_it_cannot_use() -> None:
     with pytest.raises(UsageError, match="too few"):
         LocalizeRequest(candidate="demo", limit=1)
     assert LocalizeRequest(candidate="demo").gate_repair  # the repaired build is gated
+
+
+def test_the_repaired_build_is_planned_like_the_localized_one(tmp_path: Any) -> None:
+    """The repair's gate run takes the request's store slug and the same run config as the
+    localized build (a custom ``--model-slug`` or a gate.toml's fidelity settings once fell
+    back to the defaults for the repair)."""
+    import gate.commands.localize as command
+    from gate.localize.request import LocalizeRequest
+
+    config = tmp_path / "gate.toml"
+    config.write_text("[tiers.fidelity]\nlimit = 5\n")
+    request = LocalizeRequest(candidate="demo", against="fp32", model_slug="team-demo")
+    localized = command._fidelity_plan(request, "quanto-int2", config)
+    repaired = command._fidelity_plan(request, "quanto-int2:only=model.layers.0.*", config)
+    for plan in (localized, repaired):
+        (candidate,) = plan.candidates
+        assert candidate.model_slug == "team-demo"
+        assert plan.run_config is not None and plan.run_config.tiers["fidelity"]["limit"] == 5
+    assert repaired.candidates[0].recipe == "quanto-int2:only=model.layers.0.*"

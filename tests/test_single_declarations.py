@@ -1,5 +1,6 @@
 """Facts declared once: the exit-code questions (gate/errors.py), the default store
-(gate/store/location.py) and the unnamed baseline's label (gate/gating/against.py).
+(gate/store/location.py), the unnamed baseline's label (gate/gating/against.py) and
+the thresholds file's name (gate/gating/thresholds.py).
 
 Each scan parses every module of the package and fails, listing the places, when
 one of them spells the fact again.
@@ -16,6 +17,7 @@ from pathlib import Path
 import gate
 from gate.errors import SEVERITY_ORDER, ExitCode, decided, worst_exit
 from gate.gating.against import DEFAULT_AGAINST
+from gate.gating.thresholds import THRESHOLDS_FILE
 from gate.gating.verdict import Verdict
 from gate.session import multirun, options, watched
 from gate.store.location import DEFAULT_STORE
@@ -155,3 +157,30 @@ def test_the_unnamed_baseline_label_is_declared_once() -> None:
     assert not found, f"against defaults spelt outside gate.gating.against: {found}"
     against = {f.name: f.default for f in dataclasses.fields(Verdict)}["against"]
     assert against == DEFAULT_AGAINST
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """``id()`` of every docstring constant of ``tree`` (module, class, function)."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            found.add(id(first.value))
+    return found
+
+
+def test_the_thresholds_file_name_is_declared_once() -> None:
+    found = []
+    for rel, tree in modules():
+        if rel == "gating/thresholds.py":
+            continue
+        docs = _docstrings(tree)
+        found += [
+            f"{rel}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and node.value == THRESHOLDS_FILE
+            and id(node) not in docs
+        ]
+    assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds: {found}"

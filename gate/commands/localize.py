@@ -49,15 +49,15 @@ def check_localizable(recipe: str | None) -> None:
         )
 
 
-def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
-    """Gate ``recipe`` with ``gate run``'s own plan and session (``--tiers fidelity``)."""
-    from gate.localize.result import Gated
-    from gate.report.console import make_console
+def _fidelity_plan(
+    request: LocalizeRequest, recipe: str | None, config: RunConfig | Path | None
+) -> Any:
+    """``gate run``'s plan for ``request.candidate`` built with ``recipe`` on ``--tiers
+    fidelity``: the one plan both the localized build and its repair are checked and gated
+    with (same baseline ref, store slug, store, thresholds and run config)."""
     from gate.report.outputs import ReportTargets
-    from gate.session import handoff
-    from gate.session.multirun import execute_plan
     from gate.session.options import SessionOptions
-    from gate.session.plan import check_plan, plan_run
+    from gate.session.plan import plan_run
     from gate.session.run_config import CandidateOverrides
 
     overrides = CandidateOverrides(
@@ -65,9 +65,22 @@ def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
         recipe=recipe,
         against=(request.against,) if request.against else (),
         tiers=("fidelity",),
+        model_slug=request.model_slug,
     )
     options = SessionOptions(store=request.store, thresholds=request.thresholds)
-    plan = plan_run(None, overrides, options, ReportTargets())
+    return plan_run(config, overrides, options, ReportTargets())
+
+
+def _gate_repaired(request: LocalizeRequest, recipe: str, config: RunConfig | Path | None) -> Any:
+    """Gate ``recipe`` with ``gate run``'s own plan and session (``--tiers fidelity``), under
+    the same run config, baseline and slug as the localized build (:func:`_fidelity_plan`)."""
+    from gate.localize.result import Gated
+    from gate.report.console import make_console
+    from gate.session import handoff
+    from gate.session.multirun import execute_plan
+    from gate.session.plan import check_plan
+
+    plan = _fidelity_plan(request, recipe, config)
     checked = check_plan(plan)
     with handoff.collect() as collected:
         code = execute_plan(plan, checked, make_console())
@@ -83,25 +96,14 @@ def _gate_repaired(request: LocalizeRequest, recipe: str) -> Any:
 def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
     from gate.models.recipes import parse_recipe
-    from gate.report.outputs import ReportTargets
-    from gate.session.options import SessionOptions
-    from gate.session.plan import check_plan, plan_run
-    from gate.session.run_config import CandidateOverrides
+    from gate.session.plan import check_plan
 
     candidate, recipe = request.candidate, request.recipe
     check_localizable(recipe)
     request.outputs.check()
-    overrides = CandidateOverrides(
-        candidate=candidate,
-        recipe=recipe,
-        against=(request.against,) if request.against else (),
-        tiers=("fidelity",),
-        model_slug=request.model_slug,
-    )
-    shared = SessionOptions(store=request.store, thresholds=request.thresholds)
     # a run config gate run already parsed is used as it is (gate.toml read once per run)
     config = run_config if run_config is not None else request.config
-    plan = plan_run(config, overrides, shared, ReportTargets())
+    plan = _fidelity_plan(request, recipe, config)
     (checked,) = check_plan(plan)
     inputs = checked.inputs
     ((ref, baseline),) = inputs.baselines.items()
@@ -125,6 +127,7 @@ def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) 
         calibration=checked.candidate.calibration,
         baseline=baseline,
         bounds_source=inputs.thresholds,
+        config=config,
     )
 
 
@@ -134,6 +137,7 @@ def _localize(
     calibration: Path | None,
     baseline: Any,
     bounds_source: Any,
+    config: RunConfig | Path | None,
 ) -> int:
     from gate.data.calibration import calibration_for
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
@@ -180,7 +184,7 @@ def _localize(
     if request.gate_repair and repair is not None and repair.recipe not in (None, "none"):
         assert repair.recipe is not None
         _echo_err(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
-        gated = _gate_repaired(request, repair.recipe)
+        gated = _gate_repaired(request, repair.recipe, config)
         result = replace(result, repair=replace(repair, gated=gated))
     total = time.perf_counter() - started
     result = replace(result, notes=(*result.notes, f"total wall time {total:.1f} s"))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from gate import __version__
 from gate.errors import GateError, UsageError
+from gate.gating.thresholds import THRESHOLDS_FILE, packaged_thresholds_path
 from gate.models.spec import DEMO, ModelSpec
 from gate.store.baseline import check_names
 
@@ -40,7 +41,7 @@ CONFIG = "gate.toml"
 #: What ``gate init`` writes, relative to the repository root, in order.
 TARGETS: tuple[str, ...] = (
     CONFIG,
-    "thresholds.toml",
+    THRESHOLDS_FILE,
     ".github/workflows/gate.yml",
     ".github/workflows/latency-audit.yml",
 )
@@ -74,7 +75,7 @@ def _template(name: str) -> str:
 
 def packaged_thresholds() -> str:
     """The packaged ``thresholds.toml`` (the defaults every command falls back to)."""
-    return resources.files("gate").joinpath("assets", "thresholds.toml").read_text("utf-8")
+    return packaged_thresholds_path().read_text("utf-8")
 
 
 def installed_action() -> str | None:

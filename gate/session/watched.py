@@ -39,11 +39,9 @@ from typing import Any
 
 from gate.config import load_toml
 from gate.errors import ConfigError, GateError
+from gate.gating.thresholds import THRESHOLDS_FILE
 from gate.store.location import DEFAULT_STORE
 
-#: What ``[run].thresholds`` defaults to (``gate run``'s default; ``[run].store``'s is
-#: :data:`gate.store.location.DEFAULT_STORE`).
-DEFAULT_THRESHOLDS = "thresholds.toml"
 #: The packaged demo model's name (never a repository path).
 DEMO = "demo"
 
@@ -79,7 +77,7 @@ def watched_paths(config_path: Path, data: Mapping[str, Any], root: Path) -> lis
     run = data.get("run", {}) if isinstance(data.get("run"), Mapping) else {}
     candidates = [c for c in data.get("candidates", []) or [] if isinstance(c, Mapping)]
     judges = [j for j in data.get("judges", []) or [] if isinstance(j, Mapping)]
-    files = [str(config_path), str(run.get("thresholds") or DEFAULT_THRESHOLDS)]
+    files = [str(config_path), str(run.get("thresholds") or THRESHOLDS_FILE)]
     files += _strings(run.get("calibration"))
     files += [c["calibration"] for c in candidates if isinstance(c.get("calibration"), str)]
     trees = [str(run.get("store") or DEFAULT_STORE)]
