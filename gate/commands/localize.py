@@ -23,6 +23,7 @@ from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequ
 from gate.metrics.catalog import fidelity as fidelity_catalog
 
 if TYPE_CHECKING:
+    from gate.session.plan import RunPlan
     from gate.session.run_config import RunConfig
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
@@ -51,7 +52,7 @@ def check_localizable(recipe: str | None) -> None:
 
 def _fidelity_plan(
     request: LocalizeRequest, recipe: str | None, config: RunConfig | Path | None
-) -> Any:
+) -> RunPlan:
     """``gate run``'s plan for ``request.candidate`` built with ``recipe`` on ``--tiers
     fidelity``: the one plan both the localized build and its repair are checked and gated
     with (same baseline ref, store slug, store, thresholds and run config)."""

@@ -173,10 +173,15 @@ class RatePoint:
     unobserved: int = 0
 
     @property
+    def observed(self) -> bool:
+        """Whether some completed request's latencies were observed (finite TTFT/ITL)."""
+        return self.completed > self.unobserved
+
+    @property
     def timed(self) -> bool:
         """Whether the TTFT/ITL percentiles describe this rate: some completed request was
         observed, or none completed (then they are infinite: nothing finished in time)."""
-        return self.completed == 0 or self.completed > self.unobserved
+        return self.completed == 0 or self.observed
 
 
 @dataclass(frozen=True)
@@ -366,7 +371,7 @@ def paired_rates(
         base_at = {p.offered_rate: p for p in base}
         for c in _ordered(cand):
             b = base_at.get(c.offered_rate)
-            if b is not None and c.completed > 0 and b.completed > 0 and c.timed and b.timed:
+            if b is not None and c.observed and b.observed:
                 pairs.append(PairedRate(j, c.offered_rate, c, b))
     return pairs
 

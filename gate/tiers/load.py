@@ -146,6 +146,10 @@ class LoadResult:
     settings: LoadSettings
     extra: Mapping[str, Any]
 
+    def by_side(self) -> tuple[tuple[str, tuple[tuple[RatePoint, ...], ...]], ...]:
+        """``(side, its sweeps)`` for each of :data:`SIDES`."""
+        return tuple((side, getattr(self, side)) for side in SIDES)
+
 
 def _fmt_rate(r: float) -> str:
     return f"{r:g} req/s"
@@ -257,13 +261,13 @@ def _per_sweep(result: LoadResult) -> dict[str, list[dict[str, Any]]]:
     and the mean share of the SLO used over the rates that completed requests."""
     s = result.settings
     out: dict[str, list[dict[str, Any]]] = {}
-    for side, sweeps in (("baseline", result.baseline), ("candidate", result.candidate)):
+    for side, sweeps in result.by_side():
         rows = []
         for points in sweeps:
             good = maths.goodput(points, s.slo)
             top = maths.max_sustainable(points, s.sustain)
             q = s.speed_percentile
-            loads = [maths.slo_load(p, s.slo, q) for p in points if p.completed > 0 and p.timed]
+            loads = [maths.slo_load(p, s.slo, q) for p in points if p.observed]
             rows.append(
                 {
                     "goodput": good.value,
@@ -299,19 +303,13 @@ def unobserved_requests(result: LoadResult) -> dict[str, dict[str, int]]:
             "completed": sum(p.completed for sweep in sweeps for p in sweep),
             "unobserved": sum(p.unobserved for sweep in sweeps for p in sweep),
         }
-        for side, sweeps in (("baseline", result.baseline), ("candidate", result.candidate))
+        for side, sweeps in result.by_side()
     }
 
 
 def _unobserved_clause(result: LoadResult) -> str:
-    """``; at N rates no request's stream was observed`` when that dropped pairs, else ``""``."""
-    blind = sum(
-        1
-        for sweeps in (result.baseline, result.candidate)
-        for s in sweeps
-        for p in s
-        if not p.timed
-    )
+    """Why pairs were dropped when some benchmark observed no stream (else ``""``)."""
+    blind = sum(1 for _, sweeps in result.by_side() for s in sweeps for p in s if not p.timed)
     if not blind:
         return ""
     return (
