@@ -189,7 +189,19 @@ def test_float32_against_itself_passes(load_runs: dict[str, LoadRun]) -> None:
     speed = _metric(run.results, "load.slo_speedup")
     low, high = speed["details"]["ratio_ci"]
     assert low <= 1.0 <= high
-    assert len(speed["details"]["pairs"]) == 6
+    # 6 pairs, less those at a rate where a build observed no stream (every request read in
+    # one burst on the loaded machine: no latency, no pair; gate.metrics.load)
+    blind = {
+        (j + 1, row["rate"])
+        for side in ("baseline", "candidate")
+        for j, curve in enumerate(
+            _metric(run.results, "load.goodput_ratio")["details"]["curves"][side]
+        )
+        for row in curve
+        if row["completed"] > 0 and row["unobserved"] == row["completed"]
+    }
+    paired = {tuple(pair) for pair in speed["details"]["pairs"]}
+    assert len(paired) == 6 - len(blind) >= 3 and not paired & blind
     # nothing shown against it: the interval reaches min_speedup 1, so it passes
     assert run.code == ExitCode.OK and run.results["verdict"] == "pass"
     assert speed["severity"] == "pass", speed["reason"]

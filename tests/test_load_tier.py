@@ -323,7 +323,7 @@ def test_results_reader_matches_guidellm_where_every_stream_was_observed() -> No
 def test_a_stream_read_in_one_burst_is_left_out_of_ttft_and_itl() -> None:
     point_1r, b = guidellm.read_results(RESULTS)[1], _benchmarks()[1]
     records = b["requests"]["successful"]
-    burst = [r for r in records if r["inter_token_latency_ms"] < guidellm.BURST_ITL_MS]
+    burst = [r for r in records if guidellm.read_in_one_burst(r)]
     # the real record: 32 tokens in 32 stream iterations, all within a millisecond, after a
     # first token that took the whole decode (the client was not scheduled meanwhile)
     assert len(burst) == 1 and burst[0]["output_tokens"] == 32
@@ -347,6 +347,25 @@ def test_a_stream_read_in_one_burst_is_left_out_of_ttft_and_itl() -> None:
     assert point_1r.itl_ms.p95 == np.quantile(itl, 0.95, method="inverted_cdf", weights=weights)
     # the end-to-end latency keeps every request (the stall does not move the last token)
     assert point_1r.e2e_s.p99 == max(r["request_latency"] for r in records)
+
+
+def test_a_burst_read_is_a_sliver_at_the_end_not_a_fast_stream() -> None:
+    # records as GuideLLM writes them (ms, s): a later CI run's burst read at 0.125 ms,
+    # first token at 98 % of the latency; a fast server at 0.8 ms a token; this CPU's 4 ms
+    def record(itl: float, ttft: float, latency: float) -> dict[str, Any]:
+        return {
+            "inter_token_latency_ms": itl,
+            "time_to_first_token_ms": ttft,
+            "request_latency": latency,
+            "output_tokens": 32,
+        }
+
+    assert guidellm.read_in_one_burst(record(0.12523, 262.46, 0.268235))
+    assert guidellm.read_in_one_burst(record(0.026, 152.9, 0.155))
+    assert not guidellm.read_in_one_burst(record(0.8, 20.0, 0.0448))  # 25 of 45 ms streaming
+    assert not guidellm.read_in_one_burst(record(4.2, 11.9, 0.143))
+    assert not guidellm.read_in_one_burst(record(2.075, 75.1, 0.14))  # partly starved: kept
+    assert not guidellm.read_in_one_burst({"inter_token_latency_ms": None})
 
 
 def _as_burst(record: dict[str, Any]) -> dict[str, Any]:
