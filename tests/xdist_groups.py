@@ -21,17 +21,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Group the tests for ``--dist loadgroup``: the engine tests that share the
     session's servers in one group, an engine test with a server of its own
     alone, every other file in a group of its own (its module fixtures are built
-    once); the engine tests first."""
+    once). The engine tests first, then the files holding a test marked ``slow``,
+    then the rest: xdist hands the groups out in this order as workers free up,
+    and the long ones early leave short ones to even out the two workers' ends."""
     if not config.pluginmanager.hasplugin("xdist"):
         return  # (an xdist worker sees ``--dist no``: the groups are marked whatever it says)
+    slow_files = {
+        item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")
+    }
     order: dict[str, int] = {}
     for item in items:
         engine = item.get_closest_marker("engine") is not None
+        file = item.nodeid.split("::", 1)[0]
         if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
             group, order[item.nodeid] = ENGINE_GROUP, 0
         elif engine:  # starts (and stops) its own server: may run beside the others
             group, order[item.nodeid] = item.nodeid, 1
         else:
-            group, order[item.nodeid] = item.nodeid.split("::", 1)[0], 2
+            group, order[item.nodeid] = file, 2 if file in slow_files else 3
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: order[item.nodeid])

@@ -10,10 +10,10 @@ transformers' kernels (docs/gguf.md). What the gate records of the file:
 * ``tensor_types`` — ``{ggml type name: tensor count}``, e.g.
   ``{"F32": 61, "Q4_1": 211}`` (a "Q4_K_M" file mixes several types).
 
-The header is read with the ``gguf`` package's ``GGUFReader`` (memory-mapped,
-nothing dequantized). A file that is not GGUF, is truncated, or names an
-architecture transformers has no GGUF mapping for fails here, in one line,
-before the weights load.
+The header is read in one pass by :mod:`gate.models.gguf_header` (memory-mapped,
+nothing dequantized; the type names and block sizes are the ``gguf`` package's).
+A file that is not GGUF, is truncated, or names an architecture transformers has
+no GGUF mapping for fails here, in one line, before the weights load.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gate.errors import ModelLoadError
+from gate.models.gguf_header import HeaderError, check_tensor_data, read_header
 from gate.provenance import sha256_file
 
 #: Keys of transformers' GGUF tables that are not architectures.
@@ -67,19 +68,11 @@ def _normalized(architecture: str) -> str:
     return architecture
 
 
-def _field_text(reader: object, key: str) -> str | None:
-    field = getattr(reader, "fields", {}).get(key)
-    if field is None:
-        return None
-    return str(field.contents())
-
-
 def read_gguf(path: Path) -> GGUFSummary:
     """The :class:`GGUFSummary` of ``path`` (:class:`ModelLoadError`, exit 3, when unreadable).
 
-    ``tensor_types`` counts each tensor's ``tensor_type`` name, sorted by name.
-    Parsing a header with a large vocabulary takes seconds, so a summary is
-    kept for the process, keyed by the resolved path, size and modification
+    ``tensor_types`` counts each tensor's ggml type name, sorted by name. A summary
+    is kept for the process, keyed by the resolved path, size and modification
     time (a rewritten file is read again).
     """
     stat = path.stat()
@@ -89,21 +82,22 @@ def read_gguf(path: Path) -> GGUFSummary:
 @functools.lru_cache(maxsize=8)
 def _read_gguf(path: Path, size: int, mtime_ns: int) -> GGUFSummary:
     try:
-        from gguf import GGUFReader
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
     except ImportError:
         raise ModelLoadError(
             f"cannot read {path.name}: the gguf package is not installed", "pip install gguf"
         ) from None
     try:
-        reader = GGUFReader(str(path))
-        architecture = _field_text(reader, "general.architecture")
-        counts = Counter(tensor.tensor_type.name for tensor in reader.tensors)
-    except (ValueError, OSError, IndexError, KeyError, TypeError, AssertionError) as exc:
+        header = read_header(path)
+        check_tensor_data(header, size, {int(t): s for t, s in GGML_QUANT_SIZES.items()})
+    except (HeaderError, OSError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelLoadError(
             f"cannot read {path.name}: not a GGUF file, or truncated ({first})",
             "copy or download the .gguf file again",
         ) from None
+    architecture = header.strings.get("general.architecture")
+    counts = Counter(GGMLQuantizationType(t.ggml_type).name for t in header.tensors)
     if not architecture:
         raise ModelLoadError(
             f"{path.name} names no general.architecture", "convert the model to GGUF again"
