@@ -239,3 +239,30 @@ def test_a_served_builds_local_tokenizer_comes_from_the_file(tiny_gguf: Path) ->
     assert files_dir is None
     assert config.model_type == "llama" and config.num_hidden_layers == 2
     assert tokenizer.chat_template and tokenizer.eos_token == "<|end|>"
+
+
+def test_the_dequantized_copy_is_the_files_weights_made_once_per_file_and_loaders(
+    tiny_gguf: Path, gguf_backend: HFBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib.metadata import version
+
+    from safetensors.torch import load_file
+
+    from gate.models.gguf import dequantized_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    copy = dequantized_dir(tiny_gguf)
+    digest = hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()[:16]
+    loaders = f"transformers {version('transformers')}, gguf {version('gguf')}"
+    assert copy == tmp_path / "xdg" / "gate" / "models" / (
+        f"{digest}-{hashlib.sha256(loaders.encode()).hexdigest()[:8]}"
+    )
+    saved = load_file(str(copy / "model.safetensors"))
+    loaded = gguf_backend.model.state_dict()
+    assert saved.keys() <= loaded.keys() and len(saved) >= len(loaded) - 1  # tied head
+    for name, tensor in saved.items():
+        assert torch.equal(tensor, loaded[name]), name
+    made = (copy / "model.safetensors").stat().st_mtime_ns
+    assert dequantized_dir(tiny_gguf) == copy  # reused, not made again
+    assert (copy / "model.safetensors").stat().st_mtime_ns == made
+    assert [p.name for p in copy.parent.iterdir()] == [copy.name]  # no staging left

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.cache import cache_root
 from gate.errors import ModelLoadError
 from gate.models.gguf_header import HeaderError, check_tensor_data, read_header
 from gate.provenance import sha256_file
@@ -118,9 +119,23 @@ def _read_gguf(path: Path, size: int, mtime_ns: int) -> GGUFSummary:
 __all__ = ["DOCS_HINT", "GGUFSummary", "read_gguf", "supported_architectures"]
 
 
-def dequantized_dir(path: Path, cache: Path, *, progress_label: str | None = None) -> Path:
+def dequantized_cache() -> Path:
+    """Where :func:`dequantized_dir` keeps its copies by default: ``<gate's cache>/models``."""
+    return cache_root() / "models"
+
+
+def _loader_versions() -> str:
+    """The libraries that dequantize a GGUF here (transformers and gguf), with versions."""
+    from importlib.metadata import version
+
+    return f"transformers {version('transformers')}, gguf {version('gguf')}"
+
+
+def dequantized_dir(
+    path: Path, cache: Path | None = None, *, progress_label: str | None = None
+) -> Path:
     """A safetensors copy of the GGUF at ``path`` (dequantized, float32), made once under
-    ``cache/<first 16 hex of its sha256>`` and reused.
+    ``cache`` (:func:`dequantized_cache` when ``None``) and reused.
 
     What it is for: recipes that quantize while loading (bitsandbytes) cannot be
     applied to a GGUF load (transformers takes one quantization config), and a
@@ -128,14 +143,21 @@ def dequantized_dir(path: Path, cache: Path, *, progress_label: str | None = Non
     again on every load. The weights are the GGUF's own, dequantized exactly as
     ``from_pretrained(..., gguf_file=)`` does; ``save_pretrained`` refuses a
     GGUF-loaded model, so the same tensors are copied into a fresh model of the
-    same config (its GGUF quantization record dropped). The directory is written
-    beside its final name and renamed into place: a reader never sees half of it.
+    same config (its GGUF quantization record dropped). A copy is named by the
+    file's digest and the versions of the libraries that dequantized it
+    (``<first 16 hex of the file's sha256>-<first 8 hex of sha256("transformers X,
+    gguf Y")>``): another file, or another transformers or gguf release, makes a
+    copy of its own. The directory is written beside its final name and renamed
+    into place: a reader never sees half of it.
     """
+    import hashlib
     import shutil
     import tempfile
 
+    cache = dequantized_cache() if cache is None else cache
     summary = read_gguf(path)
-    target = cache / summary.sha256[:16]
+    loaders = hashlib.sha256(_loader_versions().encode()).hexdigest()[:8]
+    target = cache / f"{summary.sha256[:16]}-{loaders}"
     if (target / "config.json").is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)

