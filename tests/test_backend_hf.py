@@ -24,13 +24,9 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Tiny matrices: a second thread only adds contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures(
+    "one_thread"
+)  # tiny matrices: a second thread only adds contention
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from gate.errors import BaselineError, ExitCode
-from gate.models.spec import demo_model_dir
+from gate.errors import ExitCode
 from gate.store.baseline import BaselineStore
 from tests.cli_support import GateRun, run_gate
+from tests.demo_support import demo_baseline_present
 
 pytestmark = pytest.mark.slow
 
@@ -163,18 +163,8 @@ def test_single_candidate_flags_still_work(workdir: Path, tiny_model_dir: Path) 
     assert json.loads((workdir / "single.json").read_text())["verdict"] == "pass"
 
 
-def _demo_baseline_present() -> bool:
-    if not (demo_model_dir() / "model.safetensors").is_file():
-        return False
-    try:
-        BaselineStore(ROOT / "baselines").resolve("fp32", "demo")
-    except BaselineError:
-        return False
-    return True
-
-
 @pytest.mark.skipif(
-    not _demo_baseline_present(),
+    not demo_baseline_present(),
     reason="needs the committed demo model and its fp32 baseline in baselines/demo",
 )
 @pytest.mark.parametrize(("recipe", "code"), [("quanto-int2", 1), ("none", 0)])

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,31 +13,10 @@ from gate.judge.cache import CachedJudge, JudgeCache, Question, question_key
 from gate.judge.judges import JudgeAnswer
 from gate.judge.panel import JudgeTemplates, Pair, judge_pairs, judge_panel
 from gate.judge.protocol import Outcome, PairStatus, tally
-from gate.judge.template import FieldLimits, TextCodec, default_template
+from gate.judge.template import default_template
+from tests.fakes.judges import ScriptedJudge
 
 TEMPLATES = JudgeTemplates(default_template("pairwise"), default_template("validity"))
-
-
-@dataclass
-class ScriptedJudge:
-    """A unit stand-in for a judge: answers from a function of the question text."""
-
-    answer: object
-    name: str = "scripted"
-    family: str = "test"
-    model_id: str = "scripted@1"
-    max_output_tokens: int = 4
-    concurrency: int = 8
-    field_limits: FieldLimits | None = None
-    codec: TextCodec | None = None
-    asked: list[str] = field(default_factory=list)
-
-    def ask(self, question: str) -> JudgeAnswer:
-        return self.ask_batch([question])[0]
-
-    def ask_batch(self, questions: Sequence[str]) -> list[JudgeAnswer]:
-        self.asked.extend(questions)
-        return [JudgeAnswer(self.answer(q), len(q), 1) for q in questions]  # type: ignore[operator]
 
 
 def _q(**changes: object) -> Question:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,13 +17,12 @@ from gate.errors import BaselineError, ConfigError, ExitCode, NothingMeasuredErr
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds
 from gate.judge.cache import CachedJudge, JudgeCache
-from gate.judge.judges import JudgeAnswer
-from gate.judge.template import FieldLimits, TextCodec
 from gate.measurement import JudgedOutput, OutputSet
 from gate.report.results import Results
 from gate.store.judge_outputs import read_outputs, write_outputs
 from gate.tiers import judge as tier
 from gate.tiers.registry import build_settings
+from tests.fakes.judges import ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[1]
 _REPLY = re.compile(r"Reply A:\n(?P<a>.*?)\n\nReply B:\n(?P<b>.*?)\n\nAnswer", re.DOTALL)
@@ -44,28 +42,6 @@ def prefer(good: Callable[[str], float]) -> Callable[[str], str]:
         return "tie" if a == b else ("A" if a > b else "B")
 
     return answer
-
-
-@dataclass
-class ScriptedJudge:
-    """A unit stand-in for a judge model: answers from a function of the question."""
-
-    answer: Callable[[str], str]
-    name: str = "scripted"
-    family: str = "test"
-    model_id: str = "scripted@1"
-    max_output_tokens: int = 4
-    concurrency: int = 8
-    field_limits: FieldLimits | None = None
-    codec: TextCodec | None = None
-    asked: list[str] = field(default_factory=list)
-
-    def ask(self, question: str) -> JudgeAnswer:
-        return self.ask_batch([question])[0]
-
-    def ask_batch(self, questions: Sequence[str]) -> list[JudgeAnswer]:
-        self.asked.extend(questions)
-        return [JudgeAnswer(self.answer(q), 10, 1) for q in questions]
 
 
 def outputs(texts: Sequence[str], *, category: str = "chat") -> OutputSet:

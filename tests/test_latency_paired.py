@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -406,17 +406,6 @@ def test_benchmark_fixture_is_used_even_when_disabled(inner: pytest.Pytester) ->
 REAL = LatencySettings(
     new_tokens=16, batch_sizes=(1,), warmup=2, runs=20, memory_runs=1, sweep=False
 )
-
-
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    """Time with one torch thread: 2 threads on 2 shared cores stall on every preemption."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -23,31 +23,20 @@ from typing import Any
 
 import pytest
 
-from gate.errors import BaselineError, ExitCode
-from gate.models.spec import demo_model_dir
+from gate.errors import ExitCode
 from gate.provenance import sha256_file
 from gate.session.run_config import load_run_config
-from gate.store.baseline import BaselineStore
 from tests.cli_support import GateRun, run_gate
+from tests.demo_support import demo_baseline_present
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "examples/gate.toml"
 
 
-def _demo_baseline_present() -> bool:
-    if not (demo_model_dir() / "model.safetensors").is_file():
-        return False
-    try:
-        BaselineStore(ROOT / "baselines").resolve("fp32", "demo")
-    except BaselineError:
-        return False
-    return True
-
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not _demo_baseline_present(),
+        not demo_baseline_present(),
         reason="needs the committed demo model and its fp32 baseline in baselines/demo",
     ),
 ]
