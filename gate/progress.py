@@ -36,6 +36,16 @@ have passed without a line (loading, or one long batch); and a done line with
 the elapsed time.
 The environment variable ``GATE_PROGRESS=rich|plain|off`` forces a style.
 
+One voice: the ``gate`` command calls :func:`speak_alone` once, before any
+command runs, so that gate's progress is the only progress on stderr whatever
+the style: it turns off the bars of the libraries gate loads and measures
+models with (tqdm's own default, huggingface_hub's and through it
+transformers', such as "Loading weights", and datasets') — gate shows those
+phases itself (loading a model is a gate task) — and ``-q`` sets
+``GATE_PROGRESS=off``. Their switches are environment variables, read when a
+library is imported and inherited by the processes gate starts; a library
+already imported is switched off by its own call as well.
+
 The time left is ``elapsed / done * (total - done)`` (:func:`eta`): the mean
 time per item so far times the items left.
 
@@ -52,7 +62,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TextIO, TypeVar
 
@@ -64,6 +75,21 @@ PREFIX = "gate: "
 INTERVAL_S = 2.0
 #: Plain style: a line at least this often (seconds) while items are being done.
 EVERY_S = 30.0
+
+#: The switches that turn other libraries' progress bars off, each read when its library
+#: is imported: tqdm's default for every bar (``disable``), huggingface_hub's (transformers
+#: follows it: "Loading weights") and datasets'.
+OTHER_BARS_OFF: Mapping[str, str] = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}
+#: ``(module, function)``: the call that turns a library's bars off once it is imported.
+OTHER_BARS_CALLS: tuple[tuple[str, str], ...] = (
+    ("huggingface_hub.utils", "disable_progress_bars"),
+    ("transformers.utils.logging", "disable_progress_bar"),
+    ("datasets.utils.tqdm", "disable_progress_bars"),
+)
 
 Clock = Callable[[], float]
 T = TypeVar("T")
@@ -89,6 +115,23 @@ def choose_style(stream: TextIO, requested: str | None = None) -> Style:
     if tty and os.environ.get("TERM", "") != "dumb":
         return "rich"
     return "plain"
+
+
+def speak_alone(*, quiet: bool = False) -> None:
+    """Make gate's progress the only progress on stderr, for this process and the
+    processes it starts (module doc): the other libraries' bars off
+    (:data:`OTHER_BARS_OFF`, and :data:`OTHER_BARS_CALLS` for those already imported);
+    ``quiet`` (``gate -q``) also turns gate's own off (``GATE_PROGRESS=off``)."""
+    if quiet:
+        os.environ[ENV_VAR] = "off"
+    os.environ.update(OTHER_BARS_OFF)
+    for module_name, function in OTHER_BARS_CALLS:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a library that refuses (its own variable set) stays
+            getattr(module, function)()
 
 
 def eta(elapsed: float, done: int, total: int | None) -> float | None:
@@ -472,6 +515,8 @@ __all__ = [
     "ENV_VAR",
     "EVERY_S",
     "INTERVAL_S",
+    "OTHER_BARS_CALLS",
+    "OTHER_BARS_OFF",
     "STYLES",
     "Clock",
     "Sink",
@@ -483,6 +528,7 @@ __all__ = [
     "eta",
     "format_seconds",
     "note",
+    "speak_alone",
     "task",
     "terminal",
     "to_stream",

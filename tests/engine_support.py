@@ -5,7 +5,8 @@ CPU build into its own cached environment the first time and reuses it
 afterwards) and returns that environment's python. :func:`vllm_command` is
 the server command line for the packaged demo model; :func:`engine_env` keeps
 the engine's compile caches inside the test's temporary directory and its KV
-cache small.
+cache small. :func:`llama_server_path` does the same for llama.cpp (``scripts/setup_engine.sh
+llama.cpp``; ``GATE_LLAMA_CPP_DIR`` names a build to use instead).
 """
 
 from __future__ import annotations
@@ -56,6 +57,34 @@ def engine_python() -> str:
     python = done.stdout.strip().splitlines()[-1]
     _PYTHON.append(python)
     return python
+
+
+_LLAMA_SERVER: list[str] = []
+
+
+def llama_server_path() -> str:
+    """llama-server's path: ``bash scripts/setup_engine.sh llama.cpp`` builds llama.cpp once
+    (about 4-6 minutes on 2 cores), then reuses it, and prints the path last. A machine that
+    cannot build it (no CMake or compiler: the script's exit 4) skips the test with the
+    script's own line; any other failure fails it. ``GATE_LLAMA_CPP_DIR`` names a build
+    directory to use instead (no script run)."""
+    if _LLAMA_SERVER:
+        return _LLAMA_SERVER[0]
+    named = os.environ.get("GATE_LLAMA_CPP_DIR")  # a build made elsewhere (install.DIR_ENV)
+    if named:
+        _LLAMA_SERVER.append(str(Path(named).expanduser() / "bin" / "llama-server"))
+        return _LLAMA_SERVER[0]
+    done = subprocess.run(
+        ["bash", str(SETUP), "llama.cpp"], capture_output=True, text=True, timeout=3600, check=False
+    )
+    tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+    if done.returncode == 4:
+        pytest.skip(f"llama.cpp cannot be built here: {tail}")
+    if done.returncode != 0:
+        pytest.fail(f"setup_engine.sh llama.cpp failed ({done.returncode}): {tail}", pytrace=False)
+    path = done.stdout.strip().splitlines()[-1]
+    _LLAMA_SERVER.append(path)
+    return path
 
 
 def engine_env(cache_dir: Path) -> dict[str, str]:

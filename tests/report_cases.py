@@ -185,3 +185,15 @@ def blocked(refs: tuple[str, ...] = ("fp16",)) -> Case:
 def approved() -> Case:
     """The baseline build compared with itself."""
     return make_case(suite(noise=BASELINE_NOISE, flip_rate=0.0, slowdown=1.0))
+
+
+def outside_details(markdown: str) -> list[str]:
+    """The lines of a markdown report outside every ``<details>`` block (nested ones
+    too): what a pull-request comment shows before anything is unfolded."""
+    depth, shown = 0, []
+    for line in markdown.splitlines():
+        depth += line.count("<details>")
+        if depth == 0:
+            shown.append(line)
+        depth -= line.count("</details>")
+    return shown

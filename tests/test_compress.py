@@ -94,7 +94,14 @@ def test_every_catalogued_recipe_has_hooks_and_no_hook_is_uncatalogued() -> None
     assert list(HOOKS) == list(RECIPES)
 
 
-@pytest.mark.parametrize("name", [n for n in recipe_names() if RECIPES[n].family != "checkpoint"])
+#: Recipes made outside the process before loading: checkpoints (tests/test_family_recipes.py)
+#: and llama.cpp's GGUF files (tests/test_llama_cpp_make.py).
+MADE_ELSEWHERE = ("checkpoint", "gguf")
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in recipe_names() if RECIPES[n].family not in MADE_ELSEWHERE]
+)
 def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     recipe = EXAMPLE.get(name, name)
     backend = load(recipe)
@@ -372,8 +379,8 @@ def test_every_recipe_on_the_demo_model(demo_backend: HFBackend) -> None:
     prompts = [base.encode_prompt(t) for t in [*TEXTS, "Hello, how are you?", "What is 3 plus 4?"]]
     figures: dict[str, float] = {}
     for name in recipe_names():
-        if RECIPES[name].family in ("checkpoint", "cache"):
-            continue  # tests/test_family_recipes.py: a checkpoint / the compressed cache
+        if RECIPES[name].family in (*MADE_ELSEWHERE, "cache"):
+            continue  # tests/test_family_recipes.py, test_llama_cpp_make.py: made elsewhere
         recipe = EXAMPLE.get(name, name).replace("drop-layers:1", "drop-layers:2")
         cand = load_backend(spec, recipe, calibration=TEXTS)
         figures[recipe] = _agreement(base, cand, prompts)

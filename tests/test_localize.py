@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import shutil
 from typing import Any
@@ -189,11 +190,18 @@ def test_one_damaged_layer_is_ranked_first(demo: dict[str, Any]) -> None:
 def test_divergence_matches_hidden_states_computed_directly(demo: dict[str, Any]) -> None:
     import torch
 
+    from gate import progress
     from gate.localize.probe import Probe, pack_inputs
 
     cand = demo["load"]("quanto-int2")
     inputs = pack_inputs(demo["pack"], 3)
-    errors, losses = Probe(demo["base"], cand, inputs).divergence()
+    shown = io.StringIO()
+    with (
+        progress.to_stream(shown, style="plain", heartbeat=False),
+        progress.task("divergence", total=3, counted_below=True),
+    ):
+        errors, losses = Probe(demo["base"], cand, inputs).divergence()
+    assert shown.getvalue().splitlines()[-1].startswith("gate: divergence: done 3/3 in ")
     expected = np.zeros(4)
     with torch.no_grad():
         for item in inputs:
@@ -249,6 +257,50 @@ def test_passes_checks_the_whole_set_and_every_slice() -> None:
     assert not at.passes(losses, slices, {"cga": {None: 0.15}})  # the math slice is past it
     assert at.passes(losses, slices, {"cga": {None: 0.15, "category:math": 0.3}})
     assert not at.passes(losses, slices, {"cga": {None: 0.25, "category:math": 0.15}})
+
+
+class _OneLayerProbe:
+    """A stand-in for :class:`~gate.localize.probe.Probe` of a 16-layer model (blocks of 4)
+    whose layer 5 carries the whole loss; it records every swap it runs."""
+
+    n_layers = 16
+
+    def __init__(self) -> None:
+        self.swapped: list[tuple[int, ...]] = []
+
+    def swapped_losses(self, layers: list[int], n: int) -> at.Losses:
+        self.swapped.append(tuple(layers))
+        loss = np.full(n, 0.0 if 5 in layers else 0.2)
+        return at.Losses(loss, loss, loss)
+
+
+def test_each_localize_pass_counts_its_swaps_into_its_progress_step() -> None:
+    from gate import progress
+    from gate.localize.locate import LocalizeSettings, _attribute, _repair, _Swaps
+
+    probe = _OneLayerProbe()
+    swaps = _Swaps(probe, 8)  # type: ignore[arg-type]
+    cand = at.Losses(np.full(8, 0.2), np.full(8, 0.2), np.full(8, 0.2))
+    shown = io.StringIO()
+    with progress.to_stream(shown, style="plain", heartbeat=False):
+        per_layer, by_block = _attribute(probe, swaps, cand, LocalizeSettings())  # type: ignore[arg-type]
+        order = at.rank({i: at.combined_score(s) for i, s in per_layer.items()}, {})
+        kept, _, met = _repair(swaps, order, [()] * 8, {"kl": {None: 0.1}}, cand)
+    assert order[0] == 5 and kept == [5] and met
+    assert set(by_block) == set(range(16)) - {4, 5, 6, 7}  # block 1 refined layer by layer
+    # 4 blocks, then the 4 layers of the best block; the repair's one swap was measured before
+    blocks = [(0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11), (12, 13, 14, 15)]
+    assert probe.swapped == [*blocks, (4,), (5,), (6,), (7,)]
+    lines = shown.getvalue().splitlines()
+    for phase, total, done in (
+        ("swap-back of 4 blocks of 4 layers (8 prompts each)", 4, 4),
+        ("swap-back of the 4 layers of the best blocks (8 prompts each)", 4, 4),
+        ("repair, the top layers kept one at a time (at most 15)", 15, 1),
+    ):
+        assert f"gate: localize: {phase}: 0/{total}" in lines
+        assert any(
+            line.startswith(f"gate: localize: {phase}: done {done}/{total} in ") for line in lines
+        )
 
 
 @pytest.mark.slow

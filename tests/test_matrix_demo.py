@@ -28,6 +28,7 @@ from gate.provenance import sha256_file
 from gate.session.run_config import load_run_config
 from tests.cli_support import GateRun, run_gate
 from tests.demo_support import demo_baseline_present
+from tests.report_cases import outside_details
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "examples/gate.toml"
@@ -130,6 +131,28 @@ def test_pass_warn_block_merge_exits_1_and_names_all_three(fan_out: FanOut) -> N
     for row in ("| int8 | demo | bnb-int8 | APPROVED |", "| wanda-30 | demo | prune-wanda:0.3 |"):
         assert row in combined
     assert "| int2 | demo | quanto-int2 | BLOCKED | 1 |" in combined
+
+
+def test_the_comment_shows_the_block_first_and_folds_what_the_runs_could_not_see(
+    fan_out: FanOut,
+) -> None:
+    combined = (fan_out.out / "one" / "comment.md").read_text(encoding="utf-8")
+    docs = {
+        name: json.loads((fan_out.out / "one" / f"results-{name}.json").read_text())
+        for name in fan_out.jobs
+    }
+    critical = [m for m in docs["int2"]["metrics"] if m["severity"] == "critical"]
+    assert critical and "| **❌ CRITICAL** |" in combined
+    assert combined.index("| **❌ CRITICAL** |") < combined.index("<details>")
+    assert combined.index("### int2 (quanto-int2)") < combined.index("<details>")
+    assert "<details><summary>int8 (bnb-int8): ✅ APPROVED, its full report</summary>" in combined
+    shown = outside_details(combined)
+    lines = [line for line in shown if "UNDERPOWERED" in line]
+    # one line per tier of the two candidates with findings (wanda-30: 2 tiers, int2: 1)
+    assert 0 < len(lines) <= 3
+    assert sum(len(doc["underpowered"]) for doc in docs.values()) > 3 * len(lines)
+    for doc in docs.values():  # every underpowered verdict is still there, folded
+        assert all(entry["message"] in combined for entry in doc["underpowered"])
 
 
 def test_pass_and_warn_merge_exits_0(fan_out: FanOut, tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ A fake clock and a ``StringIO`` make every line exact; nothing here sleeps.
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -325,14 +327,55 @@ def test_requests_to_a_server_count_one_item_each() -> None:
     assert lines_of(out)[-1] == "gate: requests: done 6/6 in 0.0s"
 
 
-def test_quiet_turns_progress_off_for_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def environ_restored() -> Iterator[None]:
+    """``os.environ`` as it was before the test (the command sets variables for good)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_quiet_turns_progress_off_for_the_command(environ_restored: None) -> None:
     from click.testing import CliRunner
 
     from gate.commands.group import cli
 
-    monkeypatch.delenv(progress.ENV_VAR, raising=False)
+    os.environ.pop(progress.ENV_VAR, None)
     assert "-q, --quiet" in CliRunner().invoke(cli, ["--help"]).output
     assert progress.choose_style(io.StringIO()) == "plain"
     result = CliRunner().invoke(cli, ["-q", "baseline", "--help"])
     assert result.exit_code == 0, result.output
     assert progress.choose_style(io.StringIO()) == "off"  # the sessions it starts inherit it
+
+
+def test_other_libraries_bars_are_off_whatever_gates_style(environ_restored: None) -> None:
+    import huggingface_hub.utils as hub
+    import transformers.utils.logging as hf_logging
+
+    for name in (progress.ENV_VAR, *progress.OTHER_BARS_OFF):
+        os.environ.pop(name, None)
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()  # as a fresh process has it
+    try:
+        shown = io.StringIO()
+        assert list(hf_logging.tqdm(range(3), desc="Loading weights", file=shown)) == [0, 1, 2]
+        assert "Loading weights: 100%|" in shown.getvalue()  # the bar that leaked into CI logs
+        progress.speak_alone()
+        assert {name: os.environ[name] for name in progress.OTHER_BARS_OFF} == dict(
+            progress.OTHER_BARS_OFF
+        )  # read by the libraries imported later, here or in the processes gate starts
+        assert progress.choose_style(io.StringIO()) == "plain"  # gate's own lines stay
+        assert hub.are_progress_bars_disabled() and not hf_logging.is_progress_bar_enabled()
+        shown = io.StringIO()  # transformers' "Loading weights" bar, as from_pretrained opens it
+        assert list(hf_logging.tqdm(range(3), desc="Loading weights", file=shown)) == [0, 1, 2]
+        assert shown.getvalue() == ""
+        progress.speak_alone(quiet=True)
+        assert progress.choose_style(io.StringIO()) == "off"
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+        else:
+            hf_logging.disable_progress_bar()

@@ -46,3 +46,60 @@ def test_approved_comment_is_short_and_green() -> None:
 
 def test_cells_cannot_break_the_table() -> None:
     assert cell("a|b\nc <x>") == "a\\|b c &lt;x&gt;"
+
+
+def test_what_the_run_could_not_see_is_one_line_per_tier_and_the_list_is_folded() -> None:
+    case = report_cases.blocked()  # small slices, and a whole metric, underpowered in two tiers
+    results = Results.from_document(case.doc)
+    text = render_markdown(results)
+    # counted independently, from the results JSON's underpowered list
+    keys: dict[str, set[tuple[str, str | None]]] = {}
+    for entry in case.doc["underpowered"]:
+        keys.setdefault(entry["name"].split(".")[0], set()).add((entry["name"], entry["slice"]))
+    assert len(keys) >= 2
+    shown = report_cases.outside_details(text)
+    lines = [line for line in shown if "UNDERPOWERED" in line]
+    assert len(lines) == len(keys)  # one per tier, nothing else unfolded
+    for tier, found in sorted(keys.items()):
+        metrics = sum(1 for _, s in found if s is None)
+        slices = len(found) - metrics
+        words = [f"{metrics} metric{'s' * (metrics != 1)}"] * bool(metrics)
+        words += [f"{slices} slice{'s' * (slices != 1)}"] * bool(slices)
+        assert f"- {tier}: {' and '.join(words)} UNDERPOWERED (critical bound below" in "\n".join(
+            lines
+        )
+    assert "### What the run could not see" in shown
+    folded = text.split("### What the run could not see")[1].split("</details>")[0]
+    n = len(case.doc["underpowered"])
+    assert f"<details><summary>The {n} underpowered verdicts" in folded
+    for entry in case.doc["underpowered"]:  # the whole list, folded: nothing left out
+        assert f"- {cell(entry['message'])}" in folded
+
+
+def test_the_combined_comment_puts_findings_first_and_folds_clean_candidates(
+    tmp_path: Path,
+) -> None:
+    from gate.errors import ExitCode, worst_exit
+    from gate.session.multirun import outcome_of, summary_markdown
+    from gate.session.run_config import Candidate
+
+    outcomes = []
+    for name, case in (("control", report_cases.approved()), ("int2", report_cases.blocked())):
+        results = Results.from_document(case.doc)
+        own = tmp_path / f"comment-{name}.md"
+        own.write_text(render_markdown(results), encoding="utf-8")
+        candidate = Candidate(name, "demo", None, ("fp16",), None, None, "demo")
+        outcomes.append(outcome_of(candidate, ExitCode(results.exit_code), results, own))
+    text = summary_markdown(outcomes, worst_exit(o.exit_code for o in outcomes))
+    blocked = Results.from_document(report_cases.blocked().doc)
+    worst = next(v for v in order(blocked.verdicts) if v.severity == Severity.CRITICAL)
+    row = f"| **❌ CRITICAL** | `{worst.metric}` | {worst.slice} |"
+    assert row in text and text.index(row) < text.index("<details>")  # before any fold
+    assert text.index("| control | demo |") < text.index("| int2 | demo |")  # table: config order
+    assert "<details><summary>control (none): ✅ APPROVED, its full report</summary>" in text
+    control = (tmp_path / "comment-control.md").read_text(encoding="utf-8").strip()
+    assert control in text and control not in "\n".join(report_cases.outside_details(text))
+    shown = report_cases.outside_details(text)
+    assert "## ✅ gate: APPROVED" not in shown and "## ❌ gate: BLOCKED" in shown
+    underpowered = [line for line in shown if "UNDERPOWERED" in line]
+    assert 0 < len(underpowered) <= len({v.tier for v in blocked.verdicts})  # a few, counted

@@ -62,8 +62,10 @@ def test_markdown_html_and_junit_say_it_too(blocked: report_cases.Case) -> None:
     results = Results.from_document(blocked.doc)
     kl = next(p for p in results.underpowered if p.key == "fidelity.kl_mean")
     markdown = render_markdown(results)
-    assert "### Underpowered (a regression of the critical size would probably pass)" in markdown
-    assert f"- {kl.message}" in markdown
+    assert "- fidelity: 1 metric and 10 slices UNDERPOWERED (critical bound below" in markdown
+    folded = markdown.split("### What the run could not see")[1].split("</details>")[0]
+    assert "underpowered verdicts (a regression of the critical size would probably pass)" in folded
+    assert f"- {kl.message}" in folded
     assert f" · {len(results.underpowered)} underpowered" in markdown
     page = underpowered_section(results) + tiers_section(results)  # render_html's parts, no plots
     assert f'<h2 id="underpowered">Underpowered: {len(results.underpowered)}</h2>' in page

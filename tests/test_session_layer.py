@@ -80,6 +80,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
             baseline_serve="python -m base",
             served_logprobs=128,
         ),
+        runtime="llama.cpp",
     )
     argv = [
         *("--gate-recipe", "bnb-nf4", "--gate-label", "v2", "--gate-ref", "prod"),
@@ -98,6 +99,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-request-timeout", "30", "--gate-startup-timeout", "60"),
         *("--gate-server-log", "s.log", "--gate-baseline-serve", "python -m base"),
         *("--gate-served-logprobs", "128"),
+        *("--gate-engine", "llama.cpp"),
     ]
     # every option is given (serve and baseline_endpoint exclude endpoint and baseline_serve)
     given = {a for a in argv if a.startswith("--gate-")}

@@ -30,7 +30,10 @@ def audit() -> None:
 )
 @click.option("--window", default=4, show_default=True, help="Runs in the recent window.")
 @click.option(
-    "--alpha", default=0.05, show_default=True, help="Significance level of the drift tests."
+    "--alpha",
+    default=0.05,
+    show_default=True,
+    help="Family-wise error of one history's audit: all its metrics and tests (Holm).",
 )
 @click.option(
     "--plot",
@@ -47,7 +50,13 @@ def audit() -> None:
     help="thresholds.toml whose latency bounds apply (default: ./thresholds.toml, else the "
     "packaged defaults; a metric without a bound: 10 %/20 % relative).",
 )
-@click.option("--permutations", default=999, show_default=True, help="Permutations per test.")
+@click.option(
+    "--permutations",
+    default=999,
+    show_default=True,
+    help="Permutations per change-point test (at least; raised so the smallest p-value "
+    "can pass the smallest Holm level).",
+)
 def latency(
     history_dir: Path,
     window: int,
@@ -56,16 +65,25 @@ def latency(
     thresholds_path: Path | None,
     permutations: int,
 ) -> int:
-    """Compare recent runs with earlier ones and find change points.
+    """Test the latest run and the recent window against the earlier level, and find
+    change points (docs/latency-audit.md).
 
-    Exit 1 when a latency metric drifted past its critical bound, 0 otherwise,
-    4 on bad input, 5 when the history is too short to test anything.
+    The false-alarm rate of each history's audit, over all its metrics and
+    tests, is at most --alpha (Holm's step-down over the metrics). Each
+    metric's line states the smallest drift the history can detect on the
+    next run (MDE) at the level its tests ran at; UNDERPOWERED where the
+    critical bound is below it. Exit 1
+    when a latency metric drifted past its critical bound, 0 otherwise
+    (UNDERPOWERED included), 4 on bad input, 5 when the history is too short to
+    test anything.
     """
     if window < 2 or not 0.0 < alpha < 0.5 or permutations < 99:
         raise UsageError(
             "bad audit settings", "--window >= 2, 0 < --alpha < 0.5, --permutations >= 99"
         )
-    if plot_path is not None and plot_path.suffix.lower() not in drift.PLOT_SUFFIXES:
+    from gate.report import plots  # matplotlib: only when the audit runs
+
+    if plot_path is not None and plot_path.suffix.lower() not in plots.DRIFT_PLOT_SUFFIXES:
         raise UsageError(f"cannot write a plot to {plot_path}", "use a .png or .svg file name")
     if plot_path is not None:
         check_writable(plot_path, "--plot")  # before the (slow) permutation tests
@@ -77,7 +95,7 @@ def latency(
     thresholds: Thresholds = load_thresholds(thresholds_path)
     click.echo(f"bounds: {thresholds.source}")
     specs = all_metrics()
-    worst, tested = Severity.PASS, False
+    worst, tested, underpowered = Severity.PASS, False, 0
     for path in files:
         records, warnings = history.read(path)
         for line in warnings:
@@ -90,13 +108,20 @@ def latency(
             thresholds=thresholds,
             permutations=permutations,
         )
-        click.echo(f"{path.stem}: {len(records)} runs")
+        family = max((d.family for d in drifts), default=0)
+        click.echo(
+            f"{path.stem}: {len(records)} runs; {family} metrics tested, family-wise alpha "
+            f"{alpha:g} (Holm)"
+        )
         for d in drifts:
-            tested = tested or d.n >= 4
+            tested = tested or d.tests > 0
             worst = max(worst, d.severity)
-            click.echo(f"  {d.severity.label.upper():8} {d.metric}: {d.reason}")
+            underpowered += d.underpowered
+            mde = drift.power_text(d, specs[d.metric].higher_is_better)
+            line = f"{d.reason}; {mde}" if mde else d.reason
+            click.echo(f"  {d.label:12} {d.metric}: {line}")
             for note in d.notes:
-                click.echo(f"           ({note})")
+                click.echo(f"               ({note})")
         if plot_path is not None and drifts:
             out = (
                 plot_path
@@ -104,12 +129,17 @@ def latency(
                 else plot_path.with_stem(f"{plot_path.stem}-{path.stem}")
             )
             with writing("--plot", out):
-                drift.plot(drifts, str(out), title=f"latency history {path.stem}")
+                plots.save_drift_plot(drifts, out, title=f"latency history {path.stem}")
             click.echo(f"  plot: {out}")
     if not tested:
         raise NothingMeasuredError(
             "the latency history is too short to audit", "at least 4 runs per metric are needed"
         )
     verdict = {Severity.PASS: "NO DRIFT", Severity.WARN: "DRIFT WARNING"}.get(worst, "DRIFT")
+    if worst == Severity.PASS and underpowered:
+        verdict = (
+            f"UNDERPOWERED - {underpowered} metric(s) could not have shown a critical drift "
+            "on the latest run; no drift found in the others"
+        )
     click.echo(verdict)
     return int(ExitCode.BLOCKED if worst == Severity.CRITICAL else ExitCode.OK)

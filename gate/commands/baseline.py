@@ -17,7 +17,7 @@ from gate.commands.options import (
     model_trust_options,
     store_option,
 )
-from gate.commands.run import engine_options
+from gate.commands.run import engine_options, runtime_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import ModelProvenance, environment
@@ -232,6 +232,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 @model_trust_options
 @load_options
 @store_option
+@runtime_option
 @engine_options
 def record(
     model: str | None,
@@ -247,6 +248,7 @@ def record(
     dtype: str | None,
     trust_remote_code: bool | None,
     store: Path,
+    runtime: str | None,
     **engine: Any,
 ) -> int:
     """Measure MODEL with the tier suites and store the result as a new baseline.
@@ -303,6 +305,7 @@ def record(
         allow_pickle=allow_pickle,
         allow_incomplete_weights=allow_incomplete_weights,
         engine=engine_override(engine),
+        runtime=runtime,
         load=load_settings(device, dtype, trust_remote_code).over(defaults.settings()),
     )
     if options.engine is not None and options.engine.paired:

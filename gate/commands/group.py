@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from gate import __version__, progress
@@ -67,8 +65,7 @@ def cli(quiet: bool) -> None:
     on stderr: a live bar on a terminal, plain done/total lines with the time
     left elsewhere (CI logs). GATE_PROGRESS=rich|plain|off forces a style.
     """
-    if quiet:
-        os.environ[progress.ENV_VAR] = "off"  # also for the sessions this command starts
+    progress.speak_alone(quiet=quiet)  # also for the sessions and processes it starts
 
 
 for _command in COMMANDS:

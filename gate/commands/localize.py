@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gate import progress
 from gate.commands.options import (
     explicit_store,
     file_option,
@@ -162,12 +163,15 @@ def _localize(
     parsed = parse_recipe(request.recipe)
     provenance = baseline.provenance
     base_source = provenance.source or candidate
-    _echo_err(f"localize: loading the baseline build {base_source} ({provenance.recipe or 'none'})")
-    base = load_backend(ModelSpec.parse(base_source), provenance.recipe or "none")
-    _echo_err(f"localize: loading the candidate {candidate} ({parsed})")
-    cand = load_backend(
-        ModelSpec.parse(candidate), parsed, calibration=calibration_for(str(parsed), calibration)
-    )
+    base_recipe = provenance.recipe or "none"
+    with progress.task(f"localize: loading the baseline build {base_source} ({base_recipe})"):
+        base = load_backend(ModelSpec.parse(base_source), base_recipe)
+    with progress.task(f"localize: loading the candidate {candidate} ({parsed})"):
+        cand = load_backend(
+            ModelSpec.parse(candidate),
+            parsed,
+            calibration=calibration_for(str(parsed), calibration),
+        )
     pack = load_pack(baseline.artifact_path("reference"))
     result = localize(
         base.model,
@@ -178,13 +182,12 @@ def _localize(
         candidate={"model": candidate, "recipe": str(parsed)},
         baseline=baseline.display,
         settings=LocalizeSettings(resolve=request.resolve, limit=request.limit),
-        progress=_echo_err,
     )
     del base, cand
     repair = result.repair
     if request.gate_repair and repair is not None and repair.recipe not in (None, "none"):
         assert repair.recipe is not None
-        _echo_err(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
+        progress.note(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
         gated = _gate_repaired(request, repair.recipe, config)
         result = replace(result, repair=replace(repair, gated=gated))
     total = time.perf_counter() - started

@@ -54,6 +54,22 @@ def engine_options(command: _F) -> _F:
     return command
 
 
+#: ``--engine``: the engine that runs a ``gguf-*`` recipe's file (docs/gguf.md).
+RUNTIME_HELP = (
+    "Run the gguf-* recipe's file in this engine: llama.cpp (gate makes the file, starts "
+    "llama-server on it, gates it and stops it; default: loaded dequantized in process)."
+)
+
+
+def runtime_option(command: _F) -> _F:
+    """``--engine ENGINE`` (keyword ``runtime``), of ``gate run`` and ``gate baseline record``."""
+    from gate.models.llama_cpp.install import ENGINE
+
+    return click.option(
+        "--engine", "runtime", type=click.Choice([ENGINE]), default=None, help=RUNTIME_HELP
+    )(command)
+
+
 def engine_override(given: dict[str, Any]) -> EngineSettings | None:
     """The engine the command line names (``None``: none); the one reader of engine options
     (:func:`gate.models.engine_settings.engine_from_options`)."""
@@ -111,6 +127,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
 )
 @model_trust_options
 @load_options
+@runtime_option
 @engine_options
 @store_option
 @report_options
@@ -174,6 +191,7 @@ def run(
     matrix: bool,
     only: str | None,
     localize: bool,
+    runtime: str | None,
     **engine: Any,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
@@ -227,6 +245,7 @@ def run(
       gate run --candidate demo --serve "venv/bin/python -m vllm.entrypoints.openai.api_server
         --model ./demo --served-model-name demo --dtype float32"
       gate run --candidate org/model --endpoint http://gpu-box:8000/v1 --api-key-env KEY
+      gate run --candidate smollm2 --recipe gguf-q4_k_m --engine llama.cpp --against base
 
     \b
     Serving engine (docs/serving.md): --serve starts the command (own process
@@ -248,6 +267,7 @@ def run(
         calibration=calibration,
         model_slug=model_slug,
         engine=engine_override(engine),
+        runtime=runtime,
         only=only,
         load=load_settings(device, dtype, trust_remote_code),
     )

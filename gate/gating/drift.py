@@ -2,10 +2,16 @@
 
 For each latency metric in a history (:mod:`gate.store.history`), in time order:
 
-1. **Window test.** The recent ``w`` runs against the ``w`` before them, with
-   :func:`gate.gating.stats.repeated_runs_test` (one-sided Mann-Whitney U for
-   "worse", relative change of the median).
-2. **Change point.** A single mean shift located by the CUSUM statistic
+1. **Latest run.** The last run's level against the earlier runs' levels, with
+   the run-to-run spread of the earlier levels and the within-run standard
+   error the history kept of each run (:mod:`gate.gating.drift_level`: a
+   prediction interval for a new run's level, Student's t with ``m - 1``
+   degrees of freedom). A shift far outside the ordinary run-to-run wobble is
+   found on the first run after it.
+2. **Recent window.** The mean level of the last ``w`` runs against the runs
+   before them, by the same model (``k = w``), for a shift smaller than one
+   run can show but sustained over ``w`` runs.
+3. **Change point.** A single mean shift located by the CUSUM statistic
    ``T_k = |S_k| / sqrt(k (n - k) / n)`` with ``S_k = sum_{i<=k} (x_i - mean x)``
    (Page 1954, "Continuous inspection schemes", Biometrika 41), whose maximum
    over ``k`` is the likelihood-ratio statistic of one shift in the mean. Its
@@ -13,30 +19,84 @@ For each latency metric in a history (:mod:`gate.store.history`), in time order:
    whose maximum ``T`` is at least the observed one, ``(1 + #) / (1 + B)``
    (Antoch and Hušková 2001, "Permutation tests in change point analysis",
    Stat. Probab. Letters 53). Further shifts are searched in the two segments
-   by binary segmentation (Vostrikova 1981) while they stay significant.
+   by binary segmentation (Vostrikova 1981) while they stay significant. It
+   finds slow drifts (a few % a week) that no single run shows.
 
-A metric *drifts* when a test is significant at ``alpha`` and the degradation
-(the level after the last change against the level before the first, or the
-recent window against the trailing one; ``d > 0`` is worse,
-relative or absolute as the metric's bound in ``thresholds.toml`` says) is past
-a bound: past ``critical`` -> exit 1, past ``warn`` -> a warning. Metrics with
-no bound in the thresholds use ``default_bound`` (10 % / 20 % relative).
+**Level: the whole audit at ``alpha``.** One audit (one history, one
+fingerprint) tests ``M`` metrics (those with at least one test), metric ``j``
+with ``t_j <= 3`` tests whose one-sided p-values against "steady" are
+``p_ji`` (the level tests without margin, the change point's permutation
+p-value). Within a metric, Bonferroni: ``P_j = min(1, t_j min_i p_ji)`` is a
+valid p-value of "metric ``j`` is steady" (``Pr[P_j <= u] <= u``) whatever
+the tests' dependence. Across metrics, Holm's step-down (Holm 1979, "A simple
+sequentially rejective multiple test procedure", Scand. J. Statist. 6): sort
+``P_(1) <= ... <= P_(M)``, let ``s`` be the first rank with
+``P_(s) >= alpha / (M - s + 1)`` (``M + 1`` if none); metric ``(i)`` is
+tested at the level ``a_(i) = alpha / (M - min(i, s) + 1)`` and rejected iff
+``P_(i) < a_(i)``, i.e. exactly the ranks before ``s`` (:func:`holm_levels`).
+Holm is the closed test of the Bonferroni tests of every intersection of the
+metrics' nulls, so the probability that *any* steady metric is rejected is
+at most ``alpha`` under any dependence between the metrics (a loaded machine
+slows every timing at once). Each test of metric ``j`` then runs at
+``a_j / t_j``; every flag (WARN or CRITICAL, below) needs a test below that
+level, hence ``P_j < a_j``, a Holm rejection: a steady history fails the
+audit with probability at most ``alpha``. Holm keeps the power for big
+shifts: the first rejection costs ``alpha / M``, and each one frees level
+for the next (a shift of every timing is rejected at ``alpha / M``,
+``alpha / (M - 1)``, ...). The permutation test's smallest p-value,
+``1 / (B + 1)``, must lie below the smallest level, ``alpha / (3 M)``, so the
+audit raises ``B`` to at least :data:`PERMUTATION_RESOLUTION` ``* 3 M /
+alpha`` (:func:`permutations_for`).
+
+**Severity.** ``d`` is the degradation on the bound's scale (``d > 0`` worse;
+relative or absolute as the metric's bound in ``thresholds.toml`` says;
+metrics without one use :data:`DEFAULT_BOUND`, 10 % / 20 % relative). A level
+test is CRITICAL when ``d`` is past ``critical`` *and* the test, with the
+earlier level scaled by the warn bound (relative bounds; margin
+``log(1 + warn)``), is significant; WARN when ``d`` is past ``warn`` and the
+test without margin is significant -- the rule of the gate's own timing
+verdicts (:mod:`gate.gating.compare`). The change point is judged on the
+current level (after the last shift) against the first one, so a regression
+that was later fixed no longer fails the audit.
+
+**Power.** Beside each verdict stands the minimum detectable effect (MDE) of
+the latest-run test at the level it is tested at, ``a_j / t_j``, and
+``power`` (:func:`gate.gating.drift_level.mde_relative`): the degradation of
+the next run this history would flag as CRITICAL with probability ``power``.
+In an audit that flags nothing ``a_j = alpha / M``, the level a drift of this
+metric alone meets. When the critical bound is below the MDE the metric is
+UNDERPOWERED rather than "no drift": the history could not have shown a
+critical drift the run it began. The window test's MDE, at the same level,
+is reported beside it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gate.gating import stats
+from gate.gating import drift_level
+from gate.gating import power as pw
 from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound, Severity
 from gate.metrics.spec import MetricSpec
 from gate.store.history import HistoryRecord
 
 DEFAULT_BOUND = Bound(warn=0.10, critical=0.20, mode="relative")
+#: Runs the change-point test needs (two on each side of a shift).
+CHANGE_POINT_MIN_RUNS = 4
+#: The most tests one metric runs (latest run, recent window, change point).
+MAX_TESTS = 3
+#: The permutation test's smallest p-value, ``1 / (B + 1)``, is at most this fraction
+#: of the smallest level a test of the audit can get (``alpha / (3 M)``).
+PERMUTATION_RESOLUTION = 10
+#: Shuffles the permutation test draws at once (memory: this many rows of the series).
+_PERMUTATION_CHUNK = 4096
+#: The name of the latest-run test in power statements.
+LEVEL_TEST = "prediction interval (t)"
 
 
 @dataclass(frozen=True)
@@ -50,15 +110,15 @@ class ChangePoint:
     after: float
 
 
-def _cusum_stat(x: np.ndarray, min_size: int) -> tuple[int, float]:
-    n = x.size
-    s = np.cumsum(x - x.mean())[:-1]
+def _cusum(x: np.ndarray, min_size: int) -> np.ndarray:
+    """``T_k`` for every split ``k = 1 .. n - 1`` of each row of ``x`` (``-inf`` where a side
+    would be shorter than ``min_size``)."""
+    n = x.shape[-1]
+    s = np.cumsum(x - x.mean(axis=-1, keepdims=True), axis=-1)[..., :-1]
     k = np.arange(1, n)
     t = np.abs(s) / np.sqrt(k * (n - k) / n)
     valid = (k >= min_size) & (n - k >= min_size)
-    t = np.where(valid, t, -np.inf)
-    best = int(np.argmax(t))
-    return best + 1, float(t[best])
+    return np.where(valid, t, -np.inf)
 
 
 def change_point(
@@ -68,12 +128,17 @@ def change_point(
     x = np.asarray(values, dtype=np.float64)
     if x.size < 2 * min_size or float(np.ptp(x)) == 0.0:
         return None
-    index, observed = _cusum_stat(x, min_size)
+    t = _cusum(x, min_size)
+    best = int(np.argmax(t))
+    observed = float(t[best])
     rng = np.random.default_rng(seed)
-    exceed = sum(
-        _cusum_stat(rng.permutation(x), min_size)[1] >= observed - 1e-12
-        for _ in range(permutations)
-    )
+    exceed, left = 0, permutations
+    while left > 0:
+        rows = min(left, _PERMUTATION_CHUNK)
+        shuffled = rng.permuted(np.broadcast_to(x, (rows, x.size)), axis=1)
+        exceed += int(np.count_nonzero(_cusum(shuffled, min_size).max(axis=1) >= observed - 1e-12))
+        left -= rows
+    index = best + 1
     return ChangePoint(
         index=index,
         statistic=observed,
@@ -91,9 +156,11 @@ def change_points(
     seed: int = 0,
     min_size: int = 2,
     offset: int = 0,
+    first: ChangePoint | None = None,
 ) -> list[ChangePoint]:
-    """Every significant shift by binary segmentation, in order of position."""
-    found = change_point(values, permutations=permutations, seed=seed, min_size=min_size)
+    """Every significant shift by binary segmentation, in order of position (``first``: the
+    single shift of the whole series, when already computed)."""
+    found = first or change_point(values, permutations=permutations, seed=seed, min_size=min_size)
     if found is None or found.p_value >= alpha:
         return []
     k = found.index
@@ -104,9 +171,83 @@ def change_points(
     return [*left, here, *right]
 
 
+def onset_in(levels: Sequence[float], first: int) -> int:
+    """Where in ``levels[first:]`` the newer level most likely begins: the split ``k >= first``
+    (at least one run after it) with the largest CUSUM statistic ``T_k``."""
+    x = np.asarray(levels, dtype=np.float64)
+    n = x.size
+    s = np.cumsum(x - x.mean())[:-1]
+    k = np.arange(1, n)
+    t = np.where(k >= first, np.abs(s) / np.sqrt(k * (n - k) / n), -np.inf)
+    return int(np.argmax(t)) + 1
+
+
+def holm_levels(p_values: Sequence[float], alpha: float) -> list[float]:
+    """Holm's step-down (module docstring): the level ``a_j`` each hypothesis is tested at,
+    in the order given; hypothesis ``j`` is rejected iff ``p_values[j] < a_j``."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda j: p_values[j])
+    levels = [alpha] * m
+    stop: int | None = None
+    for rank, j in enumerate(order):
+        if stop is None and not p_values[j] < alpha / (m - rank):
+            stop = rank
+        levels[j] = alpha / (m - (rank if stop is None else stop))
+    return levels
+
+
+def permutations_for(alpha: float, metrics: int, permutations: int) -> int:
+    """Shuffles of the change-point test in an audit of ``metrics`` metrics: ``permutations``,
+    raised so that ``1 / (B + 1)`` is a :data:`PERMUTATION_RESOLUTION`-th of ``alpha / (3 M)``."""
+    smallest = alpha / (MAX_TESTS * max(metrics, 1))
+    return max(permutations, math.ceil(PERMUTATION_RESOLUTION / smallest) - 1)
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """The two level tests of recent runs against earlier ones: without margin (WARN, and the
+    metric's p-value) and with the warn margin (CRITICAL), with the levels they compared."""
+
+    base: drift_level.LevelTest
+    crit: drift_level.LevelTest
+    before: float
+    after: float
+    degradation: float
+    margin: float
+
+
+@dataclass(frozen=True)
+class LevelCheck:
+    """One level test of a metric: the latest run (``k = 1``) or the recent window.
+
+    ``degradation`` is ``d`` on the bound's scale; ``p_worse`` the test without
+    margin (WARN), ``p_critical`` the one with the warn margin (CRITICAL; the
+    same as ``p_worse`` for absolute bounds); ``mde`` the degradation it
+    detects as CRITICAL with the audit's power at ``level``, on the bound's scale.
+    """
+
+    test: drift_level.LevelTest
+    before: float
+    after: float
+    degradation: float
+    p_worse: float
+    p_critical: float
+    severity: Severity
+    mde: float
+    level: float = 0.0
+
+
 @dataclass(frozen=True)
 class MetricDrift:
-    """The audit of one metric."""
+    """The audit of one metric.
+
+    ``onset`` is the index of the run where a flagged drift begins (``None``
+    when none is flagged), ``level_before``/``level_after`` the levels the
+    flagging test compared; ``power`` states the latest-run test's MDE.
+    ``p_value`` is the metric's Bonferroni p-value ``P_j``, ``level`` its Holm
+    level ``a_j`` among the ``family`` metrics of the audit; each of its
+    ``tests`` runs at ``level / tests``.
+    """
 
     metric: str
     n: int
@@ -116,75 +257,306 @@ class MetricDrift:
     times: tuple[str, ...]
     values: tuple[float, ...]
     change_points: tuple[ChangePoint, ...] = ()
-    window_p: float | None = None
-    window_change: float | None = None
+    latest: LevelCheck | None = None
+    window: LevelCheck | None = None
+    power: pw.PowerStatement | None = None
+    window_mde: float | None = None
+    onset: int | None = None
+    level_before: float | None = None
+    level_after: float | None = None
+    tests: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    p_value: float = 1.0
+    level: float = 0.0
+    family: int = 0
+
+    @property
+    def underpowered(self) -> bool:
+        """Nothing flagged, and a critical drift on the next run would probably pass."""
+        return self.severity == Severity.PASS and self.power is not None and self.power.underpowered
+
+    @property
+    def label(self) -> str:
+        """``PASS``, ``WARN``, ``CRITICAL`` or ``UNDERPOWERED``."""
+        return "UNDERPOWERED" if self.underpowered else self.severity.label.upper()
+
+    @property
+    def test_level(self) -> float:
+        """The level each of the metric's tests runs at, ``a_j / t_j``."""
+        return self.level / max(self.tests, 1)
 
 
-def audit_metric(
+def _amount(x: float, bound: Bound, higher_is_better: bool) -> str:
+    if math.isinf(x):
+        return "none"
+    sign = "-" if higher_is_better else "+"
+    return f"{sign}{x * 100:.3g}%" if bound.mode == "relative" else f"{sign}{x:#.3g}"
+
+
+def power_text(drift: MetricDrift, higher_is_better: bool) -> str:
+    """``MDE +35% on the next run (80% power at level 0.0012, 6 earlier runs), +18% over the
+    last 4; critical bound 10%``; empty when no level test ran."""
+    st = drift.power
+    if st is None:
+        return ""
+    text = (
+        f"MDE {_amount(st.mde, drift.bound, higher_is_better)} on the next run "
+        f"({st.power:.0%} power at level {st.alpha:.2g}, {st.n} earlier runs)"
+    )
+    if drift.window is not None and drift.window_mde is not None:
+        w = drift.window.test.k
+        text += f", {_amount(drift.window_mde, drift.bound, higher_is_better)} over the last {w}"
+    crit = drift.bound.critical
+    return text + (
+        f"; critical bound {crit * 100:.3g}%"
+        if drift.bound.mode == "relative"
+        else f"; critical bound {crit:#.3g}"
+    )
+
+
+def _pair(
+    spec: MetricSpec,
+    earlier: Sequence[tuple[float, float | None]],
+    recent: Sequence[tuple[float, float | None]],
+    bound: Bound,
+) -> _Pair | None:
+    """The level tests of ``recent`` against ``earlier`` (``(value, within-run variance)`` rows)."""
+    hib = spec.higher_is_better
+    margin = bound.warn if bound.mode == "relative" and not (hib and bound.warn >= 1.0) else 0.0
+
+    def runs(rows: Sequence[tuple[float, float | None]]) -> list[drift_level.Run]:
+        return [drift_level.Run(math.log(v), w) for v, w in rows]
+
+    base = drift_level.level_test(runs(earlier), runs(recent), higher_is_better=hib)
+    margin_log = pw.log_shift(margin, 0.0, higher_is_better=hib)
+    crit = drift_level.level_test(
+        runs(earlier), runs(recent), higher_is_better=hib, margin_log=margin_log
+    )
+    if base is None or crit is None:
+        return None
+    before = math.exp(float(np.mean([math.log(v) for v, _ in earlier])))
+    after = math.exp(float(np.mean([math.log(v) for v, _ in recent])))
+    d = bound.degradation(before, after, higher_is_better=hib)
+    return _Pair(base, crit, before, after, d, margin)
+
+
+def _check(
+    pair: _Pair, bound: Bound, *, higher_is_better: bool, level: float, power: float
+) -> LevelCheck:
+    """The severity of one level test at ``level`` and its MDE there."""
+    if pair.degradation > bound.critical and pair.crit.p_value < level:
+        sev = Severity.CRITICAL
+    elif pair.degradation > bound.warn and pair.base.p_value < level:
+        sev = Severity.WARN
+    else:
+        sev = Severity.PASS
+    mde = drift_level.mde_relative(
+        pair.crit, margin=pair.margin, higher_is_better=higher_is_better, alpha=level, power=power
+    )
+    if bound.mode != "relative":
+        mde *= pair.before
+    return LevelCheck(
+        pair.crit,
+        pair.before,
+        pair.after,
+        pair.degradation,
+        pair.base.p_value,
+        pair.crit.p_value,
+        sev,
+        mde,
+        level,
+    )
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one metric's tests found, before any level is applied (module docstring):
+    the level tests, the single change point of the whole series and ``t`` = ``tests``."""
+
+    metric: MetricSpec
+    bound: Bound
+    window: int
+    records: tuple[HistoryRecord, ...]
+    values: tuple[float, ...]
+    latest: _Pair | None
+    recent: _Pair | None
+    top: ChangePoint | None
+    tests: int
+    notes: tuple[str, ...]
+
+    @property
+    def p_value(self) -> float:
+        """``P_j = min(1, t_j min_i p_ji)``: Bonferroni over the metric's tests (1 if none ran
+        or none could move)."""
+        ps = [p.base.p_value for p in (self.latest, self.recent) if p is not None]
+        ps += [self.top.p_value] if self.top is not None else []
+        return min(1.0, self.tests * min(ps)) if ps else 1.0
+
+
+def evidence(
     metric: MetricSpec,
     records: Sequence[HistoryRecord],
     *,
     window: int,
-    alpha: float,
     bound: Bound = DEFAULT_BOUND,
     permutations: int = 999,
     seed: int = 0,
-) -> MetricDrift:
-    """Window test and change points of one metric over ``records`` (time order)."""
+) -> Evidence:
+    """The tests of one metric over ``records`` (time order) that run for its history."""
     rows = [(r, r.metrics[metric.name]) for r in records if metric.name in r.metrics]
     values = [v for _, v in rows]
-    times = tuple(r.time.isoformat() for r, _ in rows)
-    worst, reasons, notes = Severity.PASS, [], []
-    window_p = window_change = None
-    if len(values) >= 2 * window:
-        recent, trailing = values[-window:], values[-2 * window : -window]
-        res = stats.repeated_runs_test(
-            recent, trailing, higher_is_better=metric.higher_is_better, seed=seed
-        )
-        window_p, window_change = res.p_worse, res.rel_change_median
-        d = bound.degradation(
-            float(np.median(trailing)),
-            float(np.median(recent)),
-            higher_is_better=metric.higher_is_better,
-        )
-        sev = bound.severity(d) if res.p_worse < alpha else Severity.PASS
-        if sev > Severity.PASS:
-            worst = max(worst, sev)
-            reasons.append(f"last {window} runs {res.rel_change_median:+.1%} (p={res.p_worse:.3f})")
-    else:
-        notes.append(f"window test needs {2 * window} runs, have {len(values)}")
-    found = change_points(values, alpha=alpha, permutations=permutations, seed=seed)
+    n = len(values)
+    spread = [r.spread.get(metric.name) for r, _ in rows]
+    within = [s.level_se**2 if s is not None else None for s in spread]
+    level_rows = list(zip(values, within, strict=True))
+    positive = all(v > 0.0 for v in values)
+    m_min = drift_level.MIN_EARLIER
+    run_latest = positive and n >= m_min + 1
+    run_window = positive and n >= m_min + window
+    run_cp = n >= CHANGE_POINT_MIN_RUNS
+    notes: list[str] = []
+    if not positive:
+        notes.append("a value <= 0: the level tests need positive values")
+    latest = _pair(metric, level_rows[:-1], level_rows[-1:], bound) if run_latest else None
+    recent = (
+        _pair(metric, level_rows[:-window], level_rows[-window:], bound) if run_window else None
+    )
+    if positive and not run_latest:
+        notes.append(f"latest-run test needs {m_min + 1} runs, have {n}")
+    if positive and run_latest and not run_window:
+        notes.append(f"window test needs {m_min + window} runs, have {n}")
+    top = change_point(values, permutations=permutations, seed=seed) if run_cp else None
+    if not run_cp:
+        notes.append(f"change-point test needs {CHANGE_POINT_MIN_RUNS} runs, have {n}")
+    return Evidence(
+        metric=metric,
+        bound=bound,
+        window=window,
+        records=tuple(r for r, _ in rows),
+        values=tuple(values),
+        latest=latest,
+        recent=recent,
+        top=top,
+        tests=int(run_latest) + int(run_window) + int(run_cp),
+        notes=tuple(notes),
+    )
+
+
+def judge(
+    ev: Evidence,
+    *,
+    level: float,
+    family: int = 1,
+    permutations: int = 999,
+    seed: int = 0,
+    power: float = pw.DEFAULT_POWER,
+) -> MetricDrift:
+    """The verdict of one metric whose Holm level is ``level`` (``a_j``; module docstring):
+    each of its tests at ``level / tests``."""
+    metric, bound, window = ev.metric, ev.bound, ev.window
+    values = list(ev.values)
+    n = len(values)
+    times = tuple(r.time.isoformat() for r in ev.records)
+    each = level / max(ev.tests, 1)
+    hib = metric.higher_is_better
+    latest = (
+        _check(ev.latest, bound, higher_is_better=hib, level=each, power=power)
+        if ev.latest is not None
+        else None
+    )
+    win = (
+        _check(ev.recent, bound, higher_is_better=hib, level=each, power=power)
+        if ev.recent is not None
+        else None
+    )
+    found = (
+        change_points(values, alpha=each, permutations=permutations, seed=seed, first=ev.top)
+        if ev.top is not None
+        else []
+    )
+    worst, reasons = Severity.PASS, []
+    onset: int | None = None
+    before = after = None
+
+    def label(i: int) -> str:
+        return f"run {i + 1} ({ev.records[i].label or times[i]}"
+
     if found:
         # judge the current level (after the last shift) against the first one,
         # so a regression that was later fixed no longer fails the audit
         first = float(np.median(values[: found[0].index]))
         current = float(np.median(values[found[-1].index :]))
-        d = bound.degradation(first, current, higher_is_better=metric.higher_is_better)
-        sev = bound.severity(d)
-        if sev > Severity.PASS:
-            worst = max(worst, sev)
-            shifts = ", ".join(
-                f"run {cp.index + 1} ({rows[cp.index][0].label or times[cp.index]}, "
-                f"p={cp.p_value:.3f})"
-                for cp in found
-            )
+        d = bound.degradation(first, current, higher_is_better=hib)
+        cp_sev = bound.severity(d)
+        if cp_sev > Severity.PASS:
+            shifts = ", ".join(f"{label(cp.index)}, p={cp.p_value:.3g})" for cp in found)
             change = current / first - 1 if first else float("inf")
             reasons.append(f"shift at {shifts}: {change:+.1%} since the first level")
-    if len(values) < 4:
-        notes.append(f"change-point test needs 4 runs, have {len(values)}")
+            onset, before, after = found[0].index, first, current
+            worst = cp_sev
+    if latest is not None and latest.severity > Severity.PASS:
+        p = latest.p_critical if latest.severity == Severity.CRITICAL else latest.p_worse
+        reasons.append(
+            f"{label(n - 1)}) {latest.test.change:+.1%} against the {n - 1} runs before (p={p:.2g})"
+        )
+        if latest.severity > worst:
+            worst, onset, before, after = latest.severity, n - 1, latest.before, latest.after
+    if win is not None and win.severity > Severity.PASS:
+        p = win.p_critical if win.severity == Severity.CRITICAL else win.p_worse
+        reasons.append(
+            f"last {window} runs {win.test.change:+.1%} against the {n - window} before (p={p:.2g})"
+        )
+        if win.severity > worst:
+            worst = win.severity
+            onset = onset_in([math.log(v) for v in values], n - window)
+            before = math.exp(float(np.mean(np.log(values[:onset]))))
+            after = math.exp(float(np.mean(np.log(values[onset:]))))
+    statement = None
+    if latest is not None:
+        statement = pw.PowerStatement(
+            metric=metric.name,
+            slice=None,
+            n=n - 1,
+            mde=latest.mde,
+            critical=bound.critical,
+            mode=bound.mode,
+            power=power,
+            alpha=each,
+            test=LEVEL_TEST,
+            higher_is_better=hib,
+            reference=abs(latest.before),
+        )
+    if not reasons:
+        seen = [f"run {n} {latest.test.change:+.1%}"] if latest is not None else []
+        seen += [f"last {window} {win.test.change:+.1%}"] if win is not None else []
+        what = f" ({', '.join(seen)})" if seen else ""
+        underpowered = statement is not None and statement.underpowered
+        reasons.append(
+            f"nothing flagged, but the history cannot show a critical drift{what}"
+            if underpowered
+            else f"no drift{what}"
+        )
     return MetricDrift(
         metric=metric.name,
-        n=len(values),
+        n=n,
         severity=worst,
-        reason="; ".join(reasons) or "no drift",
+        reason="; ".join(reasons),
         bound=bound,
         times=times,
         values=tuple(values),
         change_points=tuple(found),
-        window_p=window_p,
-        window_change=window_change,
-        notes=tuple(notes),
+        latest=latest,
+        window=win,
+        power=statement,
+        window_mde=win.mde if win is not None else None,
+        onset=onset,
+        level_before=before,
+        level_after=after,
+        tests=ev.tests,
+        notes=ev.notes,
+        p_value=ev.p_value,
+        level=level,
+        family=family,
     )
 
 
@@ -203,61 +575,35 @@ def audit(
     thresholds: Thresholds | None = None,
     permutations: int = 999,
     seed: int = 0,
+    power: float = pw.DEFAULT_POWER,
 ) -> list[MetricDrift]:
-    """Audit every latency metric present in ``records`` and known to ``specs``."""
-    names = sorted({n for r in records for n in r.metrics if n.startswith("latency.")})
-    return [
-        audit_metric(
+    """Audit every latency metric present in ``records`` and known to ``specs``, the family-wise
+    error of the whole audit at ``alpha`` (Holm over the metrics; module docstring)."""
+    names = sorted(
+        {n for r in records for n in r.metrics if n.startswith("latency.") and n in specs}
+    )
+    shuffles = permutations_for(alpha, len(names), permutations)
+    found = [
+        evidence(
             specs[name],
             records,
             window=window,
-            alpha=alpha,
             bound=bound_for(name, thresholds),
-            permutations=permutations,
+            permutations=shuffles,
             seed=seed,
         )
         for name in names
-        if name in specs
     ]
-
-
-PLOT_SUFFIXES = (".png", ".svg")
-
-
-def plot(drifts: Sequence[MetricDrift], path: str, *, title: str = "") -> None:
-    """One panel per metric over time, change points marked by dashed red lines.
-
-    ``path`` ends in ``.png`` or ``.svg``. Uses the non-interactive Agg backend.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from datetime import datetime
-
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        len(drifts), 1, figsize=(8, 2.2 * max(1, len(drifts))), sharex=True, squeeze=False
-    )
-    for ax, drift in zip(axes[:, 0], drifts, strict=True):
-        when = [datetime.fromisoformat(t) for t in drift.times]
-        colour = {Severity.PASS: "tab:blue", Severity.WARN: "tab:orange"}.get(
-            drift.severity, "tab:red"
+    tested = [i for i, ev in enumerate(found) if ev.tests > 0]
+    levels = dict(zip(tested, holm_levels([found[i].p_value for i in tested], alpha), strict=True))
+    return [
+        judge(
+            ev,
+            level=levels.get(i, alpha),
+            family=len(tested),
+            permutations=shuffles,
+            seed=seed,
+            power=power,
         )
-        ax.plot(when, drift.values, marker="o", color=colour, linewidth=1)
-        for cp in drift.change_points:
-            ax.axvline(when[cp.index], color="red", linestyle="--", linewidth=1)
-            ax.annotate(
-                f"run {cp.index + 1}",
-                (when[cp.index], max(drift.values)),
-                fontsize=7,
-                color="red",
-            )
-        ax.set_title(f"{drift.metric} — {drift.severity.label}", fontsize=9)
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        for i, ev in enumerate(found)
+    ]

@@ -16,16 +16,22 @@
    all layers but one (keeping every layer is the baseline); its byte cost; the repaired
    recipe (``keep=`` those layers) and the quantizers' syntax. The command
    then gates that recipe with the normal pipeline.
+
+Each pass shows its progress through :mod:`gate.progress` as done/total: the
+divergence pass per prompt, the swap-back per swap (layers, or blocks then
+the layers of the refined blocks) and the repair per layer kept (its total is
+the most it may keep; it stops as soon as the bounds are met).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import nn
 
+from gate import progress
 from gate.errors import ConfigError
 from gate.localize.attribution import (
     SIGNALS,
@@ -80,14 +86,13 @@ def _means(losses: Losses) -> dict[str, float]:
 class _Swaps:
     """Swapped-build losses on the subset, each set of restored layers measured once."""
 
-    def __init__(self, probe: Probe, n: int, progress: Callable[[str], None]) -> None:
-        self.probe, self.n, self.progress = probe, n, progress
+    def __init__(self, probe: Probe, n: int) -> None:
+        self.probe, self.n = probe, n
         self.done: dict[frozenset[int], Losses] = {}
 
     def __call__(self, layers: Sequence[int]) -> Losses:
         key = frozenset(layers)
         if key not in self.done:
-            self.progress(f"localize: swap {len(self.done) + 1}: layers {sorted(key)}")
             self.done[key] = self.probe.swapped_losses(sorted(key), self.n)
         return self.done[key]
 
@@ -98,23 +103,67 @@ def _attribute(
     """Shares per layer, and for layers known only through their block, that block."""
     total = probe.n_layers
     size = block_size(total, settings.direct_up_to)
+    if size == 1:
+        return _swapped_alone(swaps, cand, range(total), f"each of {total} layers"), {}
+    units = blocks(total, size)
+    unit_shares = []
+    described = f"localize: swap-back of {len(units)} blocks of {size} layers"
+    for unit in progress.track(units, f"{described} ({swaps.n} prompts each)"):
+        unit_shares.append(shares(cand, swaps(unit)))
+    refine = set(blocks_to_refine([combined_score(s) for s in unit_shares]))
+    refined = [i for b, unit in enumerate(units) if b in refine for i in unit]
+    alone = _swapped_alone(swaps, cand, refined, f"the {len(refined)} layers of the best blocks")
     per_layer: dict[int, dict[str, float | None]] = {}
     by_block: dict[int, tuple[int, ...]] = {}
-    if size == 1:
-        for i in range(total):
-            per_layer[i] = shares(cand, swaps([i]))
-        return per_layer, by_block
-    units = blocks(total, size)
-    unit_shares = [shares(cand, swaps(unit)) for unit in units]
-    refine = set(blocks_to_refine([combined_score(s) for s in unit_shares]))
     for b, unit in enumerate(units):
         for i in unit:
             if b in refine:
-                per_layer[i] = shares(cand, swaps([i]))
+                per_layer[i] = alone[i]
             else:
                 per_layer[i] = unit_shares[b]
                 by_block[i] = unit
     return per_layer, by_block
+
+
+def _swapped_alone(
+    swaps: _Swaps, cand: Losses, layers: Sequence[int], what: str
+) -> dict[int, dict[str, float | None]]:
+    """The shares of each of ``layers`` restored alone (one progress step per swap)."""
+    if not layers:
+        return {}
+    described = f"localize: swap-back of {what} ({swaps.n} prompts each)"
+    return {i: shares(cand, swaps([i])) for i in progress.track(layers, described)}
+
+
+def _repair(
+    swaps: _Swaps,
+    order: Sequence[int],
+    slices: Sequence[Sequence[str]],
+    bounds: Bounds,
+    losses: Losses,
+) -> tuple[list[int], dict[str, float], bool]:
+    """The top-ranked layers kept one more at a time until ``losses`` (the candidate's on
+    the subset) pass ``bounds``: ``(kept, predicted mean losses, met)``. At most every
+    layer but one: keeping every layer is the baseline, not a repair."""
+    kept: list[int] = []
+    predicted = _means(losses)
+    met = passes(losses, slices, bounds)
+    most = order[: len(order) - 1]
+    if met or not most:
+        return kept, predicted, met
+    with progress.task(
+        f"localize: repair, the top layers kept one at a time (at most {len(most)})",
+        total=len(most),
+    ) as step:
+        for i in most:
+            kept.append(i)
+            swapped = swaps(kept)
+            predicted = _means(swapped)
+            met = passes(swapped, slices, bounds)
+            step()
+            if met:
+                break
+    return kept, predicted, met
 
 
 def _recipe_text(
@@ -143,18 +192,22 @@ def localize(
     candidate: Mapping[str, object],
     baseline: str,
     settings: LocalizeSettings = LocalizeSettings(),
-    progress: Callable[[str], None] = lambda line: None,
 ) -> Localization:
     """Localize the candidate's loss against the baseline (module doc)."""
     started, cpu_started = time.perf_counter(), time.process_time()
     probe = Probe(base, cand, pack_inputs(pack, settings.limit))
     names = probe.layer_names()
-    progress(f"localize: divergence pass over {len(probe.inputs)} prompts, {probe.n_layers} layers")
-    errors, cand_losses = probe.divergence()
+    prompts = len(probe.inputs)
+    with progress.task(
+        f"localize: divergence pass over {prompts} prompts, {probe.n_layers} layers",
+        total=prompts,
+        counted_below=True,  # Probe.divergence counts each prompt
+    ):
+        errors, cand_losses = probe.divergence()
     jumps = divergence_jumps(errors.tolist())
     n = subset_size(cand_losses.kl, settings.resolve, alpha=settings.alpha)
     resolvable = resolvable_share(cand_losses.kl, n, alpha=settings.alpha)
-    swaps = _Swaps(probe, n, progress)
+    swaps = _Swaps(probe, n)
     per_layer, by_block = _attribute(probe, swaps, cand_losses, settings)
     scores = {i: combined_score(s) for i, s in per_layer.items()}
     order = rank(scores, dict(enumerate(jumps)))
@@ -171,17 +224,8 @@ def localize(
         )
         for i in order
     )
-    kept: list[int] = []
     slices = [item.slices for item in probe.inputs[:n]]
-    met = passes(cand_losses.first(n), slices, bounds)
-    predicted = _means(cand_losses.first(n))
-    for i in order[: len(order) - 1]:  # keeping every layer is the baseline, not a repair
-        if met:
-            break
-        kept.append(i)
-        swapped = swaps(kept)
-        predicted = _means(swapped)
-        met = passes(swapped, slices, bounds)
+    kept, predicted, met = _repair(swaps, order, slices, bounds, cand_losses.first(n))
     base_bytes = sum(probe.layer_bytes(i)[0] for i in kept)
     cand_bytes = sum(probe.layer_bytes(i)[1] for i in kept)
     kept_names = [names[i] for i in kept]

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from gate import progress
 from gate.errors import ConfigError
 from gate.localize.attribution import Losses, relative_errors
 from gate.metrics.fidelity import score_positions
@@ -173,7 +174,8 @@ class Probe:
 
     def divergence(self) -> tuple[np.ndarray, Losses]:
         """Per-layer mean relative hidden-state error ``[L]`` and the candidate's losses,
-        over every input (one forward of each build per prompt)."""
+        over every input (one forward of each build per prompt; each prompt done is one
+        :func:`gate.progress.advance`)."""
         errors = np.zeros(self.n_layers)
         losses: list[tuple[float, ...]] = []
         for item in self.inputs:
@@ -187,6 +189,7 @@ class Probe:
             base_sq = [float(b.float().pow(2).sum()) for b in base_states]
             errors += relative_errors(np.array(diff_sq), np.array(base_sq))
             losses.append(self._losses(item, base_rows, cand_rows))
+            progress.advance()
         return errors / len(self.inputs), _as_losses(losses)
 
     @contextmanager

@@ -166,7 +166,7 @@ def _open_one(
             engine.settings_for(server.base_url),
             tokenizer_spec,
             liveness=server.failure,
-            serve_command=server.argv,
+            serve_command=server.recorded_argv,
             served_settings=served_settings(server.argv),
             server_log=server.log_path,
         )

@@ -35,8 +35,11 @@ from gate.models.backends.openai_client import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_SERVED_LOGPROBS,
+    SCORING_APIS,
     EndpointSettings,
+    ScoringApi,
 )
+from gate.models.masking import mask_command, mask_url
 
 #: How a setting's value is read: text, repeatable text (one value per replica), a count
 #: (int >= 1), seconds (float > 0), a file.
@@ -150,6 +153,17 @@ class EngineSettings:
             "engine: log-probs asked per position for the fidelity rows",
         ),
     )
+    scoring_api: ScoringApi = field(
+        default="auto",
+        metadata=_option(
+            "--scoring-api",
+            "text",
+            "How the engine scores teacher-forced tokens: auto (default), prompt_logprobs or"
+            " echo (vLLM, SGLang), forced or positions (llama-server); docs/serving.md.",
+            "engine: how served scoring asks for log-probs (auto, prompt_logprobs, echo, forced,"
+            " positions)",
+        ),
+    )
     startup_timeout_s: float = field(
         default=DEFAULT_STARTUP_TIMEOUT_S,
         metadata=_option(
@@ -205,6 +219,10 @@ class EngineSettings:
             raise ValueError("max_concurrency must be >= 1")
         if self.served_logprobs < 1:
             raise ValueError("served_logprobs must be >= 1")
+        if self.scoring_api not in SCORING_APIS:
+            raise ValueError(
+                f"scoring_api {self.scoring_api!r} is not one of {', '.join(SCORING_APIS)}"
+            )
         for name in ("request_timeout_s", "startup_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -225,8 +243,10 @@ class EngineSettings:
         return len(self.serve_commands) + len(self.endpoints)
 
     def describe(self) -> list[str]:
-        """One line per replica: ``serve COMMAND`` or the endpoint URL."""
-        return [f"serve {c}" for c in self.serve_commands] + list(self.endpoints)
+        """One line per replica: ``serve COMMAND`` or the endpoint URL, secrets masked."""
+        return [f"serve {mask_command(c)}" for c in self.serve_commands] + [
+            mask_url(u) for u in self.endpoints
+        ]
 
     def replica(self, index: int) -> EngineSettings:
         """The settings of replica ``index`` alone (one ``serve`` or ``endpoint``)."""
@@ -260,6 +280,7 @@ class EngineSettings:
             max_concurrency=self.max_concurrency,
             request_timeout=self.request_timeout_s,
             full_top_k=self.served_logprobs,
+            scoring_api=self.scoring_api,
         )
 
 

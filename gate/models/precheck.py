@@ -18,7 +18,10 @@ loads (nothing measured, nothing written):
   checked when they load;
 * a ``.gguf`` model must be an existing file (exit 4), and a recipe that
   quantizes while loading (``bnb-*``) is refused on it (exit 4,
-  :func:`check_gguf_recipe`).
+  :func:`check_gguf_recipe`);
+* a ``gguf-*`` recipe needs llama.cpp built (exit 4 naming the set-up
+  command), and a type that needs an importance matrix is refused (exit 4,
+  :func:`gate.models.llama_cpp.types.refuse_imatrix`).
 
 Standard library only (no torch, no transformers).
 """
@@ -113,6 +116,12 @@ def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
         check_gguf_recipe(parsed)
     if definition.family == "checkpoint":
         checkpoint_dir(spec, parsed)
+    if definition.family == "gguf":
+        from gate.models.llama_cpp.install import require
+        from gate.models.llama_cpp.types import refuse_imatrix
+
+        refuse_imatrix(parsed.name)
+        require(f"recipe {parsed}")
     if parsed.name == "kv-quant":
         require_quanto(parsed)
     if parsed.name in PRESSES:

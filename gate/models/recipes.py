@@ -35,6 +35,9 @@ argument, a recipe may name the parts it acts on:
   with :func:`fnmatch.fnmatchcase` on module names
   (``quanto-int2:only=model.layers.2.*``,
   ``prune-wanda:0.5,keep=model.layers.0.*``);
+* ``gguf-*`` recipes take them too, matched against the Hugging Face module
+  names of the model they are made from and written as llama-quantize's
+  per-tensor types (docs/gguf.md "gguf-* recipes");
 * attention and KV-press recipes (``attn-*``, ``kv-snapkv``, ``kv-h2o``,
   ``kv-streaming``) take ``layers=`` decoder-layer indices and ranges
   (``kv-snapkv:0.5,layers=0-3,7``).
@@ -49,8 +52,10 @@ known only then); malformed syntax is refused here.
 
 Recipes belong to a *family* (:data:`FAMILIES`): weights changed at load time,
 a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
-attention replacement, or a KV-cache method, which runs through the
-compressed cache in scoring and generation.
+attention replacement, a KV-cache method, which runs through the
+compressed cache in scoring and generation, or a GGUF file llama.cpp's tools
+make from the model (``gguf-q4_k_m``: one recipe per llama-quantize type,
+declared once in :mod:`gate.models.llama_cpp.types`).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from fnmatch import fnmatchcase
 from typing import TypeAlias
 
 from gate.errors import ConfigError
+from gate.models.llama_cpp.types import QUANT_TYPES, RECIPE_PREFIX
 
 #: A parsed recipe argument. Numbers today; a later kind may parse to text or to
 #: ``(key, value)`` pairs, which keeps :class:`Recipe` frozen and hashable.
@@ -253,6 +259,16 @@ RECIPES: dict[str, RecipeDef] = {
             changes_weights=False,
             family="cache",
         ),
+        *(
+            RecipeDef(
+                t.recipe,
+                f"llama.cpp {t.name} GGUF ({t.summary}), made with llama.cpp's converter"
+                + ("" if t.is_float else " and llama-quantize"),
+                changes_weights=False,
+                family="gguf",
+            )
+            for t in QUANT_TYPES
+        ),
     )
 }
 
@@ -262,6 +278,7 @@ FAMILIES: Mapping[str, str] = {
     "checkpoint": "a pre-quantized or sparse checkpoint loaded as it is",
     "attention": "the attention computation replaced",
     "cache": "the KV cache compressed during generation",
+    "gguf": "a GGUF file made with llama.cpp's converter and llama-quantize (docs/gguf.md)",
     "test": "no compression (a test instrument)",
 }
 
@@ -413,6 +430,10 @@ def get_recipe(name: str) -> RecipeDef:
     except KeyError:
         close = difflib.get_close_matches(name, RECIPES, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(RECIPES)}"
+        if name.startswith(RECIPE_PREFIX):  # an unknown llama.cpp type: every known one
+            known = ", ".join(d.name for d in RECIPES.values() if d.family == "gguf")
+            what = f"unknown llama.cpp quantization type {name.removeprefix(RECIPE_PREFIX)!r}"
+            raise ConfigError(f"{what} (recipe {name!r})", f"{hint} known: {known}") from None
         raise ConfigError(f"unknown recipe {name!r}", hint) from None
 
 
@@ -471,8 +492,8 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
 
 #: The selector keys, in canonical order, and the families that take each.
 SELECTOR_KEYS: Mapping[str, tuple[str, ...]] = {
-    "keep": ("weights",),
-    "only": ("weights",),
+    "keep": ("weights", "gguf"),
+    "only": ("weights", "gguf"),
     "layers": ("attention", "cache"),
 }
 
@@ -481,6 +502,11 @@ _NOT_SELECTIVE: Mapping[str, str] = {
     "none": "it changes nothing",
     "drop-layers": "it removes whole layers from the end: choose how many with drop-layers:n",
     "kv-quant": "transformers' quantized cache quantizes every layer",
+    **{
+        t.recipe: "its converter writes every weight in that float type"
+        for t in QUANT_TYPES
+        if t.is_float
+    },
 }
 
 _GLOB_CHARS = frozenset(string.ascii_letters + string.digits + "_.*?[]!-/")
@@ -522,7 +548,7 @@ def _split_selectors(name: str, arg: str) -> tuple[str, dict[str, list[str]]]:
 
 def _selector_hint(name: str) -> str:
     fam = get_recipe(name).family
-    if fam == "weights":
+    if fam in ("weights", "gguf"):
         return f"e.g. {name}:only=model.layers.2.* or {name}:keep=model.layers.0.*,lm_head"
     return f"e.g. {name}:layers=0-3,7"
 

@@ -20,12 +20,19 @@ hook for any other orderly exit.
 Port and host: when the command names no ``--port`` a free loopback port is
 appended; when it names no ``--host`` the server is bound to ``127.0.0.1``
 (a server gate starts for itself needs no other interface).
+
+Credentials: the process runs the command as given (:attr:`ManagedServer.argv`);
+everything gate records or shows of it is :attr:`ManagedServer.recorded_argv`,
+with every secret value masked (:mod:`gate.models.masking`). Log lines quoted
+in an error are masked too, and so is the log file once the server is stopped
+(an engine may echo its arguments there; vLLM 0.32 masks its own).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import re
 import shlex
@@ -41,6 +48,7 @@ from typing import Any, BinaryIO
 
 from gate import progress
 from gate.errors import ConfigError, ModelLoadError, UsageError
+from gate.models.masking import mask_argv, scrub_file, scrub_text, secret_values
 
 #: Lines of the server log quoted in an error.
 LOG_TAIL_LINES = 3
@@ -52,6 +60,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def port_taken(host: str, port: int) -> bool:
+    """Whether a listening socket holds ``port`` on ``host`` (a port left in TIME_WAIT is not
+    taken: servers bind with ``SO_REUSEADDR``, and so does this probe)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def _option(argv: Sequence[str], name: str) -> str | None:
@@ -143,6 +164,11 @@ MEMORY_HINT = (
 )
 
 
+#: A server that could not bind its port (llama-server's "couldn't bind HTTP server socket",
+#: uvicorn's "[Errno 98] ... address already in use").
+_PORT_IN_USE = re.compile(r"couldn't bind HTTP server socket|address already in use", re.IGNORECASE)
+
+
 def log_says(path: Path, pattern: re.Pattern[str]) -> bool:
     """Whether the last 256 kB of the log at ``path`` match ``pattern`` (False if unreadable)."""
     try:
@@ -194,7 +220,13 @@ class ManagedServer:
     ) -> None:
         if startup_timeout <= 0 or grace <= 0 or poll_interval <= 0:
             raise ConfigError("server timeouts must be positive")
-        self.argv, self.host, self.port = with_address(parse_command(command))
+        given = parse_command(command)
+        self.argv, self.host, self.port = with_address(given)
+        #: Whether the command names its port (else gate chose a free one).
+        self.port_given = _option(given, "--port") is not None
+        #: The command as gate records and shows it: every secret value masked.
+        self.recorded_argv = mask_argv(self.argv)
+        self._secrets = secret_values(self.argv)
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.grace = grace
@@ -224,15 +256,20 @@ class ManagedServer:
 
     @property
     def command_text(self) -> str:
-        """The command line as run (for provenance; it holds no credential unless given one)."""
-        return shlex.join(self.argv)
+        """The command line as recorded (for provenance and messages: secrets masked)."""
+        return shlex.join(self.recorded_argv)
 
     @property
     def program(self) -> str:
-        """What the command runs, for messages: the module after ``-m``, else the executable's name."""
-        if "-m" in self.argv[:-1]:
-            return self.argv[self.argv.index("-m") + 1]
-        return Path(self.argv[0]).name
+        """What the command runs, for messages: a Python's module after ``-m``, else the executable's name.
+
+        Only a Python interpreter's ``-m`` names a module; llama-server's ``-m`` names its model file.
+        """
+        argv = self.recorded_argv
+        executable = Path(argv[0]).name
+        if executable.startswith("python") and "-m" in argv[:-1]:
+            return argv[argv.index("-m") + 1]
+        return executable
 
     @property
     def pgid(self) -> int | None:
@@ -268,6 +305,13 @@ class ManagedServer:
         """Launch the server and wait until ``/health`` answers (ModelLoadError otherwise)."""
         if self.process is not None:
             raise RuntimeError("ManagedServer.start() called twice")
+        bind = (_option(self.argv, "--host") or "127.0.0.1").strip("[]") or "0.0.0.0"
+        if self.port_given and port_taken(bind, self.port):
+            raise ConfigError(
+                f"port {self.port} on {bind} is taken: the server command's --port {self.port} "
+                "cannot be bound",
+                "stop what listens there, or leave --port out of the command (gate picks a free one)",
+            )
         log = self._open_log()
         env = dict(os.environ) if self.env is None else {**os.environ, **self.env}
         with log:
@@ -283,7 +327,7 @@ class ManagedServer:
                 )
             except OSError as exc:
                 raise ModelLoadError(
-                    f"cannot start the server {self.argv[0]!r}: {exc.strerror or exc}",
+                    f"cannot start the server {self.recorded_argv[0]!r}: {exc.strerror or exc}",
                     "check the server command",
                 ) from None
         atexit.register(self.stop)
@@ -367,10 +411,15 @@ class ManagedServer:
         if code is None:
             return None
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if log_says(self.log_path, _PORT_IN_USE):
+            return self._error(
+                f"the server {how}: port {self.port} is taken",
+                "stop what listens there, or leave --port out of the command (gate picks a free one)",
+            )
         return self._error(f"the server {how}", "see the server log")
 
     def _error(self, message: str, hint: str) -> ModelLoadError:
-        tail = " | ".join(tail_lines(self.log_path))
+        tail = scrub_text(" | ".join(tail_lines(self.log_path)), self._secrets)
         detail = f"; last log lines: {tail}" if tail else ""
         if log_says(self.log_path, _NOT_ENOUGH_MEMORY):
             hint = MEMORY_HINT
@@ -386,6 +435,7 @@ class ManagedServer:
         try:
             self._terminate_group(self.process.pid)
         finally:
+            scrub_file(self.log_path, self._secrets)  # the engine may have logged its arguments
             self._restore_sigterm()
             with contextlib.suppress(Exception):
                 atexit.unregister(self.stop)

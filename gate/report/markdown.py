@@ -8,10 +8,12 @@ Read at a glance on a pull request:
    candidate and baseline values, ``delta = candidate - baseline`` (relative
    change in parentheses), the ``warn / critical`` bound on the degradation and
    the confidence interval of the delta (docs/metrics.md "Severity and statistics");
-3. the reason of each finding, in the words of :mod:`gate.gating.compare`;
-4. the underpowered verdicts, in words: the critical bound below the smallest
-   degradation the test detects (docs/metrics.md "Power"; every table has an
-   ``MDE`` column);
+3. the reason of each finding, in the words of :mod:`gate.gating.compare`, folded;
+4. what the run could not see, one line per tier: how many of its metrics and
+   slices are underpowered — the critical bound below the smallest degradation
+   the test detects (docs/metrics.md "Power"; every table has an ``MDE``
+   column) — and the tiers the compression never exercised; every underpowered
+   verdict in words, folded;
 5. every metric, tier by tier, folded in a ``<details>`` block;
 6. notes (version drift among them: a package measured at another version than
    the baseline's) and the link to the run's artifacts (full HTML report, JSON, JUnit).
@@ -130,20 +132,56 @@ def findings_section(results: Results, *, limit: int = MAX_FINDINGS) -> list[str
     return lines
 
 
-def underpowered_section(results: Results, *, limit: int = MAX_FINDINGS) -> list[str]:
-    """The verdicts whose critical bound is below their MDE, in words (empty when none)."""
-    weak, left_out = listed_underpowered(results.underpowered, limit=limit)
-    if not weak:
-        return []
-    several = len({v.against for v in results.verdicts}) > 1
-    lines = [
-        "### Underpowered (a regression of the critical size would probably pass)",
-        "",
-        *(f"- {cell(power_line(p, several_refs=several))}" for p in weak),
-    ]
-    if left_out:
-        lines.append(f"\n… and {left_out} more in the full report.")
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def underpowered_by_tier(results: Results) -> list[str]:
+    """One line per tier with underpowered verdicts, its metrics and slices counted
+    (each metric or slice once, whatever the refs): ``fidelity: 1 metric and 30 slices
+    UNDERPOWERED (critical bound below the smallest detectable change)``."""
+    keys: dict[str, tuple[set[str], set[str]]] = {}
+    for v in results.verdicts:
+        if v.power is not None and v.power.underpowered:
+            metrics, slices = keys.setdefault(v.tier, (set(), set()))
+            (slices if v.slice else metrics).add(v.key)
+    lines = []
+    for tier in sorted(keys):
+        metrics, slices = keys[tier]
+        parts = [_counted(len(metrics), "metric")] if metrics else []
+        parts += [_counted(len(slices), "slice")] if slices else []
+        lines.append(
+            f"{tier}: {' and '.join(parts)} UNDERPOWERED"
+            " (critical bound below the smallest detectable change)"
+        )
     return lines
+
+
+def unseen_section(results: Results) -> list[str]:
+    """What the run could not see: one line per tier (its underpowered verdicts counted, a
+    tier the compression never exercised), then every underpowered verdict in words,
+    folded (empty when the run saw everything it measured)."""
+    lines = [*underpowered_by_tier(results), *(item.line for item in results.not_exercised)]
+    if not lines:
+        return []
+    out = [
+        "### What the run could not see",
+        "",
+        *(f"- {cell(line)}" for line in lines),
+    ]
+    weak, _ = listed_underpowered(results.underpowered, limit=len(results.underpowered))
+    if weak:
+        several = len({v.against for v in results.verdicts}) > 1
+        out += [
+            "",
+            f"<details><summary>The {len(weak)} underpowered verdicts (a regression of the"
+            " critical size would probably pass)</summary>",
+            "",
+            *(f"- {cell(power_line(p, several_refs=several))}" for p in weak),
+            "",
+            "</details>",
+        ]
+    return out
 
 
 def tiers_section(results: Results) -> list[str]:
@@ -185,9 +223,9 @@ def render_markdown(
         lines += ["Every metric is within its bounds.", ""]
     else:
         lines += ["Nothing was measured.", ""]
-    weak = underpowered_section(results)
-    if weak:
-        lines += [*weak, ""]
+    unseen = unseen_section(results)
+    if unseen:
+        lines += [*unseen, ""]
     for panel in results.judge:
         head, *rest = summary_lines(panel)
         lines += [f"**{cell(head)}**", "", *(f"- {cell(line)}" for line in rest), ""]

@@ -17,7 +17,9 @@ report shows what is present and skips the rest cleanly:
 * :func:`throughput_by_batch` — tokens/s (median over runs) per batch size of
   the sweep;
 * :func:`drift_series` — the weekly audit's time series per latency metric,
-  change points marked (:mod:`gate.gating.drift`);
+  change points, the run a flagged drift begins at and the level before and
+  after it marked (:mod:`gate.gating.drift`; :func:`save_drift_plot` writes the
+  same panels to the file of ``gate audit latency --plot``);
 * :func:`load_curves` — the load tier's p95 TTFT and ITL against the offered
   rate for both served builds, every sweep, with the SLO and each build's knee.
 
@@ -33,6 +35,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -302,12 +305,14 @@ def throughput_by_batch(verdicts: Sequence[Verdict]) -> Plot | None:
     )
 
 
-def drift_series(drifts: Sequence[Any]) -> Plot | None:
-    """The audit's series (:class:`gate.gating.drift.MetricDrift`), one panel per metric."""
-    series = [d for d in drifts if len(getattr(d, "values", ())) > 0]
-    if not series:
-        return None
-    fig = _figure(7.0, max(3.0, 1.9 * len(series) + 0.6))
+#: File types ``gate audit latency --plot`` writes.
+DRIFT_PLOT_SUFFIXES = (".png", ".svg")
+
+
+def _draw_drift(fig: Figure, series: Sequence[Any]) -> None:
+    """One panel per metric (:class:`gate.gating.drift.MetricDrift`): the values per run,
+    change points dashed, and where a drift is flagged the run it begins at (dotted) with
+    the level before and after it (thick horizontal lines, their values in the title)."""
     for i, drift in enumerate(series):
         ax = fig.add_subplot(len(series), 1, i + 1)
         xs = list(range(1, len(drift.values) + 1))
@@ -315,16 +320,49 @@ def drift_series(drifts: Sequence[Any]) -> Plot | None:
         ax.plot(xs, list(drift.values), marker="o", markersize=3, color=colour, linewidth=1)
         for cp in drift.change_points:
             ax.axvline(cp.index + 1, color=SEVERITY_COLOUR[Severity.CRITICAL], linestyle="--")
-        ax.set_title(f"{drift.metric} ({drift.severity.name})", fontsize=9, loc="left")
+        onset = getattr(drift, "onset", None)
+        before, after = getattr(drift, "level_before", None), getattr(drift, "level_after", None)
+        label = drift.label if hasattr(drift, "label") else drift.severity.name
+        title = f"{drift.metric} ({label})"
+        if onset is not None and before is not None and after is not None:
+            start = onset + 1
+            ax.axvline(start - 0.5, color=colour, linestyle=":", linewidth=1.5)
+            ax.hlines(before, 1, max(start - 1, 1), color=BASELINE_COLOUR, linewidth=3)
+            ax.hlines(after, start, len(xs), color=colour, linewidth=3)
+            title += f" - drift from run {start}: {before:.3g} -> {after:.3g}"
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_xlabel("run", fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
+
+
+def drift_series(drifts: Sequence[Any]) -> Plot | None:
+    """The audit's series (:class:`gate.gating.drift.MetricDrift`), one panel per metric."""
+    series = [d for d in drifts if len(getattr(d, "values", ())) > 0]
+    if not series:
+        return None
+    fig = _figure(7.0, max(3.0, 1.9 * len(series) + 0.6))
+    _draw_drift(fig, series)
     first, last = series[0].times[0], series[0].times[-1]
     return Plot(
         "drift",
         "Latency drift over time",
-        f"One point per audited run, {first[:10]} to {last[:10]}; dashed = change point.",
+        f"One point per audited run, {first[:10]} to {last[:10]}; dashed = change point, "
+        "dotted = the run a flagged drift begins at, thick lines = the level before and after.",
         to_data_uri(fig),
     )
+
+
+def save_drift_plot(drifts: Sequence[Any], path: Path, *, title: str = "") -> None:
+    """``gate audit latency --plot``: the panels of :func:`drift_series` written to ``path``
+    (``.png`` or ``.svg``, :data:`DRIFT_PLOT_SUFFIXES`)."""
+    series = [d for d in drifts if len(getattr(d, "values", ())) > 0]
+    fig = _figure(8.0, 2.2 * max(1, len(series)) + 0.4)
+    _draw_drift(fig, series)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 #: The load tier's plot: (key in a curve row, axis label, SLO key).

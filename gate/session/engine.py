@@ -28,6 +28,7 @@ from pathlib import Path
 
 from gate.errors import ConfigError
 from gate.models.engine_settings import EngineSettings
+from gate.models.masking import mask_argv
 from gate.models.serve import parse_command
 from gate.session.options import SessionOptions
 
@@ -46,7 +47,7 @@ def _check(engine: EngineSettings, what: str) -> EngineSettings:
         program = parse_command(command)[0]
         if shutil.which(program) is None:
             raise ConfigError(
-                f"{what}: the server program {program!r} was not found",
+                f"{what}: the server program {mask_argv([program])[0]!r} was not found",
                 "give the full path of the engine's python (e.g. the venv of "
                 "scripts/setup_engine.sh)",
             )
@@ -55,8 +56,43 @@ def _check(engine: EngineSettings, what: str) -> EngineSettings:
     return engine
 
 
+def check_runtime(options: SessionOptions) -> str | None:
+    """The engine that runs a ``gguf-*`` recipe's file (``--engine``; ``None``: dequantized in
+    process), checked without starting anything: a known engine, given a ``gguf-*`` recipe and
+    no ``--serve``/``--endpoint``, and built (each one line, exit 4)."""
+    runtime = options.runtime
+    if runtime is None:
+        return None
+    from gate.models.llama_cpp.install import ENGINE, require
+    from gate.models.recipes import family, parse_recipe
+
+    if runtime != ENGINE:
+        raise ConfigError(
+            f"--engine {runtime!r} is not an engine gate runs", f"use --engine {ENGINE}"
+        )
+    recipe = parse_recipe(options.recipe)
+    if family(recipe) != "gguf":
+        what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({family(recipe)})"
+        raise ConfigError(
+            f"--engine {ENGINE} runs a gguf-* recipe's file, and this candidate has {what}",
+            "give a gguf-* recipe (e.g. --recipe gguf-q4_k_m), or serve a model file of your"
+            ' own with --serve "llama-server -m FILE.gguf"',
+        )
+    if options.engine is not None:
+        raise ConfigError(
+            f"--engine {ENGINE} starts its own server, and --serve/--endpoint name another",
+            "drop one of them",
+        )
+    from gate.models.llama_cpp.types import refuse_imatrix
+
+    refuse_imatrix(recipe.name)
+    require(f"--engine {ENGINE}")
+    return runtime
+
+
 def session_engines(options: SessionOptions) -> SessionEngines:
     """The validated engines of a session (nothing is started or contacted)."""
+    check_runtime(options)
     engine = options.engine
     if engine is None:
         return SessionEngines(None, None)

@@ -42,6 +42,7 @@ from rich.text import Text
 from gate import progress
 from gate.errors import SEVERITY_ORDER, ExitCode, GateError, exit_label, exit_meaning, worst_exit
 from gate.gating.verdict import Severity, Verdict
+from gate.report.markdown import HEADLINE_MARK, cell
 from gate.report.outputs import ReportTargets
 from gate.report.results import Results
 from gate.session.handoff import collect
@@ -150,8 +151,26 @@ def summary_table(outcomes: Sequence[Outcome]) -> Table:
     return table
 
 
+def _clean(item: Outcome) -> bool:
+    """Approved without a warning: its report holds no finding."""
+    return (
+        item.exit_code == ExitCode.OK
+        and item.results is not None
+        and all(v.severity == Severity.PASS for v in item.results.verdicts)
+    )
+
+
+def _findings_first(item: Outcome) -> tuple[int, bool]:
+    """Sort key: the worst exit code first, then a report with a finding."""
+    return -SEVERITY_ORDER.index(item.exit_code), _clean(item)
+
+
 def summary_markdown(outcomes: Sequence[Outcome], code: ExitCode) -> str:
-    """A combined markdown document: the summary table, then each candidate's own report."""
+    """A combined markdown document: the summary table (the config's order), then each
+    candidate's own report, findings first: worst exit code first
+    (:data:`~gate.errors.SEVERITY_ORDER`), approved with warnings before approved
+    without, the config's order among equals; a report without a finding is folded in a
+    ``<details>`` block."""
     lines = [
         f"## gate: {len(outcomes)} candidates, exit {int(code)}",
         "",
@@ -168,12 +187,18 @@ def summary_markdown(outcomes: Sequence[Outcome], code: ExitCode) -> str:
             "<br>".join(item.findings) or "-",
         ]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    for item in outcomes:
-        lines += ["", f"### {item.candidate.name} ({item.candidate.recipe_label})", ""]
+    for item in sorted(outcomes, key=_findings_first):  # stable: the config's order among equals
+        title = f"{item.candidate.name} ({item.candidate.recipe_label})"
         if item.markdown is not None and item.markdown.is_file():
-            lines.append(item.markdown.read_text(encoding="utf-8").rstrip())
+            report = item.markdown.read_text(encoding="utf-8").rstrip()
         else:
-            lines.append(f"No report: {exit_label(int(item.exit_code), item.headline)}.")
+            report = f"No report: {exit_label(int(item.exit_code), item.headline)}."
+        if _clean(item):
+            marked = f"{HEADLINE_MARK.get(item.headline, '')} {item.headline}".strip()
+            summary = cell(f"{title}: {marked}, its full report")
+            lines += ["", f"<details><summary>{summary}</summary>", "", report, "", "</details>"]
+        else:
+            lines += ["", f"### {title}", "", report]
     return "\n".join(lines) + "\n"
 
 

@@ -180,6 +180,13 @@ class SessionOptions:
     #: The serving engine the build is gated on (``None``: loaded in process;
     #: docs/serving.md, :mod:`gate.session.engine`).
     engine: EngineSettings | None = None
+    #: ``--engine llama.cpp``: the engine that runs a ``gguf-*`` recipe's file (``None``: the
+    #: file is loaded dequantized in process; docs/gguf.md "gguf-* recipes").
+    runtime: str | None = option_row(
+        "str",
+        "run a gguf-* recipe's file in this engine (llama.cpp) instead of dequantized",
+        option="--gate-engine",
+    )
     verbose: bool = False
 
     def setting_overrides(self) -> dict[str, dict[str, Any]]:

@@ -119,6 +119,7 @@ class RunPlan:
                 self.shared.allow_incomplete_weights or candidate.allow_incomplete_weights
             ),
             engine=engine,
+            runtime=candidate.runtime,
             load=candidate.load,
             # a baseline engine turns the paired latency mode on
             paired_latency=self.shared.paired_latency or (engine is not None and engine.paired),
@@ -261,7 +262,9 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
             f"  thresholds: {inputs.thresholds.source}",
         ]
         engine = c.engine
-        if engine is None:
+        if c.runtime is not None:
+            lines.append(f"  engine:     {c.runtime} (the {c.recipe_label} file, made and served)")
+        elif engine is None:
             trust = ", trust_remote_code" if c.load.trust_remote_code else ""
             lines.append(
                 f"  device:     {c.load.effective_device}, dtype {c.load.dtype or 'auto'}{trust}"
@@ -273,10 +276,9 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
                 f"  engine:     {engine.replicas} replicas (requests spread, least-loaded)"
             )
             lines += [f"    replica {i}: {text}" for i, text in enumerate(engine.describe(), 1)]
-        if engine is not None:
-            baseline = engine.baseline_serve or engine.baseline_endpoint
-            if baseline is not None:
-                lines.append(f"  baseline engine (paired latency): {baseline}")
+        baseline = engine.baseline() if engine is not None else None
+        if baseline is not None:
+            lines.append(f"  baseline engine (paired latency): {baseline.describe()[0]}")
         if reports:
             lines.append(f"  reports:    {', '.join(reports)}")
         lines += ["  " + line for line in sample_size_lines(inputs.thresholds, item.tiers)]

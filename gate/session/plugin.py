@@ -222,9 +222,16 @@ class GatePlugin:
         return load
 
     def _engine_opener(
-        self, model: str, engine: EngineSettings, log: Path
+        self,
+        model: str,
+        engine: EngineSettings,
+        log: Path,
+        opener: Callable[[], contextlib.AbstractContextManager[Backend]] | None = None,
     ) -> Callable[[], Backend]:
-        """Opens ``engine`` once on the session's stack; a failure is remembered and re-raised."""
+        """Opens ``engine`` once on the session's stack; a failure is remembered and re-raised.
+
+        ``opener`` replaces :func:`gate.models.engine.open_engine` (``--engine llama.cpp``:
+        the recipe's file made, then served)."""
         outcome: list[Backend | GateError] = []
 
         def open_() -> Backend:
@@ -239,8 +246,12 @@ class GatePlugin:
                         f"gate: server log: {replica_log(log, i)}" for i in range(engine.replicas)
                     ]
                 try:
-                    opened = open_engine(
-                        ModelSpec.parse(model), engine, log_path=log, warn=self._warn
+                    opened = (
+                        opener()
+                        if opener is not None
+                        else open_engine(
+                            ModelSpec.parse(model), engine, log_path=log, warn=self._warn
+                        )
                     )
                     backend = self.engines.enter_context(opened)
                     if state is not None:
@@ -254,6 +265,25 @@ class GatePlugin:
             return first
 
         return open_
+
+    def _made_engine(self, model: str, options: SessionOptions, log: Path) -> Callable[[], Backend]:
+        """The opener of a ``gguf-*`` recipe's file run by ``--engine llama.cpp``
+        (:func:`gate.models.llama_cpp.served.open_made_engine`), on the session's stack."""
+        from gate.models.engine_settings import EngineSettings
+        from gate.models.llama_cpp.served import open_made_engine
+        from gate.models.recipes import parse_recipe
+
+        spec = options.load.spec(model, allow_pickle=options.allow_pickle)
+        recipe = parse_recipe(options.recipe)
+        placeholder = EngineSettings(
+            serve="llama-server"
+        )  # the log line; the command is made later
+        return self._engine_opener(
+            model,
+            placeholder,
+            log,
+            opener=lambda: open_made_engine(spec, recipe, log_path=log),
+        )
 
     def _warn(self, line: str) -> None:
         """A warning of the serving engine (a dropped replica): now on stderr, and after
@@ -285,6 +315,8 @@ class GatePlugin:
         paired_build = None
         if engines.candidate is not None:
             factory = self._engine_opener(model, engines.candidate, server_log_path(options))
+        elif options.runtime is not None:  # --engine llama.cpp: the recipe's file, served
+            factory = self._made_engine(model, options, server_log_path(options))
         if engines.baseline is not None:
             paired_build = self._engine_opener(
                 model, engines.baseline, server_log_path(options, baseline=True)

@@ -24,6 +24,8 @@ Layout (documented with an example in docs/run-config.md)::
                                  # device, dtype, trust_remote_code (over [run]'s),
                                  # runs_on (the runner labels of its matrix job)
 
+    engine = "llama.cpp"         # optional, gguf-* recipes: run the made file in llama.cpp
+                                 # (the [run] key too; docs/gguf.md), or instead:
     [candidates.engine]          # optional: gate the build as a serving engine serves it
     serve = "python -m vllm.entrypoints.openai.api_server --model ./build"  # or endpoint = URL
     served_model = "build"       # also: api_key_env, max_concurrency, request_timeout_s,
@@ -88,6 +90,27 @@ def _check_runs_on(labels: tuple[str, ...] | None) -> None:
         raise ValueError(f"runs_on names a label twice: {list(labels)}")
 
 
+def _check_runtime(engine: EngineSettings | str | None) -> None:
+    """``engine = "..."`` (a string) names the engine that runs a ``gguf-*`` recipe's file."""
+    from gate.models.llama_cpp.install import ENGINE
+
+    if isinstance(engine, str) and engine != ENGINE:
+        raise ValueError(
+            f"engine {engine!r} is not an engine gate runs: write engine = {ENGINE!r}, or an"
+            " engine table ([candidates.engine] serve = ...)"
+        )
+
+
+def split_engine(
+    engine: EngineSettings | str | None,
+) -> tuple[EngineSettings | None, str | None]:
+    """An ``engine`` key as ``(served engine, runtime)``: a table is a served build, a string
+    the engine that runs a ``gguf-*`` recipe's file."""
+    if isinstance(engine, str):
+        return None, engine
+    return engine, None
+
+
 def _check_tiers(tiers: tuple[str, ...] | None, where: str) -> None:
     if tiers is None:
         return
@@ -124,7 +147,9 @@ class RunDefaults(LoadSettings):
     store: Path | None = None
     thresholds: Path | None = None
     strict: bool = False
-    engine: EngineSettings | None = None
+    #: An engine table (a served build), or ``"llama.cpp"``: the engine that runs a ``gguf-*``
+    #: recipe's file (``--engine``; :func:`split_engine`).
+    engine: EngineSettings | str | None = None
     #: Runner labels of every candidate's matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] | None = None
     #: Globs of other repository paths the builds depend on (recipes, quantization
@@ -135,6 +160,7 @@ class RunDefaults(LoadSettings):
         super().__post_init__()
         _check_tiers(self.tiers, "run.tiers")
         _check_runs_on(self.runs_on)
+        _check_runtime(self.engine)
 
 
 @dataclass(frozen=True)
@@ -153,13 +179,15 @@ class CandidateConfig(LoadSettings):
     allow_pickle: bool = False
     #: Measure weights that do not match the config (``--allow-incomplete-weights``).
     allow_incomplete_weights: bool = False
-    engine: EngineSettings | None = None
+    #: An engine table, or ``"llama.cpp"`` (as ``[run].engine``).
+    engine: EngineSettings | str | None = None
     #: Runner labels of its matrix job (``None``: ``[run].runs_on``).
     runs_on: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_runs_on(self.runs_on)
+        _check_runtime(self.engine)
         if not NAME_RE.match(self.name):
             raise ValueError(
                 f"name {self.name!r} must be 1-64 letters, digits, '.', '_' or '-'"
@@ -185,6 +213,9 @@ class Candidate:
     allow_incomplete_weights: bool = False
     #: The serving engine the build is gated on (``None``: loaded in process).
     engine: EngineSettings | None = None
+    #: The engine that runs its ``gguf-*`` recipe's file (``--engine llama.cpp``; ``None``:
+    #: the file is loaded dequantized in process).
+    runtime: str | None = None
     #: The runner labels of its matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] = DEFAULT_RUNS_ON
     #: Device, dtype and remote-code trust (command line over the candidate over ``[run]``).
@@ -224,6 +255,9 @@ class RunConfig:
 
     def resolve(self, candidate: CandidateConfig) -> Candidate:
         """``candidate`` with the ``[run]`` defaults filled in."""
+        engine, runtime = split_engine(
+            candidate.engine if candidate.engine is not None else self.run.engine
+        )
         return Candidate(
             name=candidate.name,
             model=candidate.model,
@@ -234,7 +268,8 @@ class RunConfig:
             model_slug=self.slug_for(candidate),
             allow_pickle=candidate.allow_pickle,
             allow_incomplete_weights=candidate.allow_incomplete_weights,
-            engine=candidate.engine or self.run.engine,
+            engine=engine,
+            runtime=runtime,
             runs_on=candidate.runs_on or self.run.runs_on or DEFAULT_RUNS_ON,
             load=candidate.settings().over(self.run.settings()),
         )
@@ -343,6 +378,8 @@ class CandidateOverrides:
     model_slug: str | None = None
     #: ``--serve``/``--endpoint`` and their options (replaces a config's engine table).
     engine: EngineSettings | None = None
+    #: ``--engine llama.cpp`` (replaces a config's ``engine``).
+    runtime: str | None = None
     #: ``--only NAME``: just that ``[[candidates]]`` entry (one job of the CI matrix).
     only: str | None = None
     #: ``--device``, ``--dtype``, ``--trust-remote-code`` (each over the config's).
@@ -380,13 +417,15 @@ def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) ->
     chosen = config.resolved()
     if overrides.only is not None:
         chosen = [only_candidate(chosen, overrides.only, config.source)]
+    engine_given = overrides.engine is not None or overrides.runtime is not None
     return [
         replace(
             c,
             against=overrides.against or c.against,
             tiers=overrides.tiers or c.tiers,
             calibration=overrides.calibration or c.calibration,
-            engine=overrides.engine or c.engine,
+            engine=overrides.engine if engine_given else c.engine,
+            runtime=overrides.runtime if engine_given else c.runtime,
             load=overrides.load.over(c.load),
         )
         for c in chosen
@@ -410,6 +449,9 @@ def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
 
     model = str(overrides.candidate)
     baseline_slug = ModelSpec.parse(defaults.baseline).slug if defaults.baseline else None
+    engine, runtime = split_engine(defaults.engine)
+    if overrides.engine is not None or overrides.runtime is not None:
+        engine, runtime = overrides.engine, overrides.runtime
     return Candidate(
         name=ModelSpec.parse(model).slug,
         model=model,
@@ -418,7 +460,8 @@ def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
         tiers=overrides.tiers or defaults.tiers,
         calibration=overrides.calibration or defaults.calibration,
         model_slug=overrides.model_slug or defaults.model_slug or baseline_slug,
-        engine=overrides.engine or defaults.engine,
+        engine=engine,
+        runtime=runtime,
         runs_on=defaults.runs_on or DEFAULT_RUNS_ON,
         load=overrides.load.over(defaults.settings()),
     )

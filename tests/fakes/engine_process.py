@@ -6,7 +6,9 @@ Run as a script: ``python engine_process.py --port P [--delay S] [--child]
 slowly (token id 10 every 50 ms) so a test can kill it mid-stream.
 ``--child`` starts a sleeping child process in the same process group (as an
 engine starts its workers); ``--ignore-term`` ignores SIGTERM (so only SIGKILL
-stops it).
+stops it). ``--api-key KEY`` makes ``/v1`` answer 401 without ``Authorization:
+Bearer KEY``; the process writes its arguments (the key among them) to its
+log first, unmasked (vLLM prints its arguments too, masking its own keys).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--ignore-term", action="store_true")
+    parser.add_argument("--api-key", default=None)
     args = parser.parse_args()
+    print(f"engine: args {vars(args)}", flush=True)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.child:
@@ -47,7 +51,16 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def _refused(self) -> bool:
+            wanted = f"Bearer {args.api_key}"
+            if args.api_key is None or self.headers.get("Authorization") == wanted:
+                return False
+            self._json(401, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self) -> None:
+            if self.path.startswith("/v1") and self._refused():
+                return
             if self.path == "/health":
                 self._json(200 if time.monotonic() >= ready_at else 503, {})
             elif self.path == "/v1/models":
@@ -57,6 +70,8 @@ def main() -> None:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            if self._refused():
+                return
             if self.path != "/v1/completions":
                 self._json(404, {"error": {"message": "Not Found"}})
                 return

@@ -130,6 +130,9 @@ class HFBackend(tokens.TokenizerMethods):
         #: What the recipe changed, counted while the build runs (set by the loader after
         #: the warm-up, so only the gate's own requests count; None: nothing to prove).
         self.activity: Activity | None = None
+        #: Facts of a ``gguf-*`` recipe's made file, stated over the rest of the provenance
+        #: (``gguf_runtime``, ``gguf_made_with``; :mod:`gate.models.llama_cpp.make`).
+        self.made_facts: Mapping[str, Any] = {}
         recipe_text = format_recipe(recipe)
         self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"
         self.device = model.get_input_embeddings().weight.device
@@ -365,7 +368,7 @@ class HFBackend(tokens.TokenizerMethods):
         vocab = int(getattr(config, "vocab_size", 0) or len(self.tokenizer))
         model_type = str(getattr(config, "model_type", "unknown"))
         layers = getattr(config, "num_hidden_layers", None)
-        return ModelProvenance(
+        provenance = ModelProvenance(
             name=self.name,
             source=self.spec.source,
             slug=self.spec.slug,
@@ -400,3 +403,4 @@ class HFBackend(tokens.TokenizerMethods):
             gguf_tensor_types=self.gguf.tensor_types if self.gguf is not None else None,
             document_keys=HF_FACTS,
         )
+        return provenance.with_facts(self.made_facts) if self.made_facts else provenance

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from typing import Any
 from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
 from gate.measurement import TimedGeneration
 from gate.metrics.serving import StreamTiming, arrival_offsets, token_times
-from gate.models.backends import tokens
+from gate.models.backends import llama_server, tokens
 from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
@@ -81,6 +81,7 @@ from gate.models.backends.streams import (
     streams_at_once,
     timed_generation,
 )
+from gate.models.masking import mask_argv
 from gate.models.provenance import combined_digest, hash_files, tokenizer_files, weight_files
 from gate.models.spec import ModelSpec
 from gate.provenance import ModelProvenance
@@ -154,6 +155,12 @@ class ServerFacts:
     version: str | None
     tokenizer_check: str
     cache_config: Mapping[str, str]
+    #: The engine as provenance names it: ``llama.cpp`` for llama-server, else ``owned_by``.
+    engine: str | None = None
+    #: llama-server's ``/props`` (``None`` for another engine).
+    llama: llama_server.ServerProps | None = None
+    #: Served settings the server reports itself (llama-server's build, slots, file type).
+    reported: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _chunk_tokens(choice: Mapping[str, Any]) -> int | None:
@@ -199,7 +206,8 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         self.settings = settings
         self.spec = tokenizer_spec
         self.liveness = liveness
-        self.serve_command = list(serve_command) if serve_command is not None else None
+        #: The server's command line as recorded: its secrets masked (gate.models.masking).
+        self.serve_command = mask_argv(serve_command) if serve_command is not None else None
         self.served_settings = dict(served_settings or {})
         #: The log of a server gate started (a report artifact), else ``None``.
         self.server_log = server_log
@@ -285,6 +293,11 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
                 "set the served model name to one of those",
             )
         card = data[names.index(wanted)]
+        owned_by = str(card["owned_by"]) if card.get("owned_by") else None
+        props = await llama_server.server_props(client, owned_by)
+        if props is not None:
+            return await self._connect_llama(client, wanted, card, owned_by, props)
+        self._require_scoring_api(False)
         version_doc = None
         try:
             version_doc = await client.get("/version", root=True)
@@ -296,14 +309,73 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         return ServerFacts(
             model=wanted,
             model_root=str(card["root"]) if card.get("root") else None,
-            owned_by=str(card["owned_by"]) if card.get("owned_by") else None,
+            owned_by=owned_by,
             max_model_len=int(max_len) if isinstance(max_len, int) else None,
             version=str(version_doc["version"])
             if isinstance(version_doc, Mapping) and version_doc.get("version")
             else None,
             tokenizer_check=check,
             cache_config=_prometheus_labels(metrics, "vllm:cache_config_info") if metrics else {},
+            engine=owned_by,
         )
+
+    def _require_scoring_api(self, llama: bool) -> None:
+        """Refuse a ``scoring_api`` the server cannot answer (ConfigError naming the ones it can);
+        ``auto`` becomes ``forced`` on llama-server."""
+        asked = self.settings.scoring_api
+        if asked == "auto":
+            self.scoring_api = "forced" if llama else None
+            return
+        if llama and asked not in llama_server.SCORING_APIS:
+            raise ConfigError(
+                f"scoring_api {asked!r}: llama-server returns no log-probs of prompt tokens",
+                "use scoring_api forced or positions (or auto) with llama-server",
+            )
+        if not llama and asked in llama_server.SCORING_APIS:
+            raise ConfigError(
+                f"scoring_api {asked!r} is llama-server's, and this server is not llama-server",
+                "use auto, prompt_logprobs or echo with this server",
+            )
+
+    async def _connect_llama(
+        self,
+        client: EndpointClient,
+        model: str,
+        card: Mapping[str, Any],
+        owned_by: str | None,
+        props: llama_server.ServerProps,
+    ) -> ServerFacts:
+        """The facts of a llama-server (module :mod:`~gate.models.backends.llama_server`)."""
+        self._require_scoring_api(True)
+        await self._check_llama_tokenizer(client)
+        return ServerFacts(
+            model=model,
+            model_root=props.model_path,
+            owned_by=owned_by,
+            max_model_len=props.context,
+            version=props.version,
+            tokenizer_check="tokenize endpoint",
+            cache_config={},
+            engine=llama_server.ENGINE,
+            llama=props,
+            reported=llama_server.served_settings(props, card),
+        )
+
+    async def _check_llama_tokenizer(self, client: EndpointClient) -> None:
+        """:data:`TOKENIZER_PROBES` and the EOS token's text through llama-server's ``/tokenize``
+        (BaselineError naming the first token that differs)."""
+        probes = [(text, text, self.encode_text(text)) for text in TOKENIZER_PROBES]
+        eos_text = getattr(self.tokenizer, "eos_token", None)
+        if isinstance(eos_text, str) and eos_text and self.eos_ids:
+            ids = self.encode_text(eos_text)
+            probes.append((f"the EOS token {eos_text}", eos_text, ids))
+        for label, text, local in probes:
+            answer = await client.post("/tokenize", llama_server.tokenize_payload(text), root=True)
+            error = llama_server.tokenizer_mismatch(
+                label, llama_server.tokenized(answer), local, lambda i: self.tokenizer.decode([i])
+            )
+            if error is not None:
+                raise error
 
     async def _check_tokenizer(self, client: EndpointClient, model: str) -> str:
         """Compare local and server encodings of :data:`TOKENIZER_PROBES` (BaselineError on a mismatch)."""
@@ -380,17 +452,37 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
     def _tokenizer_hashes(self) -> dict[str, str]:
         return hash_files(tokenizer_files(self.files_dir)) if self.files_dir is not None else {}
 
+    @cached_property
+    def _forcing(self) -> llama_server.Forcing:
+        """What llama-server's forced scoring needs of the local vocabulary."""
+        special = {int(i) for i in getattr(self.tokenizer, "all_special_ids", ())}
+        plain = [i for i in self.encode_text("a") if i not in special]
+        return llama_server.Forcing(
+            unforceable=frozenset(special | set(self.eos_ids)),
+            substitute=plain[0] if plain else 0,
+            vocab_size=self.vocab_size,
+        )
+
+    @cached_property
+    def _weight_hashes(self) -> dict[str, str]:
+        """The served weights' hashes, where the server names files on this machine (vLLM's
+        model directory, llama-server's ``.gguf``); empty otherwise."""
+        facts = self.connect()
+        root = Path(facts.model_root) if facts.model_root else None
+        if root is not None and root.is_dir():
+            return hash_files(weight_files(root))
+        if root is not None and root.is_file():
+            return hash_files([root])
+        return {}
+
     def provenance(self) -> ModelProvenance:
         """Served model, engine and version, served settings, endpoint (no credential), tokenizer hashes."""
         facts = self.connect()
         tok = self._tokenizer_hashes
-        weights: dict[str, str] = {}
-        root = Path(facts.model_root) if facts.model_root else None
-        if root is not None and root.is_dir():
-            weights = hash_files(weight_files(root))
+        weights = self._weight_hashes
         model_type = str(getattr(self.config, "model_type", "unknown"))
-        engine = facts.owned_by or "unknown"
-        served = dict(self.served_settings)
+        engine = facts.engine or facts.owned_by or "unknown"
+        served = {**facts.reported, **self.served_settings}
         if facts.max_model_len is not None:
             served.setdefault("max_model_len", facts.max_model_len)
         if facts.cache_config.get("cache_dtype"):
@@ -453,12 +545,20 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
                 first = [await counted(scorer(client, requests[0]))()]
             rest = await gather_bounded(
                 [counted(scorer(client, r)) for r in requests[len(first) :]],
-                self.settings.max_concurrency,
+                self.request_slots,
             )
             return [*first, *rest]
 
         result: list[TokenScores] = self._run(main)
         return result
+
+    @property
+    def request_slots(self) -> int:
+        """Requests sent at once: ``max_concurrency``, at most llama-server's slots (more would
+        wait in its queue, and a scored sequence would lose its slot's cache to another)."""
+        facts = self.connect()
+        slots = facts.llama.slots if facts.llama is not None else None
+        return min(self.settings.max_concurrency, slots) if slots else self.settings.max_concurrency
 
     def asked_top_k(self, top_k: int, full: bool) -> int:
         """Log-probs asked per position: ``top_k``, or ``max(top_k, full_top_k)`` for full rows."""
@@ -496,6 +596,14 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         self, client: EndpointClient, model: str, prompt: list[int], start: int, k: int
     ) -> list[Position]:
         count = len(prompt) - start
+        if self.scoring_api in llama_server.SCORING_APIS:
+            context = self.facts.max_model_len if self.facts is not None else None
+            score = (
+                llama_server.forced_positions
+                if self.scoring_api == "forced"
+                else llama_server.cached_positions
+            )
+            return await score(client, prompt, start, k, context, self._forcing)
         base = {"model": model, "prompt": prompt, "max_tokens": 1, **GREEDY}
         if self.scoring_api in (None, "prompt_logprobs"):
             try:
@@ -546,7 +654,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         async def main(client: EndpointClient) -> list[list[int]]:
             return await gather_bounded(
                 [counted(partial(self.generate_one, client, p, max_new_tokens)) for p in prompts],
-                self.settings.max_concurrency,
+                self.request_slots,
             )
 
         result: list[list[int]] = self._run(main)
@@ -556,6 +664,12 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         self, client: EndpointClient, prompt: Sequence[int], max_new_tokens: int
     ) -> list[int]:
         """One greedy continuation through ``client`` (new ids, up to and including EOS)."""
+        if self.connect().llama is not None:
+            answer = await client.post(
+                "/completion", llama_server.generate_payload(prompt, max_new_tokens), root=True
+            )
+            new = llama_server.generated_ids(answer, self.eos_ids)
+            return self._cut_at_eos(new[:max_new_tokens])
         answer = await client.post(
             "/completions",
             {
@@ -617,6 +731,8 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
             "return_token_ids": True,
             **GREEDY,
         }
+        if self.connect().llama is not None:
+            return await self._stream_llama(client, prompt, new_tokens, start=start, sent=sent)
         origin = time.perf_counter() if sent is None else sent
         chunks: list[tuple[float, int]] = []
         counted_by_text = False
@@ -648,6 +764,41 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         return StreamTiming(
             token_times=times,
             prompt_tokens=int(prompt_tokens) if isinstance(prompt_tokens, int) else len(prompt),
+            start=start,
+        )
+
+    async def _stream_llama(
+        self,
+        client: EndpointClient,
+        prompt: Sequence[int],
+        new_tokens: int,
+        *,
+        start: float,
+        sent: float | None,
+    ) -> StreamTiming:
+        """:meth:`_stream_one` on llama-server's ``/completion`` (tokens counted from its ids)."""
+        payload = llama_server.stream_payload(prompt, new_tokens)
+        origin = time.perf_counter() if sent is None else sent
+        chunks: list[tuple[float, int]] = []
+        reported: int | None = None
+        prompt_tokens: int | None = None
+        counted = 0
+        async for arrival, event in client.stream("/completion", payload, root=True):
+            count = llama_server.chunk_tokens(event, counted)
+            if count:
+                chunks.append((arrival - origin, count))
+                counted += count
+            done, evaluated = llama_server.stream_usage(event)
+            if done is not None:
+                reported, prompt_tokens = done, evaluated
+        times = token_times(chunks)
+        if reported is not None and reported != len(times):
+            raise ModelLoadError(
+                f"the stream carried {len(times)} tokens but llama-server reports {reported}"
+            )
+        return StreamTiming(
+            token_times=times,
+            prompt_tokens=prompt_tokens if prompt_tokens is not None else len(prompt),
             start=start,
         )
 

@@ -454,6 +454,8 @@ def load_backend(
     """
     recipe = parse_recipe(recipe)
     definition = get_recipe(recipe.name)
+    if definition.family == "gguf":
+        return _load_made_gguf(spec, recipe, allow_incomplete_weights=allow_incomplete_weights)
     local = checkpoint_dir(spec, recipe) if definition.family == "checkpoint" else spec.local_dir
     source = str(local) if local is not None else spec.source
     gguf: GGUFSummary | None = None
@@ -502,6 +504,36 @@ def load_backend(
 
         count_calls(model, activity)  # after the warm-up: only the gate's requests count
     backend.activity = activity
+    return backend
+
+
+def _load_made_gguf(
+    spec: ModelSpec, recipe: Recipe, *, allow_incomplete_weights: bool
+) -> HFBackend:
+    """A ``gguf-*`` recipe without an engine: its file made (:func:`gate.models.llama_cpp.make.
+    make_gguf`) and loaded dequantized, as a ``.gguf`` model is; the provenance names the model
+    and recipe, the file (sha256, tensor types written) and ``gguf_runtime: dequantized``; the
+    activity counts the tensors written in the recipe's type (:mod:`gate.models.llama_cpp.written`)."""
+    import dataclasses
+
+    from gate.models.llama_cpp.make import make_gguf
+    from gate.models.llama_cpp.written import activity
+
+    made = make_gguf(spec, recipe)
+    unknown = sorted(name for name in made.written.counts if name.startswith("GGML_TYPE_"))
+    if unknown:
+        raise ConfigError(
+            f"recipe {recipe}: transformers cannot dequantize the tensor type {unknown[0]}"
+            " llama-quantize wrote",
+            "run the file in llama.cpp: add --engine llama.cpp",
+        )
+    file_spec = dataclasses.replace(spec, source=str(made.path), revision=None)
+    backend = load_backend(file_spec, None, allow_incomplete_weights=allow_incomplete_weights)
+    backend.spec = spec
+    backend.recipe = recipe
+    backend.name = f"{spec.source}[{made.recipe}]"
+    backend.made_facts = made.facts("dequantized")
+    backend.activity = activity(made.recipe, made.quant, made.written)
     return backend
 
 

@@ -56,7 +56,10 @@ DEFAULT_SERVED_LOGPROBS = 64
 #: Characters of a server message quoted in an error.
 _QUOTE = 240
 
-ScoringApi = Literal["auto", "prompt_logprobs", "echo"]
+ScoringApi = Literal["auto", "prompt_logprobs", "echo", "forced", "positions"]
+#: Every ``scoring_api`` (:mod:`gate.models.backends.http`; ``forced`` and ``positions`` are
+#: llama-server's, :mod:`gate.models.backends.llama_server`).
+SCORING_APIS: tuple[str, ...] = ("auto", "prompt_logprobs", "echo", "forced", "positions")
 #: A check that returns an error when the server behind the endpoint has died.
 Liveness = Callable[[], GateError | None]
 
@@ -115,7 +118,8 @@ class EndpointSettings:
     #: Top-k asked per position when the caller wants full rows (``score(full=True)``);
     #: twice the reference pack's k, so the returned ids cover the pack's top-k set.
     full_top_k: int = DEFAULT_SERVED_LOGPROBS
-    #: ``prompt_logprobs`` (vLLM, SGLang), ``echo`` (legacy) or ``auto`` (try both, in that order).
+    #: ``prompt_logprobs`` (vLLM, SGLang), ``echo`` (legacy), ``forced`` or ``positions``
+    #: (llama-server), or ``auto``: llama-server's ``forced``, else the first two in that order.
     scoring_api: ScoringApi = "auto"
 
     def __post_init__(self) -> None:
@@ -128,9 +132,9 @@ class EndpointSettings:
             raise ConfigError("max_retries and retry_backoff must be >= 0")
         if self.full_top_k < 1:
             raise ConfigError("full_top_k must be >= 1")
-        if self.scoring_api not in ("auto", "prompt_logprobs", "echo"):
+        if self.scoring_api not in SCORING_APIS:
             raise ConfigError(
-                f"unknown scoring_api {self.scoring_api!r}", "use auto, prompt_logprobs or echo"
+                f"unknown scoring_api {self.scoring_api!r}", f"use one of {', '.join(SCORING_APIS)}"
             )
         if self.api_key_env is not None and not re.fullmatch(
             r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env
@@ -433,7 +437,9 @@ class EndpointClient:
             return None
         return response.text if response.status_code == 200 else None
 
-    async def stream(self, path: str, payload: Any) -> AsyncIterator[tuple[float, dict[str, Any]]]:
+    async def stream(
+        self, path: str, payload: Any, *, root: bool = False
+    ) -> AsyncIterator[tuple[float, dict[str, Any]]]:
         """POST a streaming request; yield ``(arrival perf_counter, event JSON)`` per SSE event.
 
         Retries (429/502/503/504) happen only before the first byte of the body;
@@ -441,7 +447,7 @@ class EndpointClient:
         """
         import httpx
 
-        url = self.url(path)
+        url = self.url(path, root=root)
         attempts = self.settings.max_retries + 1
         yielded = False
         for attempt in range(attempts):

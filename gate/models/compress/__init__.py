@@ -36,6 +36,8 @@ from torch import nn
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.activity import Activity, Counting, Footprint
 from gate.models.compress import bnb, delay, layers, prune, quanto, select
+from gate.models.llama_cpp.types import QUANT_TYPES
+from gate.models.llama_cpp.written import footprint as gguf_footprint
 from gate.models.recipes import Recipe, argument_text, example, format_recipe, get_recipe
 
 #: Calibration inputs: token id lists, one per prompt, no padding.
@@ -212,6 +214,8 @@ HOOKS: dict[str, RecipeHooks] = {
     "kv-h2o": RecipeHooks(EVICTED),
     "kv-streaming": RecipeHooks(EVICTED),
     "kv-quant": RecipeHooks(Footprint("KV pairs quantized", Counting.PER_REQUEST)),
+    # made by llama.cpp's tools before loading; counted from the file's header when made
+    **{t.recipe: RecipeHooks(gguf_footprint(t)) for t in QUANT_TYPES},
 }
 
 
