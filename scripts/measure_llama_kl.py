@@ -55,14 +55,11 @@ What each figure is:
   rows on both sides the exact KL is computed too, so the estimator is
   checked on every row.
 
-**Repacking is off** unless ``--repack``: ``LLAMA_ARG_REPACK=0`` in the
-environment of llama-perplexity and of the llama-server gate starts (llama.cpp's
-``--no-repack``), so neither uses llama.cpp's extra CPU buffer types (AMX tiles,
-the repacked Q4_0/Q4_K GEMMs). On the 2-core host this was measured on, the
-CPU reports AMX and llama.cpp's native build uses it for Q8_0 and the K-quants,
-and the AMX tile instructions die with SIGILL there (the virtual machine does
-not grant them); both tools then run the same portable kernels, which still
-quantize the activations to 8-bit blocks for the quantized dot products.
+**Repacking is on**, as llama.cpp runs by default (its extra CPU buffer types:
+the repacked Q4_0/Q4_K GEMMs of the x86-64-v3 build scripts/setup_llama_cpp.sh
+makes); ``--no-repack`` sets ``LLAMA_ARG_REPACK=0`` for llama-perplexity and the
+llama-server gate starts. Either way the quantized dot products quantize the
+activations to 8-bit blocks.
 
 Wall times are measured in this one run (gate: recording the pack, scoring
 each build; llama.cpp: the base logits, each KLD run); sizes are the pack
@@ -436,9 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tail-samples", type=int, default=tier.FidelitySettings.tail_samples)
     ap.add_argument("--no-dequantized", action="store_true", help="skip the in-process builds")
     ap.add_argument(
-        "--repack",
+        "--no-repack",
         action="store_true",
-        help="let llama.cpp use its extra CPU buffer types (AMX, repacked GEMMs; module doc)",
+        help="turn off llama.cpp's extra CPU buffer types (repacked GEMMs; module doc)",
     )
     ap.add_argument("--workdir", type=Path, default=None, help="keep the files here")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
@@ -473,7 +470,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from gate.models.spec import ModelSpec
 
     torch.set_num_threads(args.threads)
-    if not args.repack:  # read by llama-perplexity and by the llama-server gate starts
+    if args.no_repack:  # read by llama-perplexity and by the llama-server gate starts
         os.environ["LLAMA_ARG_REPACK"] = "0"
     llama = require("this benchmark")
     perplexity = llama.root / "bin" / "llama-perplexity"
@@ -585,7 +582,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "served_logprobs": args.served_logprobs,
         "scoring_api": args.scoring_api,
         "threads": args.threads,
-        "repack": bool(args.repack),
+        "repack": not args.no_repack,
         "tensor_types": {b: made[b].written.counts for b in builds},
         "pack_bytes": pack_path.stat().st_size,
         "kld_bytes": base_kld.stat().st_size,

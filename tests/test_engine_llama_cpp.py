@@ -344,7 +344,8 @@ def test_cli_a_server_killed_mid_run_is_exit_3_with_the_store_untouched(
         while time.monotonic() < deadline and gate.poll() is None:
             pids = _llama_servers(gguf)
             log = tmp_path / "out" / "results.server.log"
-            if pids and log.is_file() and "/completion" in log.read_text(errors="replace"):
+            # llama-server logs each request's slot task; the first are the scoring's
+            if pids and log.is_file() and "processing task" in log.read_text(errors="replace"):
                 for pid in pids:
                     os.kill(pid, signal.SIGKILL)
                 killed.extend(pids)
@@ -357,7 +358,7 @@ def test_cli_a_server_killed_mid_run_is_exit_3_with_the_store_untouched(
     killer.join()
     assert killed, "the server was never seen scoring: " + stderr[-2000:]
     assert gate.returncode == ExitCode.INTERNAL_ERROR, stdout[-2000:] + stderr[-2000:]
-    error_lines = [line for line in stderr.splitlines() if line.startswith("error")]
+    error_lines = [line for line in (stdout + stderr).splitlines() if "error:" in line]
     print(f"\n[llama.cpp killed] exit {gate.returncode}: {error_lines}")
     assert any("killed by signal 9" in line for line in error_lines), stderr[-2000:]
     assert _snapshot(store) == before
@@ -375,5 +376,5 @@ def test_cli_a_taken_port_is_one_line_naming_it(
         serve = _serve(server_path, gguf_files["f16"], "--port", str(port))
         run = _run_served(store, config, serve, tmp_path / "out")
     assert run.returncode == ExitCode.USAGE_ERROR, run.stdout[-2000:] + run.stderr[-2000:]
-    lines = [line for line in run.stderr.splitlines() if f"port {port}" in line]
-    assert len(lines) == 1 and "is taken" in lines[0], run.stderr[-2000:]
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if f"port {port}" in line]
+    assert len(lines) == 1 and "is taken" in lines[0], run.stdout[-2000:] + run.stderr[-2000:]

@@ -28,6 +28,7 @@ import pytest
 
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.http import HTTPBackend
+from gate.models.backends.openai_client import ScoringApi
 from gate.models.engine import open_engine
 from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
@@ -78,7 +79,11 @@ def requests_(served: HTTPBackend) -> list[ScoreRequest]:
 
 
 def _run(
-    benchmark: Any, served: HTTPBackend, requests: list[ScoreRequest], api: str, slots: int
+    benchmark: Any,
+    served: HTTPBackend,
+    requests: list[ScoreRequest],
+    api: ScoringApi,
+    slots: int,
 ) -> None:
     settings = dataclasses.replace(served.settings, scoring_api=api, max_concurrency=slots)
     backend = HTTPBackend(settings, served.spec)

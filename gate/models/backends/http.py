@@ -457,8 +457,11 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         """What llama-server's forced scoring needs of the local vocabulary."""
         special = {int(i) for i in getattr(self.tokenizer, "all_special_ids", ())}
         plain = [i for i in self.encode_text("a") if i not in special]
+        # A piece that is not whole UTF-8 text decodes with the replacement character.
+        pieces = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+        partial = {i for i, piece in enumerate(pieces) if "\ufffd" in piece}
         return llama_server.Forcing(
-            unforceable=frozenset(special | set(self.eos_ids)),
+            unforceable=frozenset(special | set(self.eos_ids) | partial),
             substitute=plain[0] if plain else 0,
             vocab_size=self.vocab_size,
         )

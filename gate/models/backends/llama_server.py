@@ -36,7 +36,12 @@ times both side by side. ``forced`` is the default; ``positions`` stays as the
 check of the cache and the mechanism the cost is compared with.
 
 Tokens a grammar cannot force (special tokens: llama.cpp renders them as no
-text, which its grammars refuse, and stops after an end-of-generation one) and
+text, which its grammars refuse, and stops after an end-of-generation one; byte
+tokens that are not whole UTF-8 text on their own, a lead byte or a
+continuation byte of a multi-byte character: llama.cpp's grammar decodes each
+forced piece as UTF-8 and, given such a piece, lets another token through and
+then fails the request, "Unexpected empty grammar stack", found on SmolLM2 at a
+non-ASCII character of the fidelity prompts) and
 steps the server leaves out of its answer (a byte token that ends the
 generated text inside a UTF-8 character) are read by :func:`free_position`:
 the same prefix with a plain token forced in their place, so the row is the
@@ -299,7 +304,8 @@ class Forcing:
     """What forced scoring needs to know of the vocabulary (from the local tokenizer)."""
 
     #: Ids a token grammar cannot force: special tokens (llama.cpp renders them as no text,
-    #: which its grammars refuse, and stops at the end-of-generation ones).
+    #: which its grammars refuse, and stops at the end-of-generation ones) and byte tokens
+    #: that are not whole UTF-8 text alone (module docstring).
     unforceable: frozenset[int]
     #: A plain-text id forced in their place, to read a position's row (``"a"``).
     substitute: int
