@@ -4,7 +4,7 @@
 # number), once per version and flavour, into gate's engine cache; reused
 # afterwards. Called as `bash scripts/setup_engine.sh llama.cpp`.
 #
-#   bash scripts/setup_engine.sh llama.cpp                 # build (about 4-6 min on 2 cores) or reuse
+#   bash scripts/setup_engine.sh llama.cpp                 # build (2,259 s on 2 loaded cores; docs/gguf.md) or reuse
 #   GATE_LLAMA_CPP_FLAVOUR=cpu bash scripts/setup_engine.sh llama.cpp   # the CPU build on a GPU host
 #
 # Directory: ${GATE_ENGINE_CACHE:-$HOME/.cache/gate-engines}/llama.cpp-b<build>-<flavour>-<arch>
@@ -93,7 +93,7 @@ if [ "$(uname -m)" = x86_64 ]; then
 fi
 [ "$FLAVOUR" = cuda ] && CMAKE_FLAGS+=(-DGGML_CUDA=ON)
 JOBS=${GATE_BUILD_JOBS:-$(nproc)}
-log "building llama-server, llama-quantize, llama-perplexity, llama-imatrix ($FLAVOUR, $JOBS jobs; about 4-6 min on 2 cores)"
+log "building llama-server, llama-quantize, llama-perplexity, llama-imatrix ($FLAVOUR, $JOBS jobs; tens of minutes on 2 busy cores)"
 cmake -S "$STAGE/src" -B "$WORK/build" "${GENERATOR[@]}" "${CMAKE_FLAGS[@]}" >"$WORK/cmake.log" 2>&1 || {
   log "cmake failed to configure llama.cpp; the last lines of its log:"
   tail -n 15 "$WORK/cmake.log" >&2

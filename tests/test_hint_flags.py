@@ -31,6 +31,9 @@ FOREIGN: dict[str, str] = {
     "--limit": "lm_eval",
     "--output_path": "lm_eval",
     "--max-chars": "scripts/build_long_context_set.py",
+    "--no-props": "llama-server",
+    "--parallel": "llama-server",
+    "--port": "the serving engine",
 }
 
 

@@ -79,6 +79,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
             server_log=Path("s.log"),
             baseline_serve="python -m base",
             served_logprobs=128,
+            scoring_api="positions",
         ),
         runtime="llama.cpp",
     )
@@ -98,7 +99,7 @@ def test_every_gate_flag_is_read_once_into_the_typed_request(pytester: pytest.Py
         *("--gate-api-key-env", "KEY", "--gate-max-concurrency", "4"),
         *("--gate-request-timeout", "30", "--gate-startup-timeout", "60"),
         *("--gate-server-log", "s.log", "--gate-baseline-serve", "python -m base"),
-        *("--gate-served-logprobs", "128"),
+        *("--gate-served-logprobs", "128", "--gate-scoring-api", "positions"),
         *("--gate-engine", "llama.cpp"),
     ]
     # every option is given (serve and baseline_endpoint exclude endpoint and baseline_serve)
