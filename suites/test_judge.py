@@ -22,6 +22,14 @@ from gate.store.judge_outputs import ARTIFACT, read_outputs, write_outputs
 from gate.tiers import judge as tier
 from gate.tiers.judge_outputs import generate_outputs, prompts_of
 
+
+def _beside_the_build(gate_run: GateRun) -> str:
+    """Where an in-process judge runs unless its ``[[judges]]`` entry says: on the device of
+    the build in process (``--device``), else (a served build) ``auto``."""
+    device = getattr(gate_run.backend, "device", None)
+    return "auto" if device is None else str(device)
+
+
 pytestmark = pytest.mark.judge
 
 
@@ -38,7 +46,7 @@ def test_judge(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> N
         path = tmp_path_factory.mktemp("judge") / "judge-outputs.json"
         write_outputs(path, outputs)
         gate_run.attach(ARTIFACT, path)
-        judges = tier.open_panel(settings)
+        judges = tier.open_panel(settings, _beside_the_build(gate_run))
         validity = tier.validity_measurement(judges, settings.templates(), outputs)
         if validity is not None:
             gate_run.record(validity)
@@ -54,7 +62,7 @@ def test_judge(gate_run: GateRun, tmp_path_factory: pytest.TempPathFactory) -> N
         max_new_tokens=baseline.max_new_tokens,
         batch_size=settings.batch_size,
     )
-    judges = tier.open_panel(settings)
+    judges = tier.open_panel(settings, _beside_the_build(gate_run))
     result = tier.compare_outputs(candidate, baseline, judges, settings)
     for measurement in result.measurements:
         gate_run.record(measurement)

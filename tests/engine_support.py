@@ -164,9 +164,9 @@ def demo_fidelity_settings() -> Any:
     return build_settings("fidelity", stored.provenance.tier_settings["fidelity"])
 
 
-#: Pack prompts the FP8 server and the in-process bfloat16 build are compared on (a third
-#: of the demo pack: CGA on 32 prompts x 128 tokens, 4,096 positions).
-FP8_PROMPTS = 32
+#: Pack prompts the bfloat16 server and the in-process bfloat16 build are compared on (a
+#: third of the demo pack: CGA on 32 prompts x 128 tokens, 4,096 positions).
+BF16_PROMPTS = 32
 
 
 def inprocess_fidelity(dtype: str, limit: int | None = None) -> dict[str, Any]:

@@ -266,7 +266,16 @@ def test_recipe_on_the_model_is_the_hand_numerics(demo: Any, method: Any, by_han
     name = attn.install(demo, method)
     got = _logits(demo, name)
     want = _logits(demo, _register_hand(f"hand_{name}", by_hand))
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    if method.kind == "fp8":
+        # the 8-bit cast of P rounds ties: a float32 ulp of difference in P (a batched product
+        # summed in another order than the hand's per-head one, as on an AVX-512 CPU) moves
+        # an entry by one e4m3 step (1/8 relative): measured there, 1.1 % of the logits moved,
+        # by at most 7.7e-4; all the others stay within 1e-4
+        moved = (got - want).abs()
+        assert (moved <= 1e-4).float().mean().item() >= 0.95
+        assert moved.max().item() <= 2e-3
+    else:
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
     assert (got - eager).abs().max().item() > 1e-3  # and it is not the eager attention
 
 

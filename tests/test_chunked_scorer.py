@@ -73,7 +73,8 @@ def test_identity_policy_equals_the_single_pass(backend: Any, requests: Any) -> 
     want = _single_pass(backend, requests)
     got = score_through_cache(backend.model, CacheMethod(), requests, top_k=5, full=True)
     for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g.full_logprobs, w, atol=1e-5, rtol=0)
+        # float32 sums in another order (cached keys vs one pass): 1.1e-5 on an AVX-512 CPU
+        torch.testing.assert_close(g.full_logprobs, w, atol=3e-5, rtol=0)
 
 
 def test_identity_policy_equals_the_single_pass_at_every_chunk_size(

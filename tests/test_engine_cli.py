@@ -4,7 +4,7 @@ Marked ``engine`` (the engine is set up by scripts/setup_engine.sh when
 missing). Each test is one ``gate run`` command, run in this process as a user
 or a workflow runs it (the servers are real processes either way). One server
 start by gate itself (``--serve``, the float32 build, which gate must stop);
-the session's float32 and FP8 servers (``served``, ``served_fp8`` in
+the session's float32 and bfloat16 servers (``served``, ``served_bf16`` in
 tests/conftest.py) are the ``--endpoint`` and ``--baseline-endpoint`` of the
 others, which gate must leave alone. Figures are printed (run with ``-s``).
 
@@ -12,7 +12,7 @@ others, which gate must leave alone. Figures are printed (run with ``-s``).
   below 1e-6 (the lower end of its interval: the server's top 64 leave sampled
   tail tokens out, so the upper end is unbounded), exit 0; provenance names engine, version, served model and
   endpoint, and holds no API key; the server is gone afterwards;
-* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``) as an
+* the bfloat16 build (``--dtype bfloat16``) as an
   endpoint with the latency tier: latency from the streams, the load runs at
   two concurrency levels and the paired A/B mode with the baseline build's own
   server; both servers still serve afterwards, no server added (its fidelity
@@ -123,14 +123,14 @@ def test_fp32_served_demo_passes_through_the_cli(engine_cache: Path, tmp_path: P
     assert _servers_on(_port(cand["endpoint"])) == []
 
 
-def test_fp8_endpoint_latency_and_paired_endpoints(
-    engine_cache: Path, served: HTTPBackend, served_fp8: HTTPBackend, tmp_path: Path
+def test_bf16_endpoint_latency_and_paired_endpoints(
+    engine_cache: Path, served: HTTPBackend, served_bf16: HTTPBackend, tmp_path: Path
 ) -> None:
-    """The FP8 build as ``--endpoint`` (the session's FP8 server: starting a server
+    """The bfloat16 build as ``--endpoint`` (the session's bfloat16 server: starting a server
     through ``--serve`` is the float32 test's, its fidelity test_engine_vllm's); the
     baseline build is the session's float32 server, reached as
     ``--baseline-endpoint`` (paired A/B latency)."""
-    candidate = served_fp8.settings.base_url
+    candidate = served_bf16.settings.base_url
     baseline = served.settings.base_url
     config = tmp_path / "gate.toml"
     config.write_text(
@@ -174,7 +174,7 @@ def test_fp8_endpoint_latency_and_paired_endpoints(
     cand = results["candidate"]
     load = metrics["latency.load_ttft_p50"]["details"]
     _figures(
-        "served fp8 (CLI), paired with the float32 server",
+        "served bf16 (CLI), paired with the float32 server",
         verdict=results["verdict"],
         exit_code=done.returncode,
         ttft_p50=metrics["latency.ttft_p50"]["value"],
@@ -195,7 +195,7 @@ def test_fp8_endpoint_latency_and_paired_endpoints(
     # gate leaves the servers it did not start alone: both still serve, none is added
     assert _api_servers() == before
     assert served.generate([[1, 4]], max_new_tokens=1)
-    assert served_fp8.generate([[1, 4]], max_new_tokens=1)
+    assert served_bf16.generate([[1, 4]], max_new_tokens=1)
 
 
 def _api_servers() -> set[int]:

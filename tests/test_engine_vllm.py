@@ -2,8 +2,8 @@
 
 Marked ``engine``: the engine is set up by scripts/setup_engine.sh when it is
 missing (``python -m pytest tests -m engine`` works from a fresh clone). One
-float32 and FP8 servers (``served``, ``served_fp8`` in tests/conftest.py) serve the
-whole session (a server killed mid-run: tests/test_engine_replicas.py). Figures the checks rest on are printed (run with
+float32 and one bfloat16 server (``served``, ``served_bf16`` in tests/conftest.py) serve
+the whole session (a server killed mid-run: tests/test_engine_replicas.py). Figures the checks rest on are printed (run with
 ``-s`` to see them).
 
 What it shows:
@@ -14,9 +14,9 @@ What it shows:
   1e-6, verdict pass;
 * MCQ, perplexity and capability probes give the same per-question results;
 * TTFT/ITL/TPOT/E2E from the stream, a load run at two concurrency levels;
-* the FP8 build (``--quantization fp8_per_channel --dtype bfloat16``): fidelity
-  and verdict, beside the in-process bfloat16 build's; its KL the interval of the estimate, open
-  above from a top-K answer (its lower end rising with K); the paired A/B latency mode with two endpoints.
+* the bfloat16 build (``--dtype bfloat16``): fidelity and verdict, beside the same
+  build's in process; its KL the interval of the estimate, open above from a top-K
+  answer (its lower end rising with K); the paired A/B latency mode with two endpoints.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from gate.store.reference import load_pack
 from gate.tiers import accuracy, capability, fidelity
 from gate.tiers.registry import build_settings
 from tests.engine_support import (
-    FP8_PROMPTS,
+    BF16_PROMPTS,
     MAX_BATCHED_TOKENS,
 )
 
@@ -234,39 +234,39 @@ def _coverage(backend: HTTPBackend, pack: Any, count: int, k: int) -> float:
     return float(np.mean(covered))
 
 
-def test_fp8_build_fidelity_beside_in_process_bfloat16(
-    served_fp8: HTTPBackend, inprocess_bf16_fidelity: dict[str, Measurement]
+def test_bf16_build_fidelity_beside_the_same_build_in_process(
+    served_bf16: HTTPBackend, inprocess_bf16_fidelity: dict[str, Measurement]
 ) -> None:
-    settings = replace(_fidelity_settings(), limit=FP8_PROMPTS)  # the bfloat16 build's prompts
+    settings = replace(_fidelity_settings(), limit=BF16_PROMPTS)  # the in-process build's prompts
     pack = load_pack(BASELINE / "0001-fp32.reference.safetensors")
     prompts = fidelity.load_prompts(_fidelity_settings())  # the pack's whole prompt set
     served_values = {
-        m.name: m for m in fidelity.measure(served_fp8, pack, settings, prompts=prompts)
+        m.name: m for m in fidelity.measure(served_bf16, pack, settings, prompts=prompts)
     }
     # on the first 2 prompts: rows from the top 64 (the default) and from the top 256
     subset = replace(settings, limit=2)
-    more = HTTPBackend(replace(served_fp8.settings, full_top_k=256), served_fp8.spec)
+    more = HTTPBackend(replace(served_bf16.settings, full_top_k=256), served_bf16.spec)
     more_values = {m.name: m for m in fidelity.measure(more, pack, subset, prompts=prompts)}
-    wide_values = {m.name: m for m in fidelity.measure(served_fp8, pack, subset, prompts=prompts)}
+    wide_values = {m.name: m for m in fidelity.measure(served_bf16, pack, subset, prompts=prompts)}
     severity = _verdict(list(served_values.values()))
     count = settings.limit or len(pack)
     interval = served_values["fidelity.kl_mean"].details
     figures = {
-        "served_fp8_cga": served_values["fidelity.cga"].value,
-        "served_fp8_kl_interval_top64": interval["interval"],
-        "served_fp8_kl_unbounded_positions_top64": interval["interval_unbounded_positions"],
-        "served_fp8_kl_bound_mean": served_values["fidelity.kl_bound_mean"].value,
-        "served_fp8_kl_2_prompts_top64": wide_values["fidelity.kl_mean"].details["interval"],
-        "served_fp8_kl_2_prompts_top256": more_values["fidelity.kl_mean"].details["interval"],
-        "server_top64_covers_pack_top32": _coverage(served_fp8, pack, count, 64),
-        "server_top32_covers_pack_top32_16_prompts": _coverage(served_fp8, pack, 16, 32),
+        "served_bf16_cga": served_values["fidelity.cga"].value,
+        "served_bf16_kl_interval_top64": interval["interval"],
+        "served_bf16_kl_unbounded_positions_top64": interval["interval_unbounded_positions"],
+        "served_bf16_kl_bound_mean": served_values["fidelity.kl_bound_mean"].value,
+        "served_bf16_kl_2_prompts_top64": wide_values["fidelity.kl_mean"].details["interval"],
+        "served_bf16_kl_2_prompts_top256": more_values["fidelity.kl_mean"].details["interval"],
+        "server_top64_covers_pack_top32": _coverage(served_bf16, pack, count, 64),
+        "server_top32_covers_pack_top32_16_prompts": _coverage(served_bf16, pack, 16, 32),
         "inprocess_bf16_cga": inprocess_bf16_fidelity["fidelity.cga"].value,
         "inprocess_bf16_kl_mean": inprocess_bf16_fidelity["fidelity.kl_mean"].value,
-        "served_fp8_verdict": severity.name,
+        "served_bf16_verdict": severity.name,
     }
-    _figures("fp8 served vs bf16 in process", **figures)
-    assert served_fp8.provenance().quantization == "fp8_per_channel"
-    assert served_fp8.settings.full_top_k == 64  # twice the pack's k (the default)
+    _figures("bf16 served vs bf16 in process", **figures)
+    assert served_bf16.provenance().dtype_requested == "bfloat16"
+    assert served_bf16.settings.full_top_k == 64  # twice the pack's k (the default)
     # at k = 64 the server's ids cover the pack's top-32 set, so the top-k + tail KL is
     # exact; CGA does not depend on the rebuilt tail of the rows at all
     assert figures["server_top64_covers_pack_top32"] >= 0.99
@@ -279,15 +279,17 @@ def test_fp8_build_fidelity_beside_in_process_bfloat16(
     low64 = wide_values["fidelity.kl_mean"].details["interval"][0]
     low256 = more_values["fidelity.kl_mean"].details["interval"][0]
     assert low256 >= low64 * (1 - 1e-6)
-    # a genuinely compressed build: no longer identical to the baseline, and coarser than
-    # bfloat16 (3 mantissa bits instead of 7), within the stated CGA tolerance of it
-    assert figures["served_fp8_cga"] < 1.0
-    assert served_values["fidelity.kl_mean"].value > figures["inprocess_bf16_kl_mean"]
-    assert abs(figures["served_fp8_cga"] - figures["inprocess_bf16_cga"]) <= 0.05
+    # a genuinely compressed build: no longer identical to the float32 baseline; and the
+    # same build as in process, within the stated CGA tolerance and the same order of KL
+    # (vLLM's bfloat16 kernels round in another order than torch's)
+    assert figures["served_bf16_cga"] < 1.0 and served_values["fidelity.kl_mean"].value > 0
+    assert abs(figures["served_bf16_cga"] - figures["inprocess_bf16_cga"]) <= 0.05
+    ratio = served_values["fidelity.kl_mean"].value / figures["inprocess_bf16_kl_mean"]
+    assert 0.2 <= ratio <= 5.0, ratio
 
 
-def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_fp8: HTTPBackend) -> None:
-    """Paired A/B: the float32 server is the baseline build, the FP8 server the candidate."""
+def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_bf16: HTTPBackend) -> None:
+    """Paired A/B: the float32 server is the baseline build, the bfloat16 server the candidate."""
     from gate.hw.fingerprint import collect
     from gate.hw.memory import MemoryTracker
     from gate.measurement import MeasurementDetail
@@ -297,7 +299,7 @@ def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_fp8: HTTP
         new_tokens=8, batch_sizes=(1, 2), warmup=1, runs=3, memory_runs=1, paired=True
     )
     result = latency.run_tier(
-        served_fp8,
+        served_bf16,
         settings,
         fingerprint=collect("cpu"),
         clock_factory=PerfCounterClock,
@@ -311,7 +313,7 @@ def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_fp8: HTTP
     ttft = measured["latency.ttft_p50"]
     assert MeasurementDetail.PAIRED_REFERENCE in ttft.details
     _figures(
-        "paired latency (fp32 endpoint = A, fp8 endpoint = B)",
+        "paired latency (fp32 endpoint = A, bf16 endpoint = B)",
         ttft_p50_b=ttft.value,
         ttft_p50_a=ttft.details[MeasurementDetail.PAIRED_REFERENCE]["value"],
         tpot_p50_b=measured["latency.tpot_p50"].value,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,11 @@ def test_template_without_placeholders_is_refused_up_front(tmp_path: Path) -> No
             "GATE_NO_KEY_X \\(the endpoint's API key\\) is not set",
         ),
         ({"name": "x", "model": "bundled", "api_key_env": "K"}, "api_key_env needs an endpoint"),
+        ({"name": "x", "model": "bundled", "device": "gpu0"}, "unknown device 'gpu0'"),
+        (
+            {"name": "x", "model": "m", "endpoint": "http://h:1/v1", "device": "cpu"},
+            "device is for an in-process judge",
+        ),
     ],
 )
 def test_judges_are_validated_up_front(judge: dict[str, object], message: str) -> None:
@@ -117,6 +123,23 @@ def test_judges_are_validated_up_front(judge: dict[str, object], message: str) -
 
     with pytest.raises(ConfigError, match=message):
         parse_run_config({"judges": [judge]}, source="gate.toml")
+
+
+def test_an_in_process_judge_runs_on_the_runs_device_unless_its_entry_names_one() -> None:
+    """``open_judge`` places a local judge on the run's device (``auto`` resolved on this
+    machine), or on its own ``device``; a CUDA device this machine lacks is one line, exit 4."""
+    from gate.errors import UsageError
+    from gate.hw.devices import TORCH_CUDA, resolve_device
+
+    judge = tier.open_judge(tier.DEFAULT_JUDGE, "auto")
+    assert judge._device == resolve_device("auto")
+    assert str(next(judge._model.parameters()).device).startswith(resolve_device("auto"))
+    own = tier.open_judge(replace(tier.DEFAULT_JUDGE, device="cpu"), "cuda:0")
+    assert own._device == "cpu"
+    if not TORCH_CUDA.is_available():
+        with pytest.raises(UsageError, match="cuda") as info:
+            tier.open_judge(tier.DEFAULT_JUDGE, "cuda:0")
+        assert info.value.exit_code == ExitCode.USAGE_ERROR
 
 
 def test_judges_tables_land_in_the_tier_settings() -> None:

@@ -5,9 +5,14 @@ build (``--baseline-endpoint``) and, as the candidate (``--endpoint``):
 
 * the same float32 server: the interval of the speed ratio at the SLO
   (``load.slo_speedup``) contains 1, exit 0;
-* the FP8 server (``served_fp8``, FP8 weights emulated on this CPU, about 3x
-  slower per token than float32 here): blocked by ``min_speedup`` (the
-  interval's upper end is below 1), exit 1.
+* the bfloat16 server (``served_bf16``) under a plan that asks the candidate
+  for twice the baseline's speed at the SLO (``min_speedup = 2``, what a team
+  sets for a build it compressed to be faster), under ``--strict``: the
+  interval's upper end is below 2, a warning (not shown slower, shown not to
+  pay), which ``--strict`` blocks: exit 1. (The session's second server was
+  vLLM's FP8 build, shown slower and blocked outright; its CPU kernels need AMX
+  tiles, which this machine's virtual CPU lacks, and the emulation left it
+  completing nothing in a 5 s window: tests/conftest.py, ``served_bf16``.)
 
 Both runs happen once, in the module-scoped :func:`load_runs`, which every
 assertion shares; each run's benchmarks go through one GuideLLM process.
@@ -16,10 +21,10 @@ installs it once through ``scripts/setup_tool_env.sh guidellm``). The plan is
 short so the suite keeps its time, with 6 paired observations (3 rates of 5 s,
 two passes, 12 benchmarks per run) and a 99 % interval: with the minimum of 3
 pairs at 95 % (t factor 4.3) one stalled pair on the shared machine once
-stretched the FP8 build's interval (ratio 0.26) up past 1, and 6 pairs at 95 %
+stretched a build's interval (ratio 0.26) up past 1, and 6 pairs at 95 %
 (t factor 2.6) once excluded 1 for float32 against itself ([0.75, 0.98]: the
-95 % interval's own 5 % false alarm); 6 pairs at 99 % (t factor 4.0) keep the
-FP8 build far below 1 and a false alarm of the same build at 1 %; the users' default
+95 % interval's own 5 % false alarm); 6 pairs at 99 % (t factor 4.0) keep a false alarm of
+the same build at 1 %; the users' default
 is the full plan of :class:`gate.tiers.load.LoadSettings`. The figures and the
 wall times are printed (``-s``).
 """
@@ -68,8 +73,7 @@ def guidellm_command() -> str:
 
 
 #: A short plan with 6 pairs: two passes over 3 rates of 5 s; requests of 32 + 32 tokens.
-#: The rates stay below what the FP8 server completes in a 5 s window (it takes about 2 s a
-#: request here, alone): a rate where a build completes nothing gives no pair. The SLO
+#: The rates stay below what either server completes in a 5 s window: a rate where a build completes nothing gives no pair. The SLO
 #: (ITL 200 ms, TTFT 5 s) is loose, so that a stall of the shared machine does not fail the
 #: baseline's check; the ITL share binds for both builds, so the speed ratio is the ITL
 #: ratio; ``sustain`` is low because a 5 s window cuts off the
@@ -88,7 +92,7 @@ sustain = 0.2
 speed_percentile = "p50"
 ttft_p95_ms = 5000.0
 itl_p95_ms = 200.0
-min_speedup = 1.0
+min_speedup = {min_speedup}
 guidellm = "{guidellm}"
 output_dir = "{out}"
 """
@@ -104,10 +108,20 @@ class LoadRun:
     folder: Path
 
 
-def _load_run(folder: Path, cache: Path, candidate: HTTPBackend, baseline: HTTPBackend) -> LoadRun:
+def _load_run(
+    folder: Path,
+    cache: Path,
+    candidate: HTTPBackend,
+    baseline: HTTPBackend,
+    min_speedup: float,
+    *options: str,
+) -> LoadRun:
     folder.mkdir(parents=True)
     config = folder / "gate.toml"
-    config.write_text(SHORT_PLAN.format(guidellm=guidellm_command(), out=folder / "guidellm"))
+    plan = SHORT_PLAN.format(
+        guidellm=guidellm_command(), out=folder / "guidellm", min_speedup=min_speedup
+    )
+    config.write_text(plan)
     out = folder / "results.json"
     started = time.perf_counter()
     done = run_gate(
@@ -128,6 +142,7 @@ def _load_run(folder: Path, cache: Path, candidate: HTTPBackend, baseline: HTTPB
         str(out),
         "--html",
         str(folder / "report.html"),
+        *options,
         cwd=folder,
         env=engine_env(cache),
     )
@@ -140,14 +155,15 @@ def _load_run(folder: Path, cache: Path, candidate: HTTPBackend, baseline: HTTPB
 def load_runs(
     engine_cache: Path,
     served: HTTPBackend,
-    served_fp8: HTTPBackend,
+    served_bf16: HTTPBackend,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, LoadRun]:
-    """Both runs, once: float32 against itself, then FP8 against float32."""
+    """Both runs, once: float32 against itself (min_speedup 1), then bfloat16 against
+    float32 asked to be twice as fast (min_speedup 2)."""
     root = tmp_path_factory.mktemp("load")
     runs = {
-        "fp32": _load_run(root / "fp32", engine_cache, served, served),
-        "fp8": _load_run(root / "fp8", engine_cache, served_fp8, served),
+        "fp32": _load_run(root / "fp32", engine_cache, served, served, 1.0),
+        "bf16": _load_run(root / "bf16", engine_cache, served_bf16, served, 2.0, "--strict"),
     }
     for name, run in runs.items():
         _figures(name, run)
@@ -207,16 +223,20 @@ def test_float32_against_itself_passes(load_runs: dict[str, LoadRun]) -> None:
     assert speed["severity"] == "pass", speed["reason"]
 
 
-def test_fp8_build_is_blocked_by_min_speedup(load_runs: dict[str, LoadRun]) -> None:
-    run = load_runs["fp8"]
+def test_a_build_short_of_min_speedup_warns_and_strict_blocks_it(
+    load_runs: dict[str, LoadRun],
+) -> None:
+    run = load_runs["bf16"]
     speed = _metric(run.results, "load.slo_speedup")
-    assert speed["severity"] == "critical", speed["reason"]
-    assert speed["details"]["ratio_ci"][1] < 1.0
-    assert run.code == ExitCode.BLOCKED and run.results["verdict"] == "block"
+    assert speed["severity"] == "warn", speed["reason"]
+    assert (
+        speed["details"]["ratio_ci"][1] < 2.0 and "not faster by min_speedup 2" in speed["reason"]
+    )
+    assert run.code == ExitCode.BLOCKED
 
 
 def test_one_guidellm_process_its_files_and_the_report(load_runs: dict[str, LoadRun]) -> None:
-    run = load_runs["fp8"]
+    run = load_runs["bf16"]
     work = run.folder / "guidellm"
     names = [json.loads(line)["name"] for line in (work / "batch.out").read_text().splitlines()]
     assert names == [

@@ -390,13 +390,15 @@ def test_the_command_builds_one_request_from_its_options(
     import gate.commands.localize as command
     from gate.cli import main
     from gate.localize.request import LocalizeOutputs, LocalizeRequest
+    from gate.models.load_settings import LoadSettings
 
     seen: list[LocalizeRequest] = []
     monkeypatch.setattr(command, "run_localize", lambda request: seen.append(request) or 0)
     html, png = tmp_path / "a.html", tmp_path / "a.png"
     args = ["localize", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
     extra = ["--html", str(html), "--png", str(png), "--resolve", "0.5", "--prompts", "8"]
-    assert main([*args, *extra, "--no-gate", "--model-slug", "demo", "--dry-run"]) == 0
+    load = ["--device", "cpu", "--dtype", "float32", "--trust-remote-code"]
+    assert main([*args, *extra, *load, "--no-gate", "--model-slug", "demo", "--dry-run"]) == 0
     (request,) = seen
     assert request == LocalizeRequest(
         candidate="demo",
@@ -408,7 +410,27 @@ def test_the_command_builds_one_request_from_its_options(
         limit=8,
         gate_repair=False,
         dry_run=True,
+        load=LoadSettings(device="cpu", dtype="float32", trust_remote_code=True),
     )
+
+
+def test_the_load_settings_reach_the_plan_and_a_missing_gpu_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--device``/``--dtype`` are the plan's (printed by the dry run); a CUDA device this
+    machine lacks is refused before anything loads (exit 4, one line)."""
+    from gate.cli import main
+    from gate.hw.devices import TORCH_CUDA
+
+    args = ["localize", "--candidate", "demo", "--recipe", "quanto-int2", "--against", "fp32"]
+    assert main([*args, "--device", "cpu", "--dtype", "bfloat16", "--dry-run"]) == 0
+    assert "device cpu, dtype bfloat16" in capsys.readouterr().out
+    if TORCH_CUDA.is_available():
+        pytest.skip("this machine has CUDA: --device cuda is not refused here")
+    code = main([*args, "--device", "cuda:0", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 4 and "cuda" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

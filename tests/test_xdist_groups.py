@@ -69,6 +69,9 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     for name in ("engine_one", "engine_two"):  # two files sharing the session's server
         module = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="served")
         (suite / f"test_{name}.py").write_text(module)
+    # an engine file with a server of its own (a module fixture): whole on one worker too
+    own = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="module_fixture")
+    (suite / "test_engine_own.py").write_text(own)
     (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    engine: uses a server\n")
     log = tmp_path / "groups.jsonl"
     env = dict(os.environ, GROUPS_LOG=str(log), PYTHONPATH=str(ROOT))
@@ -99,7 +102,7 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     tests = [(name, worker) for kind, name, worker in rows if kind == "test"]
-    assert len(tests) == 20 and len({worker for _, worker in tests}) == 2  # both workers used
+    assert len(tests) == 24 and len({worker for _, worker in tests}) == 2  # both workers used
     workers_of: dict[str, set[str]] = {}
     for nodeid, worker in tests:
         workers_of.setdefault(nodeid.split("::", 1)[0], set()).add(worker)
@@ -107,4 +110,10 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     assert workers_of["test_engine_one.py"] == workers_of["test_engine_two.py"]
     # each module fixture built once, the shared server started once
     builds = [name for kind, name, _ in rows if kind in ("module", "server")]
-    assert sorted(builds) == ["served", "test_alpha", "test_beta", "test_gamma"], builds
+    assert sorted(builds) == [
+        "served",
+        "test_alpha",
+        "test_beta",
+        "test_engine_own",
+        "test_gamma",
+    ], builds

@@ -13,21 +13,23 @@ import pytest
 #: them, so they run on one worker, and first (the longest group).
 ENGINE_GROUP = "engine"
 #: The session fixtures that are a running server.
-SHARED_SERVERS = {"served", "served_fp8"}
+SHARED_SERVERS = {"served", "served_bf16"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: the engine tests that share the
-    session's servers in one group, an engine test with a server of its own
-    alone, every other file in a group of its own (its module fixtures are built
-    once). The engine tests first, then the files holding a test marked ``slow``,
-    then the rest: xdist hands the groups out in this order as workers free up,
-    and the long ones early leave short ones to even out the two workers' ends."""
+    session's servers in one group, every other test with the rest of its file (its
+    module fixtures, a baseline recorded or a server started for the module, built
+    once). The engine group first, then the files holding an engine or ``slow``
+    test, then the rest: xdist hands the groups out in this order as workers free
+    up, and the long ones early leave short ones to even out the two workers' ends."""
     if not config.pluginmanager.hasplugin("xdist"):
         return  # (an xdist worker sees ``--dist no``: the groups are marked whatever it says)
-    slow_files = {
-        item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")
+    heavy_files = {
+        item.nodeid.split("::", 1)[0]
+        for item in items
+        if item.get_closest_marker("slow") or item.get_closest_marker("engine")
     }
     order: dict[str, int] = {}
     for item in items:
@@ -35,9 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         file = item.nodeid.split("::", 1)[0]
         if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
             group, order[item.nodeid] = ENGINE_GROUP, 0
-        elif engine:  # starts (and stops) its own server: may run beside the others
-            group, order[item.nodeid] = item.nodeid, 1
         else:
-            group, order[item.nodeid] = file, 2 if file in slow_files else 3
+            group, order[item.nodeid] = file, 1 if file in heavy_files else 2
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: order[item.nodeid])

@@ -16,6 +16,8 @@ from gate.commands.options import (
     explicit_store,
     file_option,
     json_option,
+    load_options,
+    load_settings,
     store_option,
     thresholds_option,
 )
@@ -68,6 +70,7 @@ def _fidelity_plan(
         against=(request.against,) if request.against else (),
         tiers=("fidelity",),
         model_slug=request.model_slug,
+        load=request.load,
     )
     options = SessionOptions(store=request.store, thresholds=request.thresholds)
     return plan_run(config, overrides, options, ReportTargets())
@@ -116,14 +119,17 @@ def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) 
             f"the candidate {candidate} ({parse_recipe(recipe)}) is the baseline build itself",
             "name the compressed build: --recipe RECIPE, or a checkpoint directory as --candidate",
         )
+    load = checked.candidate.load  # the command line's over the run config's
     if request.dry_run:
         click.echo(
             f"gate localize: {candidate} ({recipe or 'none'}) against {baseline.display}:"
-            f" reference pack {pack_path.name}, thresholds {inputs.thresholds.source}"
+            f" reference pack {pack_path.name}, thresholds {inputs.thresholds.source};"
+            f" device {load.effective_device}, dtype {load.dtype or 'auto'}"
         )
         return int(ExitCode.OK)
-    # the baseline ref and store as the plan resolved them, for the repaired build's gate run
-    resolved = replace(request, against=ref, store=inputs.options.store)
+    # the baseline ref, store and load settings as the plan resolved them, for the repaired
+    # build's gate run
+    resolved = replace(request, against=ref, store=inputs.options.store, load=load)
     return _localize(
         resolved,
         calibration=checked.candidate.calibration,
@@ -145,7 +151,6 @@ def _localize(
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
     from gate.models.backends.loading import load_backend
     from gate.models.recipes import parse_recipe
-    from gate.models.spec import ModelSpec
     from gate.report.console import make_console
     from gate.report.localize import console_table, html_page, png_bytes, summary_lines
     from gate.store.atomic import write_atomic
@@ -165,10 +170,10 @@ def _localize(
     base_source = provenance.source or candidate
     base_recipe = provenance.recipe or "none"
     with progress.task(f"localize: loading the baseline build {base_source} ({base_recipe})"):
-        base = load_backend(ModelSpec.parse(base_source), base_recipe)
+        base = load_backend(request.load.spec(base_source), base_recipe)
     with progress.task(f"localize: loading the candidate {candidate} ({parsed})"):
         cand = load_backend(
-            ModelSpec.parse(candidate),
+            request.load.spec(candidate),
             parsed,
             calibration=calibration_for(str(parsed), calibration),
         )
@@ -232,6 +237,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
         config=plan.shared.config,
         thresholds=plan.shared.thresholds,
         outputs=LocalizeOutputs(json=target),
+        load=candidate.load,
     )
     try:
         run_localize(request, plan.run_config)
@@ -268,6 +274,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
     help="Propose the repaired build without gating it.",
 )
 @click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
+@load_options
 @click.option("--dry-run", is_flag=True, help="Check the inputs and exit 0; loads no model.")
 def localize_command(
     candidate: str,
@@ -283,6 +290,9 @@ def localize_command(
     limit: int | None,
     no_gate: bool,
     model_slug: str | None,
+    device: str | None,
+    dtype: str | None,
+    trust_remote_code: bool | None,
     dry_run: bool,
 ) -> int:
     """Find the decoder layers that carry a build's loss and gate the repaired build.
@@ -320,6 +330,7 @@ def localize_command(
         limit=limit,
         gate_repair=not no_gate,
         dry_run=dry_run,
+        load=load_settings(device, dtype, trust_remote_code),
     )
     return run_localize(request)
 

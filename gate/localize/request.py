@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gate.errors import UsageError
+from gate.models.load_settings import LoadSettings
 from gate.store.writable import check_writable
 
 #: The recovered share of the KL loss the swap subset must resolve, unless told
@@ -76,6 +77,9 @@ class LocalizeRequest:
     limit: int | None = None
     #: Gate the repaired build (``gate run --tiers fidelity``) once it is proposed.
     gate_repair: bool = True
+    #: ``--device``, ``--dtype``, ``--trust-remote-code`` (each over the run config's), the
+    #: settings both builds load with and the repaired build is gated with.
+    load: LoadSettings = field(default_factory=LoadSettings)
     #: Check the inputs and stop: no model is loaded.
     dry_run: bool = False
 

@@ -60,6 +60,8 @@ from gate.judge.template import default_template, load_template
 from gate.measurement import Measurement, OutputSet
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog.judge import JudgeDetail
+from gate.models.load_settings import DEFAULT_DEVICE
+from gate.models.spec import DEVICE_RE
 
 TIER = "judge"
 #: Judge names: what reports and cache counters call a judge.
@@ -86,7 +88,9 @@ class JudgeConfig:
     name served by that OpenAI-compatible server. ``api_key_env`` names the
     environment variable holding the endpoint's key (never the key itself).
     ``max_output_tokens`` caps each answer (None: the judge's own setting, 8 for an
-    endpoint); ``concurrency`` questions are asked at once.
+    endpoint); ``concurrency`` questions are asked at once. ``device`` places an
+    in-process judge (``auto``, ``cpu``, ``cuda``, ``cuda:N``; None: the device the
+    run loads its builds on, its ``--device``).
     """
 
     name: str
@@ -96,6 +100,7 @@ class JudgeConfig:
     api_key_env: str | None = None
     max_output_tokens: int | None = None
     concurrency: int = 8
+    device: str | None = None
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -108,6 +113,14 @@ class JudgeConfig:
             raise ValueError(f"judge {self.name!r}: concurrency must be >= 1")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError(f"judge {self.name!r}: max_output_tokens must be >= 1")
+        if self.device is not None and not DEVICE_RE.match(self.device):
+            raise ValueError(
+                f"judge {self.name!r}: unknown device {self.device!r} (auto, cpu, cuda or cuda:N)"
+            )
+        if self.device is not None and self.endpoint is not None:
+            raise ValueError(
+                f"judge {self.name!r}: device is for an in-process judge, not an endpoint"
+            )
         if self.endpoint is None:
             if self.api_key_env is not None:
                 raise ValueError(f"judge {self.name!r}: api_key_env needs an endpoint")
@@ -224,8 +237,9 @@ class JudgeUnstableError(NothingMeasuredError):
 # -------------------------------------------------------------------- judges
 
 
-def open_judge(config: JudgeConfig) -> Any:
-    """The :class:`~gate.judge.judges.Judge` of one ``[[judges]]`` entry."""
+def open_judge(config: JudgeConfig, device: str = DEFAULT_DEVICE) -> Any:
+    """The :class:`~gate.judge.judges.Judge` of one ``[[judges]]`` entry; an in-process
+    judge on its own ``device``, else on ``device`` (the run's), ``auto`` resolved here."""
     if config.endpoint is not None:
         from gate.models.backends.chat_judge import ChatJudge
         from gate.models.backends.openai_client import EndpointSettings
@@ -243,21 +257,26 @@ def open_judge(config: JudgeConfig) -> Any:
             max_output_tokens=config.max_output_tokens or 8,
             concurrency=config.concurrency,
         )
+    from gate.hw.devices import check_device, resolve_device
     from gate.judge.judges import TransformersJudge
 
+    where = config.device or device
+    check_device(where)  # a CUDA device this machine lacks: one line, exit 4
     return TransformersJudge(
         config.local_path,
         name=config.name,
         family=config.family or None,
         max_output_tokens=config.max_output_tokens,
         concurrency=config.concurrency,
+        device=resolve_device(where),
     )
 
 
-def open_panel(settings: JudgeSettings) -> list[CachedJudge]:
-    """Every judge of the settings behind the shared on-disk cache."""
+def open_panel(settings: JudgeSettings, device: str = DEFAULT_DEVICE) -> list[CachedJudge]:
+    """Every judge of the settings behind the shared on-disk cache; in-process judges on
+    ``device`` (the run's) unless their entry names one."""
     cache = JudgeCache(settings.cache_path())
-    return [CachedJudge(open_judge(c), cache) for c in settings.panel]
+    return [CachedJudge(open_judge(c, device), cache) for c in settings.panel]
 
 
 def judge_counters(judges: Sequence[CachedJudge]) -> list[dict[str, Any]]:
