@@ -40,7 +40,8 @@ from gate.models.backends.base import Backend  # noqa: E402
 from gate.models.backends.chunked import CacheBackend  # noqa: E402
 from gate.models.backends.loading import load_backend  # noqa: E402
 from gate.models.compress import attention as attn  # noqa: E402
-from gate.models.compress.kvcache import CacheMethod, parse_press  # noqa: E402
+from gate.models.compress.kvcache import CacheMethod, cache_method  # noqa: E402
+from gate.models.recipes import parse_recipe  # noqa: E402
 from gate.models.spec import ModelSpec  # noqa: E402
 from gate.store.reference import load_pack  # noqa: E402
 from gate.tiers import accuracy, fidelity  # noqa: E402
@@ -100,12 +101,9 @@ def build(recipe: str, base: Any) -> Candidate:
             return Candidate(base, base, release)
         per_call = CacheBackend(base, CacheMethod(), label=recipe, chunk_size=1)
         return Candidate(per_call, base, release)
-    if name == "kv-quant":
-        method = CacheMethod(bits=int(argument.removeprefix("int")))
-    else:
-        if name == "kv-snapkv" and "=" not in argument:
-            argument = f"ratio={argument},window={DEMO_SNAPKV_WINDOW}"
-        method = CacheMethod(parse_press(name, argument))
+    if name == "kv-snapkv" and "=" not in argument:
+        argument = f"ratio={argument},window={DEMO_SNAPKV_WINDOW}"
+    method = cache_method(parse_recipe(f"{name}:{argument}"))
     return Candidate(CacheBackend(base, method, label=recipe), base, lambda: None)
 
 

@@ -33,8 +33,9 @@ from gate.models.compress.kvcache import (
     StreamingLLM,
     cache_argument,
     cache_bytes,
-    parse_press,
+    cache_method,
 )
+from gate.models.recipes import parse_recipe
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 
@@ -254,15 +255,19 @@ def test_quantized_cache_bytes_are_smaller(backend: Any, requests: Any) -> None:
 )
 def test_bad_press_arguments_are_one_line_config_errors(name: str, argument: str) -> None:
     with pytest.raises(ConfigError) as err:
-        parse_press(name, argument)
+        parse_recipe(f"{name}:{argument}")
     assert "\n" not in str(err.value)
 
 
+def _press(text: str) -> Any:
+    return cache_method(parse_recipe(text)).press
+
+
 def test_press_arguments_parse() -> None:
-    assert parse_press("kv-snapkv", "0.25") == SnapKV(0.25)
-    assert parse_press("kv-snapkv", "ratio=0.5,window=16,kernel=3") == SnapKV(0.5, 16, 3)
-    assert parse_press("kv-h2o", "0.5") == ObservedAttention(0.5)
-    assert parse_press("kv-streaming", "sinks=4,window=256") == StreamingLLM(4, 256)
+    assert _press("kv-snapkv:0.25") == SnapKV(0.25)
+    assert _press("kv-snapkv:ratio=0.5,window=16,kernel=3") == SnapKV(0.5, 16, 3)
+    assert _press("kv-h2o:0.5") == ObservedAttention(0.5)
+    assert _press("kv-streaming:sinks=4,window=256") == StreamingLLM(4, 256)
 
 
 def test_a_model_without_full_attention_is_refused() -> None:

@@ -594,74 +594,6 @@ def _cache_method(recipe: Recipe) -> CacheMethod:
     )
 
 
-def parse_press(name: str, argument: str) -> Press:
-    """A press from a recipe ``name`` and its argument text (see :func:`parse_arguments`).
-
-    ``kv-snapkv:0.5`` / ``kv-snapkv:ratio=0.5,window=64,kernel=5``,
-    ``kv-h2o:0.5``, ``kv-streaming:sinks=4,window=256``.
-    """
-    args = parse_arguments(name, argument)
-    if name == "kv-streaming":
-        unknown = set(args) - {"sinks", "window"}
-        if unknown or "window" not in args:
-            raise ConfigError(
-                f"kv-streaming takes sinks= and window= (got {argument!r})",
-                "e.g. kv-streaming:sinks=4,window=256",
-            )
-        return StreamingLLM(
-            sinks=_whole(name, args.get("sinks", "4")), window=_whole(name, args["window"])
-        )
-    allowed = {"ratio", "window", "kernel"} if name == "kv-snapkv" else {"ratio"}
-    if set(args) - allowed or "ratio" not in args:
-        raise ConfigError(
-            f"{name} takes {', '.join(sorted(allowed))} (got {argument!r})", f"e.g. {name}:0.5"
-        )
-    ratio = _ratio(name, args["ratio"])
-    if name == "kv-snapkv":
-        return SnapKV(
-            ratio,
-            window=_whole(name, args.get("window", "64")),
-            kernel=_whole(name, args.get("kernel", "5")),
-        )
-    if name == "kv-h2o":
-        return ObservedAttention(ratio)
-    raise ConfigError(f"unknown press {name!r}", "choose kv-snapkv, kv-h2o or kv-streaming")
-
-
-def parse_arguments(name: str, argument: str) -> dict[str, str]:
-    """``0.5`` -> ``{"ratio": "0.5"}``; ``a=1,b=2`` -> ``{"a": "1", "b": "2"}``."""
-    text = argument.strip()
-    if not text:
-        raise ConfigError(f"{name} needs an argument", f"e.g. {name}:0.5")
-    if "=" not in text:
-        return {"ratio": text}
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ConfigError(f"{name}: {part!r} is not key=value", f"e.g. {name}:ratio=0.5")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _ratio(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name}: {text!r} is not a number", f"e.g. {name}:0.5") from None
-    if not 0.0 < value < 1.0:
-        raise ConfigError(f"{name}: ratio {text} is outside (0, 1)", f"e.g. {name}:0.5")
-    return value
-
-
-def _whole(name: str, text: str) -> int:
-    if not text.isdigit():
-        raise ConfigError(
-            f"{name}: {text!r} is not a whole number", f"e.g. {name}:sinks=4,window=256"
-        )
-    return int(text)
-
-
 __all__ = [
     "AttentionCall",
     "CacheMethod",
@@ -677,8 +609,6 @@ __all__ = [
     "cache_bytes",
     "cache_method",
     "check_press_support",
-    "parse_arguments",
-    "parse_press",
     "query_states",
     "read_attention_call",
 ]
