@@ -281,14 +281,10 @@ RULES = parse_rules(ARCHITECTURE.read_text(encoding="utf-8"))
 def test_the_layer_table_names_every_part_and_only_real_modules() -> None:
     modules = all_modules()
     subjects = {rule.subject for rule in RULES}
-    faces = {
-        "gate.cli",
-        "gate.config",
-        "gate.errors",
-        "gate.measurement",
-        "gate.processes",
-        "gate.progress",
-        "gate.provenance",
+    faces = {  # the top level's own modules (gate/*.py), each a part with its row
+        name
+        for name, path in modules.items()
+        if name.count(".") == 1 and name.startswith("gate.") and path.name != "__init__.py"
     }
     packages = {name for name in tree_packages() if name.count(".") == 1}
     assert faces | packages <= subjects, f"parts without a row: {(faces | packages) - subjects}"
@@ -515,3 +511,56 @@ def test_pyproject_lists_exactly_the_packages_of_the_tree() -> None:
     assert len(listed) == len(set(listed)), "a package is listed twice"
     assert set(listed) == tree_packages()
     assert setuptools["package-dir"] == {"gate.suites": "suites"}
+
+
+# ---------------------------------------------------------------- torch at module level
+
+#: The sentence of docs/architecture.md naming the parts that import torch at module level.
+_TORCH_SENTENCE = re.compile(r"torch is imported at module level\s+only by (.*?), and inside", re.S)
+
+
+def torch_at_module_level(path: Path) -> bool:
+    """Whether ``path`` imports torch when it is imported: an import statement outside every
+    function and class body (inside a module-level ``if``/``try`` too), not only for type
+    checkers."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    type_only = _type_only_nodes(tree)
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if id(node) not in type_only:
+            if isinstance(node, ast.Import) and any(
+                a.name.split(".")[0] == "torch" for a in node.names
+            ):
+                return True
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+                return True
+        pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def test_the_torch_check_sees_guarded_imports_and_skips_functions(tmp_path: Path) -> None:
+    cases = {
+        "import torch\n": True,
+        "try:\n    from torch import nn\nexcept ImportError:\n    nn = None\n": True,
+        "def f():\n    import torch\n": False,
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n": False,
+        "import torchvision\n": False,
+    }
+    for number, (source, imports) in enumerate(cases.items()):
+        path = tmp_path / f"m{number}.py"
+        path.write_text(source)
+        assert torch_at_module_level(path) is imports, source
+
+
+def test_torch_is_imported_at_module_level_only_where_the_architecture_says() -> None:
+    found = _TORCH_SENTENCE.search(" ".join(ARCHITECTURE.read_text(encoding="utf-8").split()))
+    assert found, "docs/architecture.md lost its sentence on torch at module level"
+    named = set(_NAME.findall(found.group(1)))
+    importers = {module for module, path in all_modules().items() if torch_at_module_level(path)}
+    outside = {m for m in importers if not any(m == n or m.startswith(f"{n}.") for n in named)}
+    assert not outside, f"torch at module level outside the parts the doc names: {outside}"
+    idle = {n for n in named if not any(m == n or m.startswith(f"{n}.") for m in importers)}
+    assert not idle, f"the doc names parts that import no torch at module level: {idle}"
