@@ -8,9 +8,9 @@ import pytest
 
 from gate.judge.protocol import (
     Outcome,
+    PairAnswer,
     PairStatus,
     Validity,
-    Verdict,
     identical_outcome,
     judge_outcome,
     outcome_from_verdict,
@@ -22,7 +22,7 @@ from gate.judge.protocol import (
     tally,
 )
 
-A, B, TIE = Verdict.A, Verdict.B, Verdict.TIE
+A, B, TIE = PairAnswer.A, PairAnswer.B, PairAnswer.TIE
 V, C = Validity.VALID, Validity.CORRUPTED
 
 
@@ -46,7 +46,7 @@ V, C = Validity.VALID, Validity.CORRUPTED
         ("**A*", None),
     ],
 )
-def test_parse_verdict_is_strict(text: str, verdict: Verdict | None) -> None:
+def test_parse_verdict_is_strict(text: str, verdict: PairAnswer | None) -> None:
     assert parse_verdict(text) is verdict
 
 
@@ -82,7 +82,9 @@ def test_verdicts_read_from_the_candidate_side() -> None:
     assert outcome_from_verdict(TIE, candidate_is_a=False) is Outcome.TIE
 
 
-def _expected(first: Verdict | None, second: Verdict | None) -> tuple[PairStatus, Outcome | None]:
+def _expected(
+    first: PairAnswer | None, second: PairAnswer | None
+) -> tuple[PairStatus, Outcome | None]:
     """The swap rule written out as a table of the nine verdict combinations."""
     if first is None or second is None:
         return PairStatus.UNPARSED, None
@@ -97,7 +99,7 @@ def _expected(first: Verdict | None, second: Verdict | None) -> tuple[PairStatus
 
 
 @pytest.mark.parametrize(("first", "second"), list(itertools.product([A, B, TIE, None], repeat=2)))
-def test_both_orders_rule(first: Verdict | None, second: Verdict | None) -> None:
+def test_both_orders_rule(first: PairAnswer | None, second: PairAnswer | None) -> None:
     got = judge_outcome(first, second)
     assert (got.status, got.outcome) == _expected(first, second)
 

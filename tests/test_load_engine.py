@@ -25,7 +25,7 @@ stretched a build's interval (ratio 0.26) up past 1, and 6 pairs at 95 %
 (t factor 2.6) once excluded 1 for float32 against itself ([0.75, 0.98]: the
 95 % interval's own 5 % false alarm); 6 pairs at 99 % (t factor 4.0) keep a false alarm of
 the same build at 1 %; the users' default
-is the full plan of :class:`gate.tiers.load.LoadSettings`. The figures and the
+is the full plan of :class:`gate.tiers.load.LoadTierSettings`. The figures and the
 wall times are printed (``-s``).
 """
 

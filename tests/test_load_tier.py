@@ -27,7 +27,7 @@ from gate.gating.verdict import Severity
 from gate.metrics import load as maths
 from gate.metrics.load import Latencies, RatePoint, Slo
 from gate.models import guidellm
-from gate.tiers.load import BatchRunner, Job, LoadSettings, run_tier, to_measurements
+from gate.tiers.load import BatchRunner, Job, LoadTierSettings, run_tier, to_measurements
 from gate.tiers.registry import build_settings
 
 RESULTS = Path(__file__).parent / "guidellm" / "results-0.8.1.json"
@@ -157,11 +157,11 @@ def test_slo_speedup_pairs_every_rate_and_blocks_a_slower_build() -> None:
 
 def _scripted(
     scale: dict[str, float], calls: list[str], repeats: int = 2
-) -> tuple[LoadSettings, BatchRunner]:
+) -> tuple[LoadTierSettings, BatchRunner]:
     """A batch runner: the baseline serves x = min(r, 4) at TTFT 100 r ms; the candidate is
     the baseline with its latencies multiplied by ``scale`` (and throughput divided), each
     benchmark with its own small wobble (:data:`WOBBLE`, in running order)."""
-    settings = LoadSettings(
+    settings = LoadTierSettings(
         rates=(1.0, 2.0, 4.0, 8.0), repeats=repeats, duration_s=5, ttft_p95_ms=500, itl_p95_ms=50
     )
 
@@ -259,7 +259,7 @@ def test_a_slower_build_blocks_and_a_not_faster_one_warns() -> None:
 
 
 def test_bad_input_is_one_line_each() -> None:
-    settings = LoadSettings(rates=(1.0, 2.0), repeats=2, ttft_p95_ms=50)
+    settings = LoadTierSettings(rates=(1.0, 2.0), repeats=2, ttft_p95_ms=50)
 
     def batch(make: Callable[[float], RatePoint]) -> BatchRunner:
         return lambda jobs: [(make(job.rate), 1.0) for job in jobs]
@@ -281,7 +281,7 @@ def test_bad_input_is_one_line_each() -> None:
         ]
 
     with pytest.raises(DataError, match="only 0 offered rates have requests completed by both"):
-        to_measurements(run_tier(nothing, LoadSettings(rates=(1.0, 2.0), repeats=2)))
+        to_measurements(run_tier(nothing, LoadTierSettings(rates=(1.0, 2.0), repeats=2)))
     with pytest.raises(ConfigError, match=r"repeats x len\(rates\) must be >= 3"):
         build_settings("load", {"repeats": 1, "rates": [1.0, 2.0]})
     with pytest.raises(ConfigError, match=r"GuideLLM 0\.8\.1 was not found at /nowhere/guidellm"):
@@ -418,7 +418,7 @@ def test_a_rate_with_no_observed_stream_gives_no_pair_and_no_slo_verdict(tmp_pat
     assert len(maths.paired_rates([[twin]], [[point_blind]])) == 0
     assert len(maths.paired_rates([[twin]], [[twin]])) == 1
     # a baseline sweep with nothing observed is one line, exit 4
-    settings = LoadSettings(rates=(1.0,), repeats=3)
+    settings = LoadTierSettings(rates=(1.0,), repeats=3)
     with pytest.raises(DataError, match="GuideLLM observed no token stream of the baseline"):
         run_tier(lambda jobs: [(point_blind, 1.0) for _ in jobs], settings)
 

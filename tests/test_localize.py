@@ -191,7 +191,7 @@ def test_divergence_matches_hidden_states_computed_directly(demo: dict[str, Any]
     import torch
 
     from gate import progress
-    from gate.localize.probe import Probe, pack_inputs
+    from gate.localize.probe import LayerProbe, pack_inputs
 
     cand = demo["load"]("quanto-int2")
     inputs = pack_inputs(demo["pack"], 3)
@@ -200,7 +200,7 @@ def test_divergence_matches_hidden_states_computed_directly(demo: dict[str, Any]
         progress.to_stream(shown, style="plain", heartbeat=False),
         progress.task("divergence", total=3, counted_below=True),
     ):
-        errors, losses = Probe(demo["base"], cand, inputs).divergence()
+        errors, losses = LayerProbe(demo["base"], cand, inputs).divergence()
     assert shown.getvalue().splitlines()[-1].startswith("gate: divergence: done 3/3 in ")
     expected = np.zeros(4)
     with torch.no_grad():
@@ -220,9 +220,9 @@ def test_divergence_matches_hidden_states_computed_directly(demo: dict[str, Any]
 
 @pytest.mark.slow
 def test_a_swapped_block_equals_the_recipe_with_that_layer_kept(demo: dict[str, Any]) -> None:
-    from gate.localize.probe import Probe, pack_inputs
+    from gate.localize.probe import LayerProbe, pack_inputs
 
-    probe = Probe(demo["base"], demo["load"]("quanto-int2"), pack_inputs(demo["pack"], 4))
+    probe = LayerProbe(demo["base"], demo["load"]("quanto-int2"), pack_inputs(demo["pack"], 4))
     swapped = probe.swapped_losses([0], 4)
     kl, cga = _kl_and_cga(
         demo["base"], demo["load"]("quanto-int2:keep=model.layers.0"), demo["pack"], 4
@@ -260,7 +260,7 @@ def test_passes_checks_the_whole_set_and_every_slice() -> None:
 
 
 class _OneLayerProbe:
-    """A stand-in for :class:`~gate.localize.probe.Probe` of a 16-layer model (blocks of 4)
+    """A stand-in for :class:`~gate.localize.probe.LayerProbe` of a 16-layer model (blocks of 4)
     whose layer 5 carries the whole loss; it records every swap it runs."""
 
     n_layers = 16

@@ -184,3 +184,18 @@ def test_the_thresholds_file_name_is_declared_once() -> None:
             and id(node) not in docs
         ]
     assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds: {found}"
+
+
+def test_every_class_name_of_the_package_is_declared_once() -> None:
+    """One meaning per name: no two modules of ``gate/`` declare a class of the same name
+    (model loading's ``LoadSettings`` is not the load tier's ``LoadTierSettings``)."""
+    import ast
+
+    declared: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                declared.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
+    twice = {name: where for name, where in declared.items() if len(where) > 1}
+    assert not twice, twice

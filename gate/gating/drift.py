@@ -369,7 +369,7 @@ def _check(
 
 
 @dataclass(frozen=True)
-class Evidence:
+class DriftEvidence:
     """What one metric's tests found, before any level is applied (module docstring):
     the level tests, the single change point of the whole series and ``t`` = ``tests``."""
 
@@ -401,7 +401,7 @@ def evidence(
     bound: Bound = DEFAULT_BOUND,
     permutations: int = 999,
     seed: int = 0,
-) -> Evidence:
+) -> DriftEvidence:
     """The tests of one metric over ``records`` (time order) that run for its history."""
     rows = [(r, r.metrics[metric.name]) for r in records if metric.name in r.metrics]
     values = [v for _, v in rows]
@@ -428,7 +428,7 @@ def evidence(
     top = change_point(values, permutations=permutations, seed=seed) if run_cp else None
     if not run_cp:
         notes.append(f"change-point test needs {CHANGE_POINT_MIN_RUNS} runs, have {n}")
-    return Evidence(
+    return DriftEvidence(
         metric=metric,
         bound=bound,
         window=window,
@@ -443,7 +443,7 @@ def evidence(
 
 
 def judge(
-    ev: Evidence,
+    ev: DriftEvidence,
     *,
     level: float,
     family: int = 1,

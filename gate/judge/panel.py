@@ -28,9 +28,9 @@ from gate.judge.cache import CachedJudge, Order, Question
 from gate.judge.normalize import normalize_response
 from gate.judge.protocol import (
     JudgeOutcome,
+    PairAnswer,
     PanelOutcome,
     Validity,
-    Verdict,
     identical_outcome,
     judge_outcome,
     panel_outcome,
@@ -145,8 +145,8 @@ def judge_pairs(
     out: list[JudgeOutcome] = [identical_outcome()] * len(pairs)
     for slot, k in enumerate(asked):
         row = values[slot * per_pair : (slot + 1) * per_pair]
-        first: Verdict | None = row[0]
-        second: Verdict | None = row[1]
+        first: PairAnswer | None = row[0]
+        second: PairAnswer | None = row[1]
         cand_valid: Validity | None = row[2] if per_pair == 4 else None
         base_valid: Validity | None = row[3] if per_pair == 4 else None
         out[k] = judge_outcome(first, second, cand_valid, base_valid)

@@ -52,12 +52,12 @@ __all__ = [
     "DEFAULT_DISAGREEMENT_BOUND",
     "JudgeOutcome",
     "Outcome",
+    "PairAnswer",
     "PairStatus",
     "PanelOutcome",
     "Stability",
     "Tally",
     "Validity",
-    "Verdict",
     "identical_outcome",
     "judge_outcome",
     "outcome_from_verdict",
@@ -73,7 +73,7 @@ __all__ = [
 DEFAULT_DISAGREEMENT_BOUND = 0.15
 
 
-class Verdict(enum.Enum):
+class PairAnswer(enum.Enum):
     """A pairwise answer: reply A is better, reply B is better, or a tie."""
 
     A = "A"
@@ -123,9 +123,9 @@ def _bare(text: str) -> str:
     return word.lower()
 
 
-def parse_verdict(text: str) -> Verdict | None:
+def parse_verdict(text: str) -> PairAnswer | None:
     """``A``, ``B`` or ``tie`` (see the module docstring for what is trimmed), else ``None``."""
-    return {"a": Verdict.A, "b": Verdict.B, "tie": Verdict.TIE}.get(_bare(text))
+    return {"a": PairAnswer.A, "b": PairAnswer.B, "tie": PairAnswer.TIE}.get(_bare(text))
 
 
 def parse_validity(text: str) -> Validity | None:
@@ -150,11 +150,11 @@ def parse_with_retry(
     return parse(ask(2)), 2
 
 
-def outcome_from_verdict(verdict: Verdict, candidate_is_a: bool) -> Outcome:
+def outcome_from_verdict(verdict: PairAnswer, candidate_is_a: bool) -> Outcome:
     """The candidate's outcome when the judge answered ``verdict``."""
-    if verdict is Verdict.TIE:
+    if verdict is PairAnswer.TIE:
         return Outcome.TIE
-    candidate_won = (verdict is Verdict.A) == candidate_is_a
+    candidate_won = (verdict is PairAnswer.A) == candidate_is_a
     return Outcome.WIN if candidate_won else Outcome.LOSS
 
 
@@ -193,8 +193,8 @@ def identical_outcome() -> JudgeOutcome:
 
 
 def judge_outcome(
-    candidate_first: Verdict | None,
-    candidate_second: Verdict | None,
+    candidate_first: PairAnswer | None,
+    candidate_second: PairAnswer | None,
     candidate_valid: Validity | None = None,
     baseline_valid: Validity | None = None,
 ) -> JudgeOutcome:

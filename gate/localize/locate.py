@@ -1,7 +1,7 @@
 """``gate localize``'s procedure: divergence, swap-back attribution, the greedy repair.
 
 1. One forward of each build per reference prompt: the layerwise divergence
-   and the candidate's losses (:meth:`Probe.divergence`).
+   and the candidate's losses (:meth:`LayerProbe.divergence`).
 2. The prompt subset the swaps run on (:func:`~gate.localize.attribution.subset_size`).
 3. Swap-back: each layer restored alone when the model has at most
    ``direct_up_to`` layers; deeper models are cut into blocks of
@@ -49,7 +49,7 @@ from gate.localize.attribution import (
     shares,
     subset_size,
 )
-from gate.localize.probe import Probe, pack_inputs
+from gate.localize.probe import LayerProbe, pack_inputs
 from gate.localize.result import LayerScore, Localization, Repair
 from gate.localize.suggest import repaired_recipe, snippets
 from gate.metrics.catalog import fidelity as fidelity_catalog
@@ -86,7 +86,7 @@ def _means(losses: Losses) -> dict[str, float]:
 class _Swaps:
     """Swapped-build losses on the subset, each set of restored layers measured once."""
 
-    def __init__(self, probe: Probe, n: int) -> None:
+    def __init__(self, probe: LayerProbe, n: int) -> None:
         self.probe, self.n = probe, n
         self.done: dict[frozenset[int], Losses] = {}
 
@@ -98,7 +98,7 @@ class _Swaps:
 
 
 def _attribute(
-    probe: Probe, swaps: _Swaps, cand: Losses, settings: LocalizeSettings
+    probe: LayerProbe, swaps: _Swaps, cand: Losses, settings: LocalizeSettings
 ) -> tuple[dict[int, dict[str, float | None]], dict[int, tuple[int, ...]]]:
     """Shares per layer, and for layers known only through their block, that block."""
     total = probe.n_layers
@@ -195,13 +195,13 @@ def localize(
 ) -> Localization:
     """Localize the candidate's loss against the baseline (module doc)."""
     started, cpu_started = time.perf_counter(), time.process_time()
-    probe = Probe(base, cand, pack_inputs(pack, settings.limit))
+    probe = LayerProbe(base, cand, pack_inputs(pack, settings.limit))
     names = probe.layer_names()
     prompts = len(probe.inputs)
     with progress.task(
         f"localize: divergence pass over {prompts} prompts, {probe.n_layers} layers",
         total=prompts,
-        counted_below=True,  # Probe.divergence counts each prompt
+        counted_below=True,  # LayerProbe.divergence counts each prompt
     ):
         errors, cand_losses = probe.divergence()
     jumps = divergence_jumps(errors.tolist())

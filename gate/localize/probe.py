@@ -99,7 +99,7 @@ def pack_inputs(pack: ReferencePack, limit: int | None = None) -> list[PackInput
 
 
 @dataclass
-class Probe:
+class LayerProbe:
     """The baseline and candidate models side by side, and the forwards run so far."""
 
     base: nn.Module
@@ -232,4 +232,4 @@ def _as_losses(rows: list[tuple[float, ...]]) -> Losses:
     return Losses(table[:, 0], table[:, 1], table[:, 2])
 
 
-__all__ = ["ROW_CACHE_BYTES", "TOP_K", "PackInput", "Probe", "pack_inputs"]
+__all__ = ["ROW_CACHE_BYTES", "TOP_K", "LayerProbe", "PackInput", "pack_inputs"]

@@ -45,7 +45,7 @@ from gate.tiers.spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
 from gate.tiers.spec import PORTABLE_TIERS
 
 if TYPE_CHECKING:
-    from gate.session.multirun import Outcome
+    from gate.session.multirun import CandidateOutcome
     from gate.session.run_config import Candidate, RunConfig
 
 #: The panel: the control first, then builds from mild to severe compression.
@@ -317,7 +317,9 @@ class DemoResult:
     problem: str | None = None
 
 
-def candidate_result(outcome: Outcome, baseline_ref: str = BASELINE_REF) -> CandidateResult:
+def candidate_result(
+    outcome: CandidateOutcome, baseline_ref: str = BASELINE_REF
+) -> CandidateResult:
     """One row of the panel from the outcome of its gate session."""
     recipe = outcome.candidate.recipe_label
     code = int(outcome.exit_code)
@@ -404,7 +406,7 @@ def run_demo(
         if on_start is not None:
             on_start(candidate.recipe_label)
 
-    def finished(outcome: Outcome) -> None:
+    def finished(outcome: CandidateOutcome) -> None:
         results.append(candidate_result(outcome, model.baseline_ref))
         if on_done is not None:
             on_done(results[-1])

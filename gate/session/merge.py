@@ -56,7 +56,7 @@ from gate.errors import DataError, ExitCode, GateError, UsageError, decided
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results import Results, RunIdentity
 from gate.session.multirun import (
-    Outcome,
+    CandidateOutcome,
     judge_round_robin,
     outcome_of,
     summary_markdown,
@@ -281,7 +281,9 @@ def _candidate_of(item: Merged) -> Candidate:
     )
 
 
-def _reported(candidate: Candidate, item: Merged, targets: ReportTargets, several: bool) -> Outcome:
+def _reported(
+    candidate: Candidate, item: Merged, targets: ReportTargets, several: bool
+) -> CandidateOutcome:
     """Write one candidate's report files (and GitHub output) as its own session would
     have; a failed write is one line and, like a session's, turns 0 or 1 into 4."""
     mine = candidate_targets(targets, candidate.name, several)
@@ -325,10 +327,12 @@ def merge(
     check_targets(targets)
     for candidate, _ in order:
         check_targets(candidate_targets(targets, candidate.name, several))
-    outcomes: list[Outcome] = []
+    outcomes: list[CandidateOutcome] = []
     for candidate, item in order:
         if item is None:
-            outcomes.append(Outcome(candidate, ExitCode.NO_MEASUREMENTS, MISSING, (MISSING_WHY,)))
+            outcomes.append(
+                CandidateOutcome(candidate, ExitCode.NO_MEASUREMENTS, MISSING, (MISSING_WHY,))
+            )
         else:
             outcomes.append(_reported(candidate, item, targets, several))
     worst = worst_exit(o.exit_code for o in outcomes)

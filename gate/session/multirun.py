@@ -12,7 +12,7 @@ both land in :func:`run_candidates`:
    on one line and becomes its exit code without stopping the others; an
    interrupted candidate ends the loop;
 3. each candidate's :class:`~gate.report.results.Results`, handed over by its
-   session in this process (:mod:`gate.session.handoff`), make its :class:`Outcome`.
+   session in this process (:mod:`gate.session.handoff`), make its :class:`CandidateOutcome`.
 
 :func:`execute_plan` then prints ``gate run``'s summary table (candidate,
 recipe, verdict, exit code, the worst findings) and returns the worst exit
@@ -56,7 +56,7 @@ SessionRunner = Callable[[Candidate, ReportTargets], ExitCode]
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CandidateOutcome:
     """How one candidate ended."""
 
     candidate: Candidate
@@ -114,13 +114,13 @@ def outcome_of(
     markdown: Path | None = None,
     error: str | None = None,
     json: Path | None = None,
-) -> Outcome:
-    """The :class:`Outcome` of a candidate's session from its results (when it made them)."""
+) -> CandidateOutcome:
+    """The :class:`CandidateOutcome` of a candidate's session from its results (when it made them)."""
     if results is None or code in (ExitCode.INTERRUPTED, ExitCode.INTERNAL_ERROR):
         word = exit_meaning(code)
         reason = "see its report above" if code != ExitCode.OK else ""
         findings: tuple[str, ...] = (reason,) if reason else ()
-        return Outcome(candidate, code, word, findings, markdown, results, json, error)
+        return CandidateOutcome(candidate, code, word, findings, markdown, results, json, error)
     headline = results.headline or results.verdict
     if code in (ExitCode.USAGE_ERROR, ExitCode.NO_MEASUREMENTS):
         headline = exit_meaning(code)
@@ -130,10 +130,10 @@ def outcome_of(
         findings = (f"all {count} metric checks pass",) if code == ExitCode.OK else ()
     if code == ExitCode.BLOCKED and not results.verdicts:
         findings = ("a tier test failed; see its report above",)
-    return Outcome(candidate, code, headline, findings, markdown, results, json, error)
+    return CandidateOutcome(candidate, code, headline, findings, markdown, results, json, error)
 
 
-def summary_table(outcomes: Sequence[Outcome]) -> Table:
+def summary_table(outcomes: Sequence[CandidateOutcome]) -> Table:
     """The rich summary table of a multi-candidate run."""
     table = Table(box=box.SIMPLE_HEAD, title="gate: candidates", title_justify="left")
     for column in ("candidate", "model", "recipe", "verdict", "exit", "worst findings"):
@@ -151,7 +151,7 @@ def summary_table(outcomes: Sequence[Outcome]) -> Table:
     return table
 
 
-def _clean(item: Outcome) -> bool:
+def _clean(item: CandidateOutcome) -> bool:
     """Approved without a warning: its report holds no finding."""
     return (
         item.exit_code == ExitCode.OK
@@ -160,12 +160,12 @@ def _clean(item: Outcome) -> bool:
     )
 
 
-def _findings_first(item: Outcome) -> tuple[int, bool]:
+def _findings_first(item: CandidateOutcome) -> tuple[int, bool]:
     """Sort key: the worst exit code first, then a report with a finding."""
     return -SEVERITY_ORDER.index(item.exit_code), _clean(item)
 
 
-def summary_markdown(outcomes: Sequence[Outcome], code: ExitCode) -> str:
+def summary_markdown(outcomes: Sequence[CandidateOutcome], code: ExitCode) -> str:
     """A combined markdown document: the summary table (the config's order), then each
     candidate's own report, findings first: worst exit code first
     (:data:`~gate.errors.SEVERITY_ORDER`), approved with warnings before approved
@@ -216,8 +216,8 @@ def run_candidates(
     targets_for: Callable[[Candidate], ReportTargets],
     *,
     on_start: Callable[[int, int, Candidate], None] = announce,
-    on_done: Callable[[Outcome], None] | None = None,
-) -> list[Outcome]:
+    on_done: Callable[[CandidateOutcome], None] | None = None,
+) -> list[CandidateOutcome]:
     """Run ``session`` for every candidate in order; returns their outcomes.
 
     ``session`` gets each candidate's report targets (``targets_for``) and hands
@@ -225,7 +225,7 @@ def run_candidates(
     ``GateError`` ends that candidate (one line on stderr, its exit code); an
     interrupted candidate ends the loop.
     """
-    outcomes: list[Outcome] = []
+    outcomes: list[CandidateOutcome] = []
     for index, candidate in enumerate(candidates, start=1):
         mine = targets_for(candidate)
         on_start(index, len(candidates), candidate)
@@ -302,7 +302,7 @@ def execute_plan(plan: RunPlan, checked: Sequence[CheckedCandidate], console: Co
 
 
 def judge_round_robin(
-    outcomes: Sequence[Outcome],
+    outcomes: Sequence[CandidateOutcome],
     config: RunConfig | None,
     json_path: Path | None,
     console: Console,
@@ -323,7 +323,7 @@ def judge_round_robin(
 
 __all__ = [
     "SEVERITY_ORDER",
-    "Outcome",
+    "CandidateOutcome",
     "SessionRunner",
     "announce",
     "execute_plan",

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from gate.tiers.fidelity import FidelitySettings
     from gate.tiers.judge import JudgeSettings
     from gate.tiers.latency import LatencySettings
-    from gate.tiers.load import LoadSettings
+    from gate.tiers.load import LoadTierSettings
     from gate.tiers.registry import TierSettings
 
 Mode = Literal["record", "run"]
@@ -117,7 +117,7 @@ class GateRun:
     @overload
     def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
     @overload
-    def settings(self, tier: Literal["load"]) -> LoadSettings: ...
+    def settings(self, tier: Literal["load"]) -> LoadTierSettings: ...
     @overload
     def settings(self, tier: str) -> TierSettings: ...
 

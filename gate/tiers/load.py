@@ -67,7 +67,7 @@ BatchRunner = Callable[[Sequence[Job]], Sequence[tuple[RatePoint, float]]]
 
 
 @dataclass(frozen=True)
-class LoadSettings:
+class LoadTierSettings:
     """``[tiers.load]``: the sweep, the SLO and the gate (docs/serving.md "The load tier")."""
 
     #: Settings that describe this run's machine or output: never recorded into a baseline.
@@ -143,7 +143,7 @@ class LoadResult:
     candidate: tuple[tuple[RatePoint, ...], ...]
     #: Wall seconds: each build's benchmarks summed, and ``total`` (GuideLLM's start included).
     wall_s: Mapping[str, float]
-    settings: LoadSettings
+    settings: LoadTierSettings
     extra: Mapping[str, Any]
 
     def by_side(self) -> tuple[tuple[str, tuple[tuple[RatePoint, ...], ...]], ...]:
@@ -155,7 +155,7 @@ def _fmt_rate(r: float) -> str:
     return f"{r:g} req/s"
 
 
-def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
+def check_baseline(points: Sequence[RatePoint], settings: LoadTierSettings) -> None:
     """A baseline sweep the tier can compare with, else one-line :class:`DataError` (exit 4):
     it sustains its first rate, and meets the SLO at some rate."""
     first = sorted(points, key=lambda p: p.offered_rate)[0]
@@ -183,7 +183,7 @@ def check_baseline(points: Sequence[RatePoint], settings: LoadSettings) -> None:
         )
 
 
-def plan(settings: LoadSettings) -> list[Job]:
+def plan(settings: LoadTierSettings) -> list[Job]:
     """The benchmarks in running order: per pass and rate a pair, alternating which build
     goes first (B C, C B, B C, ...; module docstring)."""
     jobs: list[Job] = []
@@ -196,7 +196,7 @@ def plan(settings: LoadSettings) -> list[Job]:
     return jobs
 
 
-def run_tier(runner: BatchRunner, settings: LoadSettings, **extra: Any) -> LoadResult:
+def run_tier(runner: BatchRunner, settings: LoadTierSettings, **extra: Any) -> LoadResult:
     """Run :func:`plan` through ``runner`` and gather each build's sweeps per pass; every
     baseline sweep is checked (:func:`check_baseline`)."""
     jobs = plan(settings)
@@ -344,7 +344,7 @@ def _ratio(
     name: str,
     cand: Sequence[float],
     base: Sequence[float],
-    settings: LoadSettings,
+    settings: LoadTierSettings,
     details: Mapping[str, Any],
 ) -> Measurement:
     ci = maths.ratio_interval(cand, base, level=settings.confidence)
@@ -441,7 +441,7 @@ __all__ = [
     "BatchRunner",
     "Job",
     "LoadResult",
-    "LoadSettings",
+    "LoadTierSettings",
     "check_baseline",
     "plan",
     "run_tier",

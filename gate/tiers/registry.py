@@ -30,7 +30,7 @@ from gate.tiers.capability import CapabilitySettings
 from gate.tiers.fidelity.settings import FidelitySettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
-from gate.tiers.load import LoadSettings
+from gate.tiers.load import LoadTierSettings
 from gate.tiers.spec import TIER_SPECS
 
 #: The settings of any tier.
@@ -40,7 +40,7 @@ TierSettings: TypeAlias = (
     | FidelitySettings
     | JudgeSettings
     | LatencySettings
-    | LoadSettings
+    | LoadTierSettings
 )
 
 #: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
@@ -77,7 +77,7 @@ def build_settings(
 @overload
 def build_settings(
     tier: Literal["load"], table: Mapping[str, Any] | None = None, *, source: str = ""
-) -> LoadSettings: ...
+) -> LoadTierSettings: ...
 @overload
 def build_settings(
     tier: str, table: Mapping[str, Any] | None = None, *, source: str = ""

@@ -124,7 +124,7 @@ TIER_SPECS: tuple[TierSpec, ...] = (
     ),
     _tier(
         load_catalog,
-        "gate.tiers.load:LoadSettings",
+        "gate.tiers.load:LoadTierSettings",
         default=False,
         calibrated=False,
         portable=False,
