@@ -1,21 +1,20 @@
 """The load tier end to end: the real GuideLLM against the session's real vLLM servers.
 
 ``gate run --tiers load`` with the float32 server (``served``) as the baseline
-build (``--baseline-endpoint``) and, as the candidate (``--endpoint``):
+build (``--baseline-endpoint``) and as the candidate (``--endpoint``): the
+interval of the speed ratio at the SLO (``load.slo_speedup``) contains 1, exit 0.
 
-* the same float32 server: the interval of the speed ratio at the SLO
-  (``load.slo_speedup``) contains 1, exit 0;
-* the bfloat16 server (``served_bf16``) under a plan that asks the candidate
-  for twice the baseline's speed at the SLO (``min_speedup = 2``, what a team
-  sets for a build it compressed to be faster), under ``--strict``: the
-  interval's upper end is below 2, a warning (not shown slower, shown not to
-  pay), which ``--strict`` blocks: exit 1. (The session's second server was
-  vLLM's FP8 build, shown slower and blocked outright; its CPU kernels need AMX
-  tiles, which this machine's virtual CPU lacks, and the emulation left it
-  completing nothing in a 5 s window: tests/conftest.py, ``served_bf16``.)
+A slower build blocked and one short of ``min_speedup`` warned are the tier's
+maths on GuideLLM's own result files (tests/test_load_tier.py). The suite ran
+them here too, with vLLM's FP8 build as the slower server; its CPU kernels need
+AMX tiles, which this machine's virtual CPU lacks, and the emulation completes
+nothing in a 5 s window (tests/conftest.py, ``served_bf16``); the bfloat16
+server that replaced it is as fast as float32, and the 99 % interval of 5-6
+pairs on two shared cores ([0.48, 2.25] once around 1.04) is too wide to show
+a ``min_speedup`` of 2 reliably.
 
-Both runs happen once, in the module-scoped :func:`load_runs`, which every
-assertion shares; each run's benchmarks go through one GuideLLM process.
+The run happens once, in the module-scoped :func:`load_run`, which every
+assertion shares; its benchmarks go through one GuideLLM process.
 GuideLLM comes from its own cached environment (:func:`guidellm_command`
 installs it once through ``scripts/setup_tool_env.sh guidellm``). The plan is
 short so the suite keeps its time, with 6 paired observations (3 rates of 5 s,
@@ -92,7 +91,7 @@ sustain = 0.2
 speed_percentile = "p50"
 ttft_p95_ms = 5000.0
 itl_p95_ms = 200.0
-min_speedup = {min_speedup}
+min_speedup = 1.0
 guidellm = "{guidellm}"
 output_dir = "{out}"
 """
@@ -113,15 +112,10 @@ def _load_run(
     cache: Path,
     candidate: HTTPBackend,
     baseline: HTTPBackend,
-    min_speedup: float,
-    *options: str,
 ) -> LoadRun:
     folder.mkdir(parents=True)
     config = folder / "gate.toml"
-    plan = SHORT_PLAN.format(
-        guidellm=guidellm_command(), out=folder / "guidellm", min_speedup=min_speedup
-    )
-    config.write_text(plan)
+    config.write_text(SHORT_PLAN.format(guidellm=guidellm_command(), out=folder / "guidellm"))
     out = folder / "results.json"
     started = time.perf_counter()
     done = run_gate(
@@ -142,7 +136,6 @@ def _load_run(
         str(out),
         "--html",
         str(folder / "report.html"),
-        *options,
         cwd=folder,
         env=engine_env(cache),
     )
@@ -152,22 +145,13 @@ def _load_run(
 
 
 @pytest.fixture(scope="module")
-def load_runs(
-    engine_cache: Path,
-    served: HTTPBackend,
-    served_bf16: HTTPBackend,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, LoadRun]:
-    """Both runs, once: float32 against itself (min_speedup 1), then bfloat16 against
-    float32 asked to be twice as fast (min_speedup 2)."""
-    root = tmp_path_factory.mktemp("load")
-    runs = {
-        "fp32": _load_run(root / "fp32", engine_cache, served, served, 1.0),
-        "bf16": _load_run(root / "bf16", engine_cache, served_bf16, served, 2.0, "--strict"),
-    }
-    for name, run in runs.items():
-        _figures(name, run)
-    return runs
+def load_run(
+    engine_cache: Path, served: HTTPBackend, tmp_path_factory: pytest.TempPathFactory
+) -> LoadRun:
+    """The run, once: float32 against itself."""
+    run = _load_run(tmp_path_factory.mktemp("load") / "fp32", engine_cache, served, served)
+    _figures("fp32", run)
+    return run
 
 
 def _metric(results: dict[str, Any], name: str) -> dict[str, Any]:
@@ -200,8 +184,8 @@ def _figures(name: str, run: LoadRun) -> None:
     )
 
 
-def test_float32_against_itself_passes(load_runs: dict[str, LoadRun]) -> None:
-    run = load_runs["fp32"]
+def test_float32_against_itself_passes(load_run: LoadRun) -> None:
+    run = load_run
     speed = _metric(run.results, "load.slo_speedup")
     low, high = speed["details"]["ratio_ci"]
     assert low <= 1.0 <= high
@@ -223,20 +207,8 @@ def test_float32_against_itself_passes(load_runs: dict[str, LoadRun]) -> None:
     assert speed["severity"] == "pass", speed["reason"]
 
 
-def test_a_build_short_of_min_speedup_warns_and_strict_blocks_it(
-    load_runs: dict[str, LoadRun],
-) -> None:
-    run = load_runs["bf16"]
-    speed = _metric(run.results, "load.slo_speedup")
-    assert speed["severity"] == "warn", speed["reason"]
-    assert (
-        speed["details"]["ratio_ci"][1] < 2.0 and "not faster by min_speedup 2" in speed["reason"]
-    )
-    assert run.code == ExitCode.BLOCKED
-
-
-def test_one_guidellm_process_its_files_and_the_report(load_runs: dict[str, LoadRun]) -> None:
-    run = load_runs["bf16"]
+def test_one_guidellm_process_its_files_and_the_report(load_run: LoadRun) -> None:
+    run = load_run
     work = run.folder / "guidellm"
     names = [json.loads(line)["name"] for line in (work / "batch.out").read_text().splitlines()]
     assert names == [
