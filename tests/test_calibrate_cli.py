@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from gate.errors import ExitCode
-from gate.gating.calibration import read_calibration
+from gate.gating.calibration.reader import read_calibration
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from tests.calibrate_support import calibrate_small
 from tests.cli_support import run_gate

@@ -9,18 +9,17 @@ import pytest
 
 from gate.config import tomllib
 from gate.gating import power as pw
-from gate.gating.calibration import (
-    CalibrationRecord,
+from gate.gating.calibration.bounds import (
     MetricCalibration,
     NoiseRun,
-    TierTiming,
     calibrate_metric,
     derive_bound,
     noise_quantile,
-    plan_sample_sizes,
-    read_calibration,
-    render_thresholds,
 )
+from gate.gating.calibration.plan import plan_sample_sizes
+from gate.gating.calibration.reader import read_calibration
+from gate.gating.calibration.record import CalibrationRecord, TierTiming
+from gate.gating.calibration.writer import render_thresholds
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path, parse_thresholds
 from gate.gating.verdict import Bound
 from gate.measurement import Measurement

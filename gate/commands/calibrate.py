@@ -168,7 +168,8 @@ def calibrate(
       gate calibrate --model demo --endpoint http://127.0.0.1:8000/v1 --out cal.toml
       gate run --config gate.toml --thresholds cal.toml --dry-run   # the sample-size plan
     """
-    from gate.gating.calibration import describe_plans, plan_sample_sizes, read_calibration
+    from gate.gating.calibration.plan import describe_plans, plan_sample_sizes
+    from gate.gating.calibration.reader import read_calibration
     from gate.gating.thresholds import load_thresholds
     from gate.metrics.registry import all_metrics
     from gate.models.engine_settings import engine_from_options
@@ -228,7 +229,7 @@ def calibrate(
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text("", encoding="utf-8")
     result = run_calibration(checked)
-    from gate.gating.calibration import render_thresholds
+    from gate.gating.calibration.writer import render_thresholds
 
     specs = all_metrics()
     text = render_thresholds(checked.thresholds, result.record, specs)

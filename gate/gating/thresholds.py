@@ -86,7 +86,7 @@ class Thresholds:
     #: An underpowered verdict (critical bound below its MDE) blocks, as under ``--strict``.
     require_power: bool = False
     #: The raw ``[calibration]`` table a calibrated file carries (``gate calibrate``; read by
-    #: :func:`gate.gating.calibration.read_calibration`); empty when the file has none.
+    #: :func:`gate.gating.calibration.reader.read_calibration`); empty when the file has none.
     calibration: Mapping[str, Any] = field(default_factory=dict)
 
     def for_metric(self, name: str) -> MetricThreshold | None:

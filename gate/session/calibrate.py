@@ -23,8 +23,8 @@ config built typed, never written as TOML) against a baseline recorded into a
 Each run-mode session hands its measurements over in process
 (:func:`gate.session.handoff.collect_measurements`); per metric, the
 degradation against the recorded baseline and the spread of the paired
-per-item differences become a :class:`~gate.gating.calibration.NoiseRun`, and
-:func:`gate.gating.calibration.calibrate_metric` derives the bounds. The
+per-item differences become a :class:`~gate.gating.calibration.bounds.NoiseRun`, and
+:func:`gate.gating.calibration.bounds.calibrate_metric` derives the bounds. The
 sessions' own reports go to a log file (``<out>.log``), not to the terminal.
 
 No verdict is reached here: each session's verdicts and exit code are ``gate
@@ -52,15 +52,14 @@ import numpy as np
 
 from gate import progress
 from gate.errors import ConfigError, ExitCode, GateError, decided
-from gate.gating.calibration import (
+from gate.gating.calibration.bounds import (
     DEFAULT_MARGIN,
     DEFAULT_QUANTILE,
-    CalibrationRecord,
     MetricCalibration,
     NoiseRun,
-    TierTiming,
     calibrate_metric,
 )
+from gate.gating.calibration.record import CalibrationRecord, TierTiming
 from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound
 from gate.measurement import Measurement

@@ -294,8 +294,9 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
 
 def sample_size_lines(thresholds: Thresholds, tiers: tuple[str, ...]) -> list[str]:
     """The sample-size plan per tier from a calibrated thresholds file's ``[calibration]``
-    record (:mod:`gate.gating.calibration`), or a line saying there is none."""
-    from gate.gating.calibration import describe_plans, plan_sample_sizes, read_calibration
+    record (:mod:`gate.gating.calibration.plan`), or a line saying there is none."""
+    from gate.gating.calibration.plan import describe_plans, plan_sample_sizes
+    from gate.gating.calibration.reader import read_calibration
     from gate.metrics.registry import all_metrics
 
     if not thresholds.calibration:
