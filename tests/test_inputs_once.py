@@ -143,8 +143,9 @@ def test_the_plugin_uses_the_inputs_the_request_carries(
     """A session handed checked inputs reads no input file: ``prepare_session`` is not
     called again, the run config is not parsed (unit: the tier measures nothing)."""
     from gate.session.inputs import prepare_session
-    from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
+    from gate.session.options import SessionOptions
     from gate.session.plan import check_targets
+    from gate.session.request import SessionRequest, SessionRequestPlugin
 
     store, config = _run_dir(tmp_path, monkeypatch)
     options = SessionOptions(config=config, store=store, against=("fp32",))

@@ -27,7 +27,7 @@ from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.latency import summarize
 from gate.provenance import ModelProvenance
-from gate.session.options import SessionRequest
+from gate.session.request import SessionRequest
 from gate.session.runner import suites_dir
 from gate.store.baseline import BaselineStore
 from gate.tiers.latency import (

@@ -232,7 +232,8 @@ def test_runner_hands_the_typed_request_to_pytest(
 ) -> None:
     """The pytest command line names suites and markers only; the session's options
     travel as one typed object in the plugin object (no ``--gate-*`` strings)."""
-    from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
+    from gate.session.options import SessionOptions
+    from gate.session.request import SessionRequest, SessionRequestPlugin
     from gate.session.runner import run_pytest
 
     (tmp_path / "test_fidelity.py").write_text("")

@@ -24,7 +24,8 @@ from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.session.flags import PYTEST_ROWS, request_from_pytest
-from gate.session.options import SESSION_FIELDS, SessionOptions, SessionRequest
+from gate.session.options import SESSION_FIELDS, SessionOptions
+from gate.session.request import SessionRequest
 from gate.session.run import GateRun
 from gate.session.run_config import CandidateOverrides, build_candidates, load_run_config
 from gate.session.settings import layer_settings, storable_settings
@@ -142,8 +143,8 @@ def test_a_passed_request_starts_the_session_without_gate_flags(
     pytester: pytest.Pytester,
 ) -> None:
     """``gate run`` hands the typed request to pytest as a plugin object, no strings."""
-    from gate.session.options import SessionRequestPlugin
     from gate.session.plugin import PLUGIN_NAME, GatePlugin
+    from gate.session.request import SessionRequestPlugin
 
     request = SessionRequest(mode="record", model="m", options=SessionOptions(label="x"))
     pytester.plugins.append(SessionRequestPlugin(request))  # as pytest.main(plugins=[...])

@@ -1,7 +1,7 @@
 """The ``--gate-*`` pytest options, for people who run the tier suites with pytest directly.
 
 ``gate run`` and friends hand the session a typed
-:class:`~gate.session.options.SessionRequest` and build no ``--gate-*``
+:class:`~gate.session.request.SessionRequest` and build no ``--gate-*``
 strings. A plain ``pytest suites/ --gate-model demo ...`` gives the same
 session through the options declared here, which come from the declarations
 of the typed objects: the rows of :class:`~gate.session.options.SessionOptions`
@@ -31,8 +31,8 @@ from gate.session.options import (
     Kind,
     OptionField,
     SessionOptions,
-    SessionRequest,
 )
+from gate.session.request import SessionRequest
 
 #: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets` (by name).
 REPORT_ROWS: tuple[OptionField, ...] = (

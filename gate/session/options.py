@@ -34,15 +34,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.store.location import DEFAULT_STORE
-
-if TYPE_CHECKING:
-    from gate.session.inputs import SessionInputs
 
 Kind = Literal["flag", "path", "str", "append"]
 
@@ -209,40 +206,6 @@ class SessionOptions:
         return dataclasses.replace(self, **filled)
 
 
-@dataclass(frozen=True)
-class SessionRequest:
-    """Everything one gate session is handed: its mode, the model under test, its options.
-
-    ``gate run``/``gate baseline record``/``gate demo`` pass it to pytest inside the
-    plugin object (:func:`gate.session.runner.run_request`); ``--gate-*`` pytest options
-    are read into one by :func:`gate.session.flags.request_from_pytest`.
-    """
-
-    #: ``"record"`` (measure a baseline) or ``"run"`` (measure a candidate).
-    mode: Literal["record", "run"]
-    #: Model id, local path or ``demo``.
-    model: str
-    options: SessionOptions = field(default_factory=SessionOptions)
-    #: The session's inputs as the command read and checked them
-    #: (:func:`gate.session.inputs.prepare_session`; their ``options`` are this
-    #: request's, defaults filled in); ``None``: the plugin reads them.
-    inputs: SessionInputs | None = None
-
-    @classmethod
-    def checked(cls, inputs: SessionInputs) -> SessionRequest:
-        """The request of a session whose inputs a command already read and checked."""
-        return cls(mode=inputs.mode, model=inputs.model, options=inputs.options, inputs=inputs)
-
-
-class SessionRequestPlugin:
-    """The typed request of one gate session, handed to pytest as a plugin object
-    (``pytest.main(args, plugins=[SessionRequestPlugin(request)])``); it has no hooks
-    of its own: ``pytest_configure`` finds it and starts the session's :class:`~gate.session.plugin.GatePlugin`."""
-
-    def __init__(self, request: SessionRequest) -> None:
-        self.request = request
-
-
 def _table() -> tuple[OptionField, ...]:
     rows = []
     for item in dataclasses.fields(SessionOptions):
@@ -265,7 +228,5 @@ __all__ = [
     "SESSION_FIELDS",
     "OptionField",
     "SessionOptions",
-    "SessionRequest",
-    "SessionRequestPlugin",
     "option_row",
 ]

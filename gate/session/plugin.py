@@ -5,8 +5,8 @@ module is inert unless a session is asked for: it registers the ``--gate-*``
 options (:mod:`gate.session.flags`), the tier markers, the backend hook and
 the ``gate_run`` fixture (which skips without a model). A session is asked for
 in one of two ways, both ending in one typed
-:class:`~gate.session.options.SessionRequest`: ``gate run`` and friends pass
-a :class:`~gate.session.options.SessionRequestPlugin` carrying it to ``pytest.main(plugins=...)``
+:class:`~gate.session.request.SessionRequest`: ``gate run`` and friends pass
+a :class:`~gate.session.request.SessionRequestPlugin` carrying it to ``pytest.main(plugins=...)``
 (no ``--gate-*`` strings are built), and a user running pytest directly gives
 ``--gate-model`` and the other ``--gate-*`` options, read once by
 :func:`gate.session.flags.request_from_pytest`. Then ``pytest_configure``
@@ -62,7 +62,8 @@ from gate.errors import ExitCode, GateError, exit_label
 from gate.metrics.registry import TIERS
 from gate.session.flags import add_options, request_from_pytest
 from gate.session.interrupt_repr import drop_lineless_frames
-from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
+from gate.session.options import SessionOptions
+from gate.session.request import SessionRequest, SessionRequestPlugin
 
 if TYPE_CHECKING:
     from gate.models.backends.base import Backend

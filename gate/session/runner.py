@@ -3,8 +3,8 @@
 The tier suites ship inside the package (``suites/test_<tier>.py``); the
 runner selects the requested tiers' files and markers (``-m "fidelity or
 latency"``), hands the session its typed
-:class:`~gate.session.options.SessionRequest` as a plugin object
-(:class:`~gate.session.options.SessionRequestPlugin`; no ``--gate-*``
+:class:`~gate.session.request.SessionRequest` as a plugin object
+(:class:`~gate.session.request.SessionRequestPlugin`; no ``--gate-*``
 argument strings) and returns pytest's exit status, whose numbers are the
 gate's (:class:`~gate.errors.ExitCode`). A command that checked the session's
 inputs hands them over with it (:func:`run_session`), so the session reads
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from gate import progress
 from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredError
 from gate.metrics.registry import check_tier
-from gate.session.options import SessionOptions, SessionRequest, SessionRequestPlugin
+from gate.session.options import SessionOptions
+from gate.session.request import SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
 from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 

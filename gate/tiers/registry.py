@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal, TypeAlias, overload
+from typing import Any, Literal, TypeAlias, cast, overload
 
 from gate.config import build_dataclass
 from gate.errors import ConfigError
@@ -45,7 +45,7 @@ TierSettings: TypeAlias = (
 
 #: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
 SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
-    {spec.name: spec.settings for spec in TIER_SPECS}
+    {spec.name: cast("type[TierSettings]", spec.settings) for spec in TIER_SPECS}
 )
 
 
