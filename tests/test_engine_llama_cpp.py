@@ -173,10 +173,14 @@ def test_positions_mode_agrees_with_forced_and_with_an_uncached_request(
     cached = per_position.score(one, top_k=8)
     assert per_position.scoring_api == "positions"
     for a, b in zip(forced, cached, strict=True):
-        assert a.topk_ids[:, 0].tolist() == b.topk_ids[:, 0].tolist()
         # llama.cpp's matrix products take another path for a batch of tokens than for one
         # (the forced continuation is one batch, a position one token): 4.0e-3 measured
         np.testing.assert_allclose(a.target_logprobs, b.target_logprobs, atol=1e-2)
+        # the arg-max agrees except at a near-tie that rounding decides: there the other
+        # mode's top token is within that rounding of this mode's top in this mode's row
+        for row in np.flatnonzero(a.topk_ids[:, 0] != b.topk_ids[:, 0]):
+            other = a.topk_ids[row].tolist().index(int(b.topk_ids[row, 0]))
+            assert a.topk_logprobs[row, 0] - a.topk_logprobs[row, other] < 2e-2, row
     # one position on a cached prefix, and the same request with the cache off
     request = one[0]
     prompt = [*request.context, *request.continuation]

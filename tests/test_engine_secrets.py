@@ -50,6 +50,19 @@ def _leaks(root: Path, *runs: GateRun) -> list[str]:
     return found
 
 
+def _vllm_servers_on(endpoint: str) -> list[int]:
+    """vLLM servers still listening on ``endpoint``'s port (by their command lines)."""
+    import psutil
+
+    port = endpoint.rsplit(":", 1)[1].split("/", 1)[0]
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        command = proc.info["cmdline"] or []
+        if "vllm.entrypoints.openai.api_server" in command and port in command:
+            found.append(int(proc.info["pid"]))
+    return found
+
+
 def _written(root: Path) -> list[str]:
     """The files gate wrote under ``root`` (relative), to show what the scan covered."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -102,6 +115,21 @@ def test_vllm_served_baseline_and_run_leave_no_key(engine_cache: Path, tmp_path:
     assert run.returncode == ExitCode.OK, run.stdout[-3000:] + run.stderr[-3000:]
     written = _written(tmp_path)
     print(f"\n[engine secrets] vLLM: scanned {len(written)} files: {written}")
+    # the served build against its own served baseline: the same tokens, approved; what
+    # the provenance names; the server gate started is gone
+    results = json.loads((out / "results.json").read_text())
+    whole = {m["name"]: m for m in results["metrics"] if m["slice"] is None}
+    assert results["verdict"] == "pass" and whole["fidelity.cga"]["value"] == 1.0
+    assert whole["fidelity.kl_mean"]["value"] < 1e-6
+    # a served baseline's pack holds no sampled tail: its KL is the top-k + tail-bucket bound
+    assert whole["fidelity.kl_mean"]["details"]["kl_kind"] == "bound"
+    candidate = results["candidate"]
+    assert candidate["backend"] == "http" and candidate["engine"] == "vllm"
+    assert candidate["engine_version"] == "0.32.0" and candidate["served_model"] == "demo"
+    assert candidate["endpoint"].startswith("http://127.0.0.1:")
+    assert candidate["served_settings"]["dtype"] == "float32"
+    assert candidate["server_log"] == str(out / "results.server.log")
+    assert not _vllm_servers_on(candidate["endpoint"])
     for name in ("results.json", "report.html", "comment.md", "junit.xml", "results.server.log"):
         assert (out / name).stat().st_size > 0, name
     assert (tmp_path / "record.server.log").stat().st_size > 0
