@@ -240,3 +240,27 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def smollm2_fidelity_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A store holding SmolLM2's fidelity baseline (ref ``base``, recorded in process with
+    ``[tiers.fidelity] limit = 24, max_new_tokens = 32``), its run config and a work folder:
+    recorded once for the llama.cpp test files, which tests/xdist_groups.py keeps on one
+    worker (``SHARED_BASELINES``)."""
+    from tests.cli_support import run_gate
+    from tests.gguf_support import smollm2_file
+    from tests.llama_cpp_support import built_llama_cpp
+
+    smollm2_file()
+    built_llama_cpp()
+    root = tmp_path_factory.mktemp("smollm2-base")
+    config = root / "gate.toml"
+    config.write_text("[tiers.fidelity]\nlimit = 24\nmax_new_tokens = 32\n", encoding="utf-8")
+    store = root / "store"
+    done = run_gate(
+        "baseline", "record", "--model", "smollm2", "--ref", "base", "--tiers", "fidelity",
+        "--config", str(config), "--store", str(store), cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {"root": root, "config": config, "store": store}

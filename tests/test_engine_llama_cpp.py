@@ -53,7 +53,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 SLOTS = 2
 CONTEXT = 2048
 #: The fidelity settings of the command-line tests (a few prompts, short references).
-FIDELITY = "[tiers.fidelity]\nlimit = 6\nmax_new_tokens = 24\n"
 
 
 def _serve(server: str, gguf: Path, *extra: str) -> str:
@@ -268,19 +267,10 @@ def test_another_models_tokenizer_is_refused_in_one_line(llama_served: HTTPBacke
 
 
 @pytest.fixture(scope="module")
-def smollm2_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A store with SmolLM2's fidelity baseline ``base`` (recorded in process), and the config."""
-    root = tmp_path_factory.mktemp("llama-cli")
-    config = root / "gate.toml"
-    config.write_text(FIDELITY)
-    store = root / "store"
-    record = run_gate(
-        *("baseline", "record", "--model", "smollm2", "--ref", "base", "--tiers", "fidelity"),
-        *("--config", str(config), "--store", str(store)),
-        cwd=root,
-    )
-    assert record.returncode == ExitCode.OK, record.stdout[-2000:] + record.stderr[-2000:]
-    return store, config
+def smollm2_store(smollm2_fidelity_base: dict[str, Path]) -> tuple[Path, Path]:
+    """The store with SmolLM2's fidelity baseline ``base`` (recorded in process) and its
+    config: the session's, shared with tests/test_llama_cpp_gate.py."""
+    return smollm2_fidelity_base["store"], smollm2_fidelity_base["config"]
 
 
 def _run_served(store: Path, config: Path, serve: str, out: Path) -> Any:

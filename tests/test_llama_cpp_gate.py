@@ -26,33 +26,16 @@ import psutil
 import pytest
 
 from tests.cli_support import run_gate
-from tests.gguf_support import smollm2_file
 from tests.llama_cpp_support import built_llama_cpp
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.realmodel]
 
-CONFIG = """\
-[tiers.fidelity]
-limit = 24
-max_new_tokens = 32
-"""
-
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A store holding SmolLM2's baseline (ref ``base``), its run config and a work directory."""
-    smollm2_file()
-    built_llama_cpp()
-    root = tmp_path_factory.mktemp("llama-cpp-gate")
-    config = root / "gate.toml"
-    config.write_text(CONFIG, encoding="utf-8")
-    store = root / "store"
-    done = run_gate(
-        "baseline", "record", "--model", "smollm2", "--ref", "base", "--tiers", "fidelity",
-        "--config", str(config), "--store", str(store),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {"root": root, "config": config, "store": store}
+def base(smollm2_fidelity_base: dict[str, Path]) -> dict[str, Path]:
+    """SmolLM2's baseline ``base`` (``[tiers.fidelity] limit = 24, max_new_tokens = 32``),
+    its store, run config and work folder: the session's (tests/conftest.py)."""
+    return smollm2_fidelity_base
 
 
 def _run(base: dict[str, Path], recipe: str, name: str, *extra: str) -> tuple[int, dict[str, Any]]:

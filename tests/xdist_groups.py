@@ -14,12 +14,18 @@ import pytest
 ENGINE_GROUP = "engine"
 #: The session fixtures that are a running server.
 SHARED_SERVERS = {"served", "served_bf16"}
+#: The xdist group of the files that share a recorded baseline (a session fixture): one
+#: worker, so that it is recorded once.
+BASELINE_GROUP = "shared-baseline"
+#: The session fixtures that are a recorded baseline.
+SHARED_BASELINES = {"smollm2_fidelity_base"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: the engine tests that share the
-    session's servers in one group, every other test with the rest of its file (its
+    session's servers in one group, the files that share a recorded baseline in one,
+    every other test with the rest of its file (its
     module fixtures, a baseline recorded or a server started for the module, built
     once). The engine group first, then the files holding an engine or ``slow``
     test, then the rest: xdist hands the groups out in this order as workers free
@@ -31,12 +37,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items
         if item.get_closest_marker("slow") or item.get_closest_marker("engine")
     }
+    sharing = {
+        item.nodeid.split("::", 1)[0]
+        for item in items
+        if SHARED_BASELINES & set(getattr(item, "fixturenames", ()))
+    }
     order: dict[str, int] = {}
     for item in items:
         engine = item.get_closest_marker("engine") is not None
         file = item.nodeid.split("::", 1)[0]
         if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
             group, order[item.nodeid] = ENGINE_GROUP, 0
+        elif file in sharing:  # the whole file, beside the others sharing its baseline
+            group, order[item.nodeid] = BASELINE_GROUP, 1
         else:
             group, order[item.nodeid] = file, 1 if file in heavy_files else 2
         item.add_marker(pytest.mark.xdist_group(group))
