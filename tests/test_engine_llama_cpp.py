@@ -195,13 +195,18 @@ def test_positions_mode_agrees_with_forced_and_with_an_uncached_request(
 
     warm, cold = run_sync(both())
     (w,), (c,) = warm["completion_probabilities"], cold["completion_probabilities"]
-    assert [e["id"] for e in w["top_logprobs"]] == [e["id"] for e in c["top_logprobs"]]
     # the cold request runs the prefix and the position as one batch, the warm one the
-    # position alone on the cached keys: the same batch-size rounding, 1.0e-2 measured
+    # position alone on the cached keys: the same batch-size rounding, 1.0e-2 measured; it
+    # may swap two near-tied ranks of the list (its 16th and 17th once), never a value
+    warm_rows = {e["id"]: e["logprob"] for e in w["top_logprobs"]}
+    cold_rows = {e["id"]: e["logprob"] for e in c["top_logprobs"]}
+    common = sorted(warm_rows.keys() & cold_rows.keys())
+    assert len(common) >= len(warm_rows) - 2
+    top_warm, top_cold = w["top_logprobs"][0], c["top_logprobs"][0]
+    if top_warm["id"] != top_cold["id"]:  # a near-tie at the top, decided by that rounding
+        assert top_warm["logprob"] - warm_rows.get(top_cold["id"], -np.inf) < 2e-2
     np.testing.assert_allclose(
-        [e["logprob"] for e in w["top_logprobs"]],
-        [e["logprob"] for e in c["top_logprobs"]],
-        atol=2e-2,
+        [warm_rows[i] for i in common], [cold_rows[i] for i in common], atol=2e-2
     )
     assert w["logprob"] == pytest.approx(c["logprob"], abs=2e-2)
 
