@@ -273,6 +273,9 @@ class ModelProvenance:
     #: ``dequantized``: transformers in process) and the llama.cpp build that made it.
     gguf_runtime: str | None = _fact(_is_str)
     gguf_made_with: str | None = _fact(_is_str)
+    #: A speculative build's drafter (``gate.models.backends.speculative``): its recipe, kind,
+    #: tokens proposed per step and, for a draft model, that model's recipe and source.
+    speculative: Mapping[str, Any] | None = _fact(_is_mapping)
     #: Bytes of the parameters and buffers as stored (quantized ones included).
     parameter_bytes: int | None = _fact(_is_int)
     linear_classes: tuple[str, ...] | None = _fact(_is_str_list)

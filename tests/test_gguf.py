@@ -266,3 +266,37 @@ def test_the_dequantized_copy_is_the_files_weights_made_once_per_file_and_loader
     assert dequantized_dir(tiny_gguf) == copy  # reused, not made again
     assert (copy / "model.safetensors").stat().st_mtime_ns == made
     assert [p.name for p in copy.parent.iterdir()] == [copy.name]  # no staging left
+
+
+def test_the_remembered_metadata_parse_equals_transformers_own(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
+    """gate.models.gguf_parsing: the same answer as the parse it remembers, a fresh copy for
+    each caller, and a file changed on disk read again."""
+    import shutil
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from gate.models import gguf_parsing
+
+    gguf_parsing.install()
+    gguf_parsing.install()  # a second call wraps nothing twice
+    remembered = gguf_utils.load_gguf_checkpoint
+    original = remembered.__wrapped__
+    copy = shutil.copy(tiny_gguf, tmp_path / "copy.gguf")
+    first = remembered(copy, return_tensors=False)
+    assert first == original(copy, return_tensors=False)
+    first["config"]["model_type"] = "edited by a caller"
+    assert remembered(copy, return_tensors=False)["config"]["model_type"] == "llama"
+    other = write_tiny_gguf_like(tiny_gguf, tmp_path / "copy.gguf")
+    assert remembered(other, return_tensors=False) == original(other, return_tensors=False)
+
+
+def write_tiny_gguf_like(source: Path, path: Path) -> Path:
+    """``source``'s bytes written over ``path`` with a later modification time."""
+    import os
+
+    path.write_bytes(source.read_bytes())
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    return path

@@ -56,6 +56,11 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
 @click.command("calibrate")
 @click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
 @click.option(
+    "--recipe",
+    help="The build calibrated, recorded and re-run with this recipe or stack (default: none;"
+    " the speculative tier needs a spec-* part).",
+)
+@click.option(
     "--tiers",
     default=",".join(DEFAULT_CALIBRATION_TIERS),
     show_default=True,
@@ -116,6 +121,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
 )
 def calibrate(
     model: str,
+    recipe: str | None,
     tiers: str,
     out: Path,
     json_out: Path | None,
@@ -187,6 +193,7 @@ def calibrate(
     run_config = load_run_config(config) if config is not None else None  # parsed once
     request = CalibrationRequest(
         model=model,
+        recipe=recipe,
         tiers=parse_tiers(tiers) or DEFAULT_CALIBRATION_TIERS,
         repeats=repeats,
         batch_sizes=_sizes(batch_sizes),

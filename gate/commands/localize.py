@@ -39,10 +39,12 @@ def _echo_err(line: str) -> None:
 
 
 def check_localizable(recipe: str | None) -> None:
-    """Refuse a recipe whose build localize cannot swap layers of (one line, exit 4)."""
-    from gate.models.recipes import family, parse_recipe
+    """Refuse a recipe whose build localize cannot swap layers of (one line, exit 4); a
+    stack is localized on its weight part."""
+    from gate.models.recipes import family
+    from gate.models.stack import parse_stack
 
-    parsed = parse_recipe(recipe)
+    parsed = parse_stack(recipe).weights
     kind = family(parsed)
     if kind not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         raise ConfigError(
@@ -100,7 +102,7 @@ def _gate_repaired(request: LocalizeRequest, recipe: str, config: RunConfig | Pa
 
 def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
-    from gate.models.recipes import parse_recipe
+    from gate.models.stack import parse_stack
     from gate.session.plan import check_plan
 
     candidate, recipe = request.candidate, request.recipe
@@ -114,9 +116,9 @@ def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) 
     ((ref, baseline),) = inputs.baselines.items()
     pack_path = baseline.artifact_path("reference")
     same_model = baseline.provenance.source in (candidate, None)
-    if same_model and str(parse_recipe(recipe)) == (baseline.provenance.recipe or "none"):
+    if same_model and str(parse_stack(recipe)) == (baseline.provenance.recipe or "none"):
         raise ConfigError(
-            f"the candidate {candidate} ({parse_recipe(recipe)}) is the baseline build itself",
+            f"the candidate {candidate} ({parse_stack(recipe)}) is the baseline build itself",
             "name the compressed build: --recipe RECIPE, or a checkpoint directory as --candidate",
         )
     load = checked.candidate.load  # the command line's over the run config's
@@ -150,7 +152,8 @@ def _localize(
     from gate.data.calibration import calibration_for
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
     from gate.models.backends.loading import load_backend
-    from gate.models.recipes import parse_recipe
+    from gate.models.recipes import Recipe
+    from gate.models.stack import parse_stack
     from gate.report.console import make_console
     from gate.report.localize import console_table, html_page, png_bytes, summary_lines
     from gate.store.atomic import write_atomic
@@ -165,7 +168,13 @@ def _localize(
             bounds[signal] = {None: threshold.bound.critical}
             bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
     candidate = request.candidate
-    parsed = parse_recipe(request.recipe)
+    stack = parse_stack(request.recipe)
+    parsed = stack.weights  # a stack is localized on its weight part
+    if stack.composed:
+        progress.note(
+            f"localize: {stack} is localized on its weight part {parsed}; the repaired build"
+            " keeps the other parts"
+        )
     provenance = baseline.provenance
     base_source = provenance.source or candidate
     base_recipe = provenance.recipe or "none"
@@ -190,6 +199,11 @@ def _localize(
     )
     del base, cand
     repair = result.repair
+    if stack.composed and repair is not None and repair.recipe not in (None, "none"):
+        assert repair.recipe is not None
+        whole = stack.with_weights(Recipe.parse(repair.recipe))
+        repair = replace(repair, recipe=str(whole))
+        result = replace(result, repair=repair)
     if request.gate_repair and repair is not None and repair.recipe not in (None, "none"):
         assert repair.recipe is not None
         progress.note(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
@@ -218,11 +232,12 @@ def _localize(
 
 def localize_blocked(plan: Any, json_out: Path | None) -> None:
     """``gate run --localize``: localize the blocked single candidate of ``plan``."""
-    from gate.models.recipes import family, parse_recipe
+    from gate.models.recipes import family
+    from gate.models.stack import parse_stack
 
     (candidate,) = plan.candidates
     recipe = candidate.recipe
-    parsed = parse_recipe(recipe)
+    parsed = parse_stack(recipe).weights
     if family(parsed) not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         _echo_err(f"gate: --localize: {parsed} is not a weight-compressed build; not localized")
         return

@@ -33,7 +33,7 @@ from gate.data.categorize import strip_noise
 from gate.data.jsonl import read_jsonl
 from gate.data.sharegpt import Conversation, is_heldout
 from gate.errors import DataError
-from gate.models.recipes import get_recipe, parse_recipe
+from gate.models.recipes import get_recipe
 
 DEFAULT_SIZE = 128
 DEFAULT_MAX_CHARS = 768
@@ -137,9 +137,12 @@ def load_calibration(path: Path | None = None, *, limit: int | None = None) -> l
 
 
 def calibration_for(recipe: str | None, path: Path | None = None) -> list[str] | None:
-    """Calibration texts when ``recipe`` needs them (``prune-wanda``), else ``None``."""
-    parsed = parse_recipe(recipe)
-    if not get_recipe(parsed.name).needs_calibration:
+    """Calibration texts when ``recipe`` (a part of a stack) needs them (``prune-wanda``),
+    else ``None``."""
+    from gate.models.stack import parse_stack
+
+    parts = parse_stack(recipe).parts
+    if not any(get_recipe(part.name).needs_calibration for part in parts):
         return None
     return load_calibration(path)
 

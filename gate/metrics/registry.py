@@ -12,14 +12,22 @@ from functools import cache
 
 from gate.config import suggest as suggest  # re-exported: the registry's "did you mean"
 from gate.errors import ConfigError
-from gate.metrics.catalog import accuracy, capability, fidelity, judge, latency, load
+from gate.metrics.catalog import (
+    accuracy,
+    capability,
+    fidelity,
+    judge,
+    latency,
+    load,
+    speculative,
+)
 from gate.metrics.spec import MetricSpec
 
 #: Catalog modules, one per tier; each defines ``TIER`` (its name) and
 #: ``SPECS: tuple[MetricSpec, ...]``. A tier's name is declared there once; what
 #: else the gate knows of a tier (settings, suite, default, calibrate) is its
 #: :class:`gate.tiers.spec.TierSpec`.
-CATALOG_MODULES = (fidelity, accuracy, capability, latency, judge, load)
+CATALOG_MODULES = (fidelity, accuracy, capability, latency, judge, load, speculative)
 
 #: The tiers, one per catalog module, sorted: the one answer to "is this a tier?"
 #: (:func:`check_tier`).

@@ -26,12 +26,18 @@ requests and the exercised share ``s``:
 
 ``s = 0`` is NOT EXERCISED: the tier's numbers do not measure the recipe, and
 the run is never approved on them (:mod:`gate.tiers.exercised`).
+
+A stack of recipes (:mod:`gate.models.stack`) keeps one :class:`Activity` per
+part in a :class:`StackActivity`; its :class:`Exercise` lists every part's own
+(``parts``), and a tier is NOT EXERCISED when any part did nothing on it. A
+speculative decoder acts only where the build generates
+(:attr:`Footprint.generation_only`): teacher-forced scoring runs the target alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -53,6 +59,12 @@ class Footprint:
 
     unit: str
     counting: Counting
+    #: It acts only on generation (a speculative decoder); scoring never runs it.
+    generation_only: bool = False
+
+
+#: An activity's reading: ``(acted, requests, exercised)`` per part, flattened.
+Reading = tuple[int, ...]
 
 
 @dataclass
@@ -87,11 +99,11 @@ class Activity:
         if acted and key is not None:
             self.exercised_keys.add(key)
 
-    def reading(self) -> tuple[int, int, int]:
+    def reading(self) -> Reading:
         """``(acted, requests, exercised)`` now, to pass back to :meth:`since`."""
         return self.acted, self.requests, self.exercised
 
-    def since(self, before: tuple[int, int, int] | None) -> Exercise:
+    def since(self, before: Reading | None) -> Exercise:
         """What the recipe did since ``before`` (``None``: since it loaded)."""
         acted0, requests0, exercised0 = before or (0, 0, 0)
         at_load = self.footprint.counting is Counting.AT_LOAD
@@ -102,7 +114,51 @@ class Activity:
             acted=self.acted if at_load else self.acted - acted0,
             requests=self.requests - requests0,
             exercised=self.exercised - exercised0,
+            generation_only=self.footprint.generation_only,
         )
+
+
+@dataclass
+class StackActivity:
+    """The activities of a stack's parts (module doc), read and stamped together.
+
+    Its :attr:`principal` part, whose figures head the stack's :class:`Exercise`,
+    is the per-request one (a KV-cache method, the only part whose share can be
+    below 1) when there is one, else the first.
+    """
+
+    recipe: str
+    parts: tuple[Activity, ...]
+
+    @property
+    def principal(self) -> Activity:
+        """The part whose counting the stack's exercise carries (class doc)."""
+        return next(
+            (p for p in self.parts if p.footprint.counting is Counting.PER_REQUEST), self.parts[0]
+        )
+
+    @property
+    def footprint(self) -> Footprint:
+        """The principal part's footprint."""
+        return self.principal.footprint
+
+    @property
+    def exercised_keys(self) -> set[int]:
+        """The requests the principal part acted on."""
+        return self.principal.exercised_keys
+
+    def reading(self) -> Reading:
+        """Every part's reading, flattened, to pass back to :meth:`since`."""
+        return tuple(value for part in self.parts for value in part.reading())
+
+    def since(self, before: Reading | None) -> Exercise:
+        """Every part's :class:`Exercise` since ``before``, headed by the principal's."""
+        parts = tuple(
+            part.since(None if before is None else before[3 * i : 3 * i + 3])
+            for i, part in enumerate(self.parts)
+        )
+        head = parts[self.parts.index(self.principal)]
+        return replace(head, recipe=self.recipe, generation_only=False, parts=parts)
 
 
 @dataclass(frozen=True)
@@ -115,6 +171,10 @@ class Exercise:
     acted: int
     requests: int = 0
     exercised: int = 0
+    #: It acts only on generation (:attr:`Footprint.generation_only`).
+    generation_only: bool = False
+    #: A stack's parts, each with its own figures (empty: one recipe).
+    parts: tuple[Exercise, ...] = ()
 
     @property
     def share(self) -> float:
@@ -125,11 +185,25 @@ class Exercise:
 
     @property
     def none(self) -> bool:
-        """NOT EXERCISED: the recipe acted on none of the tier's requests."""
-        return self.share == 0.0
+        """NOT EXERCISED: the recipe (a stack: one of its parts) acted on none of the tier's
+        requests."""
+        return any(part.share == 0.0 for part in self.parts or (self,))
+
+    def idle(self, generated: bool) -> tuple[Exercise, ...]:
+        """The parts (or the recipe) that acted on none of the tier's requests; a part that
+        acts only on generation counts only where the tier generated through it
+        (``generated``)."""
+        return tuple(
+            part
+            for part in self.parts or (self,)
+            if part.share == 0.0 and (generated or not part.generation_only)
+        )
 
     def describe(self) -> str:
-        """``kv-snapkv:0.5 acted on 90 of 96 request(s) (94 %; 61,440 KV pairs evicted)``."""
+        """``kv-snapkv:0.5 acted on 90 of 96 request(s) (94 %; 61,440 KV pairs evicted)``;
+        a stack: its parts' descriptions joined with ``; ``."""
+        if self.parts:
+            return "; ".join(part.describe() for part in self.parts)
         amount = f"{self.acted:,} {self.unit}"
         if self.counting == Counting.PER_REQUEST.value:
             return (
@@ -148,6 +222,8 @@ class Exercise:
             "requests": self.requests,
             "exercised": self.exercised,
             "share": self.share,
+            **({"generation_only": True} if self.generation_only else {}),
+            **({"parts": [part.to_dict() for part in self.parts]} if self.parts else {}),
         }
 
     @classmethod
@@ -161,8 +237,14 @@ class Exercise:
                 acted=int(data.get("acted", data.get("exercised", 0))),
                 requests=int(data.get("requests", 0)),
                 exercised=int(data.get("exercised", 0)),
+                generation_only=bool(data.get("generation_only", False)),
+                parts=tuple(
+                    part
+                    for part in (cls.from_dict(p) for p in data.get("parts") or ())
+                    if part is not None
+                ),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
 
@@ -171,4 +253,12 @@ def request_key(context: Sequence[int], continuation: Sequence[int] = ()) -> int
     return hash((tuple(int(t) for t in context), tuple(int(t) for t in continuation)))
 
 
-__all__ = ["Activity", "Counting", "Exercise", "Footprint", "request_key"]
+__all__ = [
+    "Activity",
+    "Counting",
+    "Exercise",
+    "Footprint",
+    "Reading",
+    "StackActivity",
+    "request_key",
+]

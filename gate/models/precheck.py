@@ -108,10 +108,21 @@ def check_model_file(model: str) -> None:
 
 
 def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
-    """Refuse a recipe that cannot run on ``model`` (see the module doc); loads nothing."""
-    parsed = parse_recipe(recipe)
+    """Refuse a recipe (every part of a stack) that cannot run on ``model`` (see the module
+    doc); loads nothing."""
+    from gate.models.stack import parse_stack
+
+    for part in parse_stack(recipe).parts:
+        _check_part_runs(model, part)
+
+
+def _check_part_runs(model: str, parsed: Recipe) -> None:
     definition = get_recipe(parsed.name)
     spec = ModelSpec.parse(model)
+    if parsed.name == "spec-draft":  # the draft is the base model under its own recipe
+        _check_part_runs(model, parse_recipe(str(parsed.value)))
+    if parsed.name == "spec-model":  # a local draft directory that is not there: one line
+        _ = ModelSpec.parse(str(parsed.value)).local_dir
     if spec.gguf_file is not None:  # a missing file: ConfigError
         check_gguf_recipe(parsed)
     if definition.family == "checkpoint":

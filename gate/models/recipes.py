@@ -25,7 +25,15 @@ Today's kinds and their ranges:
   fraction of the prompt's key/value pairs removed, ``kv-snapkv:0.5``) or keyed
   values ``ratio=0.5,window=16,kernel=5`` (the keys :data:`PRESS_KEYS` allows
   for the recipe), written back bare when only the ratio is given;
-* ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1).
+* ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1);
+* ``draft`` — a weight recipe the draft model is made with from the build's own
+  base weights (``spec-draft:quanto-int4``, ``spec-draft:none``), written back
+  in its canonical text; the whole text after the first ``:`` is that recipe;
+* ``path`` — a directory or hub id of a separate draft model (``spec-model:PATH``).
+
+**Stacks.** A build may stack recipes with ``+`` (``quanto-int4+kv-snapkv:0.5``):
+:mod:`gate.models.stack` splits the text at every ``+`` first and reads each part
+here, so a part's argument never holds a ``+``.
 
 **Layer selection** (docs/localize.md "Layer-selective recipes"). After the
 argument, a recipe may name the parts it acts on:
@@ -55,7 +63,8 @@ a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
 attention replacement, a KV-cache method, which runs through the
 compressed cache in scoring and generation, or a GGUF file llama.cpp's tools
 make from the model (``gguf-q4_k_m``: one recipe per llama-quantize type,
-declared once in :mod:`gate.models.llama_cpp.types`).
+declared once in :mod:`gate.models.llama_cpp.types`), or speculative decoding
+(``spec-*``: a drafter proposes tokens the build verifies, docs/speculative.md).
 """
 
 from __future__ import annotations
@@ -259,6 +268,27 @@ RECIPES: dict[str, RecipeDef] = {
             changes_weights=False,
             family="cache",
         ),
+        RecipeDef(
+            "spec-ngram",
+            "speculative decoding by prompt lookup: N tokens proposed from n-grams of the text",
+            arg="count",
+            changes_weights=False,
+            family="speculative",
+        ),
+        RecipeDef(
+            "spec-draft",
+            "speculative decoding with a self-draft: the base weights compressed by RECIPE",
+            arg="draft",
+            changes_weights=False,
+            family="speculative",
+        ),
+        RecipeDef(
+            "spec-model",
+            "speculative decoding with a separate draft model of the same tokenizer",
+            arg="path",
+            changes_weights=False,
+            family="speculative",
+        ),
         *(
             RecipeDef(
                 t.recipe,
@@ -279,6 +309,7 @@ FAMILIES: Mapping[str, str] = {
     "attention": "the attention computation replaced",
     "cache": "the KV cache compressed during generation",
     "gguf": "a GGUF file made with llama.cpp's converter and llama-quantize (docs/gguf.md)",
+    "speculative": "speculative decoding: a drafter proposes, the build verifies (docs/speculative.md)",
     "test": "no compression (a test instrument)",
 }
 
@@ -395,6 +426,31 @@ def _budget(name: str, text: str) -> RecipeValue:
     return (("sinks", sinks), ("window", _whole(name, "window", args["window"], 1)))
 
 
+#: The families a self-draft's recipe may come from (``spec-draft:RECIPE``).
+DRAFT_FAMILIES: tuple[str, ...] = ("weights",)
+
+
+def _draft(name: str, text: str) -> RecipeValue:
+    if "+" in text:
+        raise ConfigError(
+            f"{name}: the draft recipe {text!r} holds a '+'",
+            "a self-draft takes one weight recipe (e.g. spec-draft:quanto-int4)",
+        )
+    draft = parse_recipe(text)
+    if draft.name != "none" and get_recipe(draft.name).family not in DRAFT_FAMILIES:
+        raise ConfigError(
+            f"{name}: {draft} is a {get_recipe(draft.name).family} recipe, not a weight recipe",
+            "a self-draft is the base weights compressed: e.g. spec-draft:quanto-int4",
+        )
+    return format_recipe(draft)
+
+
+def _path(name: str, text: str) -> RecipeValue:
+    if not text or "+" in text:
+        raise ConfigError(f"{name}: {text!r} is not a model path", f"e.g. {example(name)}")
+    return text
+
+
 def _format_keyed(value: RecipeValue) -> str:
     if not isinstance(value, tuple):
         return _number_text(value)
@@ -414,6 +470,8 @@ ARG_KINDS: Mapping[str, ArgKind] = {
         ArgKind("choice", "", _choice, str),
         ArgKind("press", "0.5", _press, _format_keyed),
         ArgKind("budget", "sinks=4,window=256", _budget, _format_keyed),
+        ArgKind("draft", "quanto-int4", _draft, str),
+        ArgKind("path", "path/to/draft-model", _path, str),
     )
 }
 
@@ -480,6 +538,10 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
     name, sep, arg = text.strip().partition(":")
     name = name.strip().lower()
     kind = ARG_KINDS[get_recipe(name).arg]
+    if kind.name in WHOLE_ARGUMENT_KINDS:  # the argument is itself a recipe or a path
+        if not arg.strip():
+            raise ConfigError(f"recipe {name} needs an argument", f"e.g. {example(name)}")
+        return Recipe(name, kind.parse(name, arg.strip()))
     arg, selectors = _split_selectors(name, arg.strip())
     if kind.name == "none":
         if arg or (sep and not selectors):
@@ -489,6 +551,9 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
         raise ConfigError(f"recipe {name} needs an argument", f"e.g. {example(name)}")
     return _selected(Recipe(name, kind.parse(name, arg)), selectors)
 
+
+#: Argument kinds read whole: no layer selectors are split from them.
+WHOLE_ARGUMENT_KINDS: tuple[str, ...] = ("draft", "path")
 
 #: The selector keys, in canonical order, and the families that take each.
 SELECTOR_KEYS: Mapping[str, tuple[str, ...]] = {
@@ -640,10 +705,12 @@ def format_recipe(recipe: Recipe) -> str:
 __all__ = [
     "ARG_KINDS",
     "CHOICES",
+    "DRAFT_FAMILIES",
     "FAMILIES",
     "PRESS_KEYS",
     "RECIPES",
     "SELECTOR_KEYS",
+    "WHOLE_ARGUMENT_KINDS",
     "ArgKind",
     "Recipe",
     "RecipeDef",

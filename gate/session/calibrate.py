@@ -92,6 +92,8 @@ class CalibrationRequest:
     """What ``gate calibrate`` was asked to measure."""
 
     model: str
+    #: The build's recipe or stack, in every session (``None``: the model as it is).
+    recipe: str | None = None
     tiers: tuple[str, ...] = DEFAULT_CALIBRATION_TIERS
     repeats: int = 3
     #: Batch sizes to try (``None``: each tier's own halved and doubled).
@@ -238,7 +240,7 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     from gate.hw.devices import check_device
     from gate.models.spec import ModelSpec
     from gate.session.engine import session_engines
-    from gate.session.runner import select_tiers
+    from gate.session.runner import check_tiers_fit, select_tiers
     from gate.tiers.registry import validate_tables
 
     for tier in request.tiers:
@@ -247,7 +249,12 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
                 f"tier {tier!r} cannot be calibrated",
                 f"calibrate {', '.join(CALIBRATED_TIERS)}; timings use --paired-latency",
             )
-    select_tiers(request.tiers)
+    selected, _ = select_tiers(request.tiers)
+    if request.recipe is not None:
+        from gate.session.run_config import canonical_recipe
+
+        request = replace(request, recipe=canonical_recipe(request.recipe, "--recipe"))
+    check_tiers_fit(selected, request.recipe)
     if request.repeats < 1:
         raise ConfigError(f"--repeats {request.repeats}: at least 1", "e.g. --repeats 3")
     if request.margin < 1.0:
@@ -367,6 +374,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         root = Path(tmp)
         store = root / "store"
         common = SessionOptions(
+            recipe=request.recipe,
             store=store,
             thresholds=request.thresholds,
             model_slug=slug,

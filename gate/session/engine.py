@@ -64,13 +64,21 @@ def check_runtime(options: SessionOptions) -> str | None:
     if runtime is None:
         return None
     from gate.models.llama_cpp.install import ENGINE, require
-    from gate.models.recipes import family, parse_recipe
+    from gate.models.recipes import family
 
     if runtime != ENGINE:
         raise ConfigError(
             f"--engine {runtime!r} is not an engine gate runs", f"use --engine {ENGINE}"
         )
-    recipe = parse_recipe(options.recipe)
+    from gate.models.stack import parse_stack
+
+    stack = parse_stack(options.recipe)
+    if stack.composed:
+        raise ConfigError(
+            f"--engine {ENGINE} runs one gguf-* file, and recipe {stack} stacks more",
+            "give the gguf-* recipe alone, or drop --engine to run the stack in process",
+        )
+    recipe = stack.parts[0]
     if family(recipe) != "gguf":
         what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({family(recipe)})"
         raise ConfigError(

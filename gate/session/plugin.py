@@ -79,6 +79,7 @@ TIER_MARKERS: dict[str, str] = {
     "judge": "gate tier: pairwise LLM judges against the baseline's answers (Elo delta)",
     "latency": "gate tier: latency, throughput and memory",
     "load": "gate tier: served load A/B with GuideLLM (goodput at an SLO, the knee)",
+    "speculative": "gate tier: speculative decoding (lossless tokens, acceptance length, speed-up)",
 }
 
 #: Name under which :class:`GatePlugin` is registered with pytest's plugin manager.

@@ -32,6 +32,7 @@ from gate import progress
 from gate.errors import BaselineError, DataError, UsageError
 from gate.measurement import Measurement
 from gate.metrics.registry import get_metric
+from gate.models.activity import Reading
 from gate.models.backends.base import Backend
 from gate.models.backends.capabilities import activity_of
 from gate.store.baseline import ARTIFACT_RE, Baseline
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from gate.tiers.latency import LatencySettings
     from gate.tiers.load import LoadTierSettings
     from gate.tiers.registry import TierSettings
+    from gate.tiers.speculative import SpeculativeSettings
 
 Mode = Literal["record", "run"]
 MODES: tuple[Mode, ...] = ("record", "run")
@@ -73,7 +75,7 @@ class GateRun:
     paired_build: Callable[[], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
     #: The build's activity reading at the start of the current tier test.
-    _activity_at_start: tuple[int, int, int] | None = field(default=None, repr=False)
+    _activity_at_start: Reading | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -118,6 +120,8 @@ class GateRun:
     def settings(self, tier: Literal["latency"]) -> LatencySettings: ...
     @overload
     def settings(self, tier: Literal["load"]) -> LoadTierSettings: ...
+    @overload
+    def settings(self, tier: Literal["speculative"]) -> SpeculativeSettings: ...
     @overload
     def settings(self, tier: str) -> TierSettings: ...
 

@@ -121,12 +121,13 @@ def _check_tiers(tiers: tuple[str, ...] | None, where: str) -> None:
 
 
 def canonical_recipe(text: str, where: str = "") -> str:
-    """``text`` parsed as a recipe and written back in canonical form (``PRUNE-WANDA:0.50``
-    -> ``prune-wanda:0.5``); an unknown name or a bad argument is a one-line ConfigError."""
-    from gate.models.recipes import format_recipe, parse_recipe
+    """``text`` parsed as a recipe (or a stack, ``a+b``) and written back in canonical form
+    (``PRUNE-WANDA:0.50`` -> ``prune-wanda:0.5``); an unknown name, a bad argument or parts
+    that cannot stack is a one-line ConfigError."""
+    from gate.models.stack import parse_stack
 
     try:
-        return format_recipe(parse_recipe(text))
+        return str(parse_stack(text))
     except ConfigError as exc:
         if not where:
             raise

@@ -76,6 +76,17 @@ def select_tiers(
     return selected, tuple(t for t in wanted if t not in present)
 
 
+def check_tiers_fit(tiers: Sequence[str], recipe: str | None) -> None:
+    """Tiers that need a kind of build get one: the speculative tier a ``spec-*`` part
+    (one line, exit 4)."""
+    from gate.metrics.catalog.speculative import TIER as SPECULATIVE
+
+    if SPECULATIVE in tiers:
+        from gate.tiers.speculative import require_speculative
+
+        require_speculative(recipe)
+
+
 def _plugin_autoloaded() -> bool:
     """Whether the ``pytest11`` entry point registers the plugin (installed package)."""
     return any(ep.value == "gate.session.plugin" for ep in metadata.entry_points(group="pytest11"))
@@ -139,6 +150,7 @@ def run_request(
 
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
+    check_tiers_fit(selected, request.options.recipe)
     for tier in missing:
         print(
             f"gate: tier {tier!r} unavailable (no suite {root / tier_spec(tier).suite})",

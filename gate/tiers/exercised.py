@@ -28,20 +28,21 @@ from typing import Any
 
 from gate.gating.verdict import NotExercised
 from gate.measurement import Measurement, MeasurementDetail
-from gate.models.activity import Counting, Exercise, request_key
+from gate.metrics.catalog.speculative import TIER as SPECULATIVE_TIER
+from gate.models.activity import Counting, Exercise, Reading, request_key
 from gate.models.backends.capabilities import activity_of
 
 KEY = MeasurementDetail.COMPRESSION_EXERCISED
 
 
-def counts(backend: Any) -> tuple[int, int, int] | None:
+def counts(backend: Any) -> Reading | None:
     """The build's activity reading now; ``None`` for a build with nothing to prove."""
     activity = activity_of(backend)
     return activity.reading() if activity is not None else None
 
 
 def attach(
-    measurements: Sequence[Measurement], backend: Any, before: tuple[int, int, int] | None
+    measurements: Sequence[Measurement], backend: Any, before: Reading | None
 ) -> list[Measurement]:
     """``measurements`` stamped with what the compression did since ``before``.
 
@@ -168,28 +169,56 @@ def tier_exercise(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
         if found is not None:
             tier = m.name.partition(".")[0]
             stamps.setdefault(tier, {})[tuple(sorted(found.to_dict().items()))] = found
-    out: dict[str, Exercise] = {}
-    for tier, distinct in stamps.items():
-        parts = list(distinct.values())
-        first = parts[0]
-        per_request = first.counting == Counting.PER_REQUEST.value
-        out[tier] = dataclasses.replace(
-            first,
-            acted=sum(p.acted for p in parts) if per_request else max(p.acted for p in parts),
-            requests=sum(p.requests for p in parts),
-            exercised=sum(p.exercised for p in parts),
-        )
-    return out
+    return {tier: _merged(list(distinct.values())) for tier, distinct in stamps.items()}
+
+
+def _merged(stamps: list[Exercise]) -> Exercise:
+    """One tier's distinct stamps as one exercise (a stack's parts merged part by part)."""
+    first = stamps[0]
+    per_request = first.counting == Counting.PER_REQUEST.value
+    widths = {len(s.parts) for s in stamps}
+    parts = (
+        tuple(_merged([s.parts[i] for s in stamps]) for i in range(len(first.parts)))
+        if len(widths) == 1
+        else first.parts
+    )
+    return dataclasses.replace(
+        first,
+        acted=sum(s.acted for s in stamps) if per_request else max(s.acted for s in stamps),
+        requests=sum(s.requests for s in stamps),
+        exercised=sum(s.exercised for s in stamps),
+        parts=parts,
+    )
+
+
+def _generates_through_speculation(tier: str) -> bool:
+    """Whether ``tier`` certainly generated through a speculative decoder: the speculative
+    tier does nothing else; elsewhere scoring runs the target alone."""
+    return tier == SPECULATIVE_TIER
 
 
 def not_exercised(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
-    """The tiers on whose requests the compression never acted (NOT EXERCISED)."""
-    return {tier: e for tier, e in tier_exercise(measurements).items() if e.none}
+    """The tiers on whose requests the compression (a stack: one of its parts) never acted
+    (NOT EXERCISED). A speculative decoder idle on a tier other than the speculative
+    one is noted (:func:`notes`), not counted: that tier may have only scored."""
+    return {
+        tier: e
+        for tier, e in tier_exercise(measurements).items()
+        if e.idle(_generates_through_speculation(tier))
+    }
 
 
 def reason(tier: str, exercise: Exercise) -> NotExercised:
-    """Why ``tier`` is NOT EXERCISED and what to do: its typed record."""
-    if exercise.counting == Counting.PER_REQUEST.value:
+    """Why ``tier`` is NOT EXERCISED and what to do: its typed record (a stack: its first
+    idle part's)."""
+    idle = exercise.idle(_generates_through_speculation(tier))
+    if exercise.parts and idle:
+        part = reason(tier, idle[0])
+        return NotExercised(tier=tier, why=f"{exercise.recipe}: {part.why}")
+    if exercise.generation_only:
+        what = f"{exercise.recipe} proposed no draft token on the tier's generations"
+        fix = "check that the build generates through its drafter (docs/speculative.md)"
+    elif exercise.counting == Counting.PER_REQUEST.value:
         what = f"{exercise.recipe} acted on none of the {exercise.requests} request(s)"
         fix = "give longer prompts or a smaller budget"
     elif exercise.counting == Counting.PER_CALL.value:
@@ -205,8 +234,14 @@ def notes(measurements: Sequence[Measurement]) -> list[str]:
     """Report notes: tiers NOT EXERCISED, and partly exercised ones with their share."""
     out: list[str] = []
     for tier, e in tier_exercise(measurements).items():
-        if e.none:
+        if e.idle(_generates_through_speculation(tier)):
             out.append(reason(tier, e).line)
+        elif e.none:  # only a speculative part idle, on a tier that may have only scored
+            idle = ", ".join(p.recipe for p in e.idle(True))
+            out.append(
+                f"{tier}: {idle} did not act (speculative decoding runs on generation;"
+                " this tier's scoring ran the target alone)"
+            )
         elif e.counting == Counting.PER_REQUEST.value and e.exercised < e.requests:
             out.append(f"{tier}: {e.describe()}; its metrics include the requests it never touched")
     return out

@@ -32,6 +32,7 @@ from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadTierSettings
 from gate.tiers.spec import TIER_SPECS
+from gate.tiers.speculative import SpeculativeSettings
 
 #: The settings of any tier.
 TierSettings: TypeAlias = (
@@ -41,6 +42,7 @@ TierSettings: TypeAlias = (
     | JudgeSettings
     | LatencySettings
     | LoadTierSettings
+    | SpeculativeSettings
 )
 
 #: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
@@ -78,6 +80,10 @@ def build_settings(
 def build_settings(
     tier: Literal["load"], table: Mapping[str, Any] | None = None, *, source: str = ""
 ) -> LoadTierSettings: ...
+@overload
+def build_settings(
+    tier: Literal["speculative"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> SpeculativeSettings: ...
 @overload
 def build_settings(
     tier: str, table: Mapping[str, Any] | None = None, *, source: str = ""

@@ -23,6 +23,7 @@ from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import load as load_catalog
+from gate.metrics.catalog import speculative as speculative_catalog
 from gate.metrics.registry import check_tier
 from gate.metrics.spec import MetricSpec
 
@@ -81,7 +82,8 @@ def _tier(
 #: Every tier, sorted by name (the order of :data:`gate.metrics.registry.TIERS`).
 #: The judge tier is opt-in: it needs judges and baseline outputs recorded for it,
 #: which older baselines lack. The load tier is opt-in: it needs two served builds
-#: (``--endpoint`` and ``--baseline-endpoint``) and GuideLLM. Timings have their own
+#: (``--endpoint`` and ``--baseline-endpoint``) and GuideLLM. The speculative tier is
+#: opt-in: it needs a build with a ``spec-*`` recipe. Timings have their own
 #: paired mode in ``gate calibrate`` (``--paired-latency``); the judge tier's noise is
 #: its stability gate.
 TIER_SPECS: tuple[TierSpec, ...] = (
@@ -126,6 +128,13 @@ TIER_SPECS: tuple[TierSpec, ...] = (
         default=False,
         calibrated=False,
         portable=False,
+    ),
+    _tier(
+        speculative_catalog,
+        "gate.tiers.speculative:SpeculativeSettings",
+        default=False,
+        calibrated=True,
+        portable=True,
     ),
 )
 

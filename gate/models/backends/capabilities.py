@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gate.models.activity import Activity
+from gate.models.activity import Activity, StackActivity
 
 if TYPE_CHECKING:
     from gate.metrics.serving import StreamTiming
@@ -73,7 +73,7 @@ class ReportsActivity(Protocol):
     """A backend that carries what its build's compression did."""
 
     #: The build's activity counter; ``None`` for an uncompressed build.
-    activity: Activity | None
+    activity: Activity | StackActivity | None
 
 
 @runtime_checkable
@@ -105,12 +105,13 @@ def last_kv_cache(backend: object) -> dict[str, Any] | None:
     return dict(facts) if facts else None
 
 
-def activity_of(backend: object) -> Activity | None:
-    """The build's :class:`Activity`; ``None`` for an uncompressed build or a served one."""
+def activity_of(backend: object) -> Activity | StackActivity | None:
+    """The build's :class:`Activity` (a stack's :class:`StackActivity`); ``None`` for an
+    uncompressed build or a served one."""
     if not isinstance(backend, ReportsActivity):
         return None
     activity = backend.activity
-    return activity if isinstance(activity, Activity) else None
+    return activity if isinstance(activity, Activity | StackActivity) else None
 
 
 __all__ = [

@@ -58,7 +58,7 @@ import torch
 
 from gate import progress
 from gate.errors import DataError
-from gate.models.activity import Activity, Counting, Footprint, request_key
+from gate.models.activity import Activity, Counting, Footprint, StackActivity, request_key
 from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
@@ -358,8 +358,14 @@ class CacheBackend:
         self.label = label
         self.chunk_size = chunk_size
         self.name = inner.name if label in inner.name else f"{inner.name}[{label}]"
-        self.activity: Activity | None = (
-            activity_of(inner) if self.identity else cache_activity(label, method)
+        #: The method's own count (KV pairs evicted or quantized; None for the identity).
+        self.method_activity: Activity | None = (
+            None if self.identity else cache_activity(label, method)
+        )
+        #: What the session reads: the method's count, the inner build's for the identity
+        #: (a stack's loader replaces it with the stack's activity).
+        self.activity: Activity | StackActivity | None = (
+            activity_of(inner) if self.identity else self.method_activity
         )
         #: The KV-cache figures of the last timed generation (read by the latency tier).
         self.last_kv_cache: dict[str, Any] | None = None
@@ -424,7 +430,7 @@ class CacheBackend:
                     p,
                     max_new_tokens=max_new_tokens,
                     eos_ids=self.inner.eos_ids,
-                    activity=self.activity,
+                    activity=self.method_activity,
                 )
             )
             progress.advance(1)
@@ -446,7 +452,7 @@ class CacheBackend:
             top_k=top_k,
             full=full,
             chunk_size=self.chunk_size,
-            activity=None if self.identity else self.activity,
+            activity=self.method_activity,
         )
 
     def generate_timed(
@@ -466,7 +472,7 @@ class CacheBackend:
             new_tokens=new_tokens,
             clock=clock,
             recipe=self.label,
-            activity=self.activity,
+            activity=self.method_activity,
         )
         self.last_kv_cache = {k: v for k, v in timed.details.items() if k.startswith("kv_")}
         return timed

@@ -43,7 +43,7 @@ import torch
 
 from gate import progress
 from gate.measurement import TimedGeneration
-from gate.models.activity import Activity
+from gate.models.activity import Activity, StackActivity
 from gate.models.backends import tokens
 from gate.models.backends.base import (
     ScoreRequest,
@@ -65,8 +65,9 @@ from gate.models.provenance import (
     vocabulary_digest,
     weight_files,
 )
-from gate.models.recipes import Recipe, format_recipe
+from gate.models.recipes import Recipe
 from gate.models.spec import ModelSpec
+from gate.models.stack import RecipeStack
 from gate.provenance import ModelProvenance
 
 #: The facts an in-process model's provenance records, in this order (unknown ones as null).
@@ -110,7 +111,7 @@ class HFBackend(tokens.TokenizerMethods):
         tokenizer: Any,
         *,
         spec: ModelSpec,
-        recipe: Recipe,
+        recipe: Recipe | RecipeStack,
         files_dir: Path | None = None,
         quant_method: str | None = None,
         incomplete_weights: Mapping[str, Any] | None = None,
@@ -119,7 +120,8 @@ class HFBackend(tokens.TokenizerMethods):
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
-        self.recipe = recipe
+        #: The recipe it was built with (a stack's loader sets the whole stack).
+        self.recipe: Recipe | RecipeStack = recipe
         self.files_dir = files_dir
         self.quant_method = quant_method
         #: The ``.gguf`` file the weights were dequantized from (None: not a GGUF model).
@@ -129,11 +131,11 @@ class HFBackend(tokens.TokenizerMethods):
         self.incomplete_weights = dict(incomplete_weights) if incomplete_weights else None
         #: What the recipe changed, counted while the build runs (set by the loader after
         #: the warm-up, so only the gate's own requests count; None: nothing to prove).
-        self.activity: Activity | None = None
+        self.activity: Activity | StackActivity | None = None
         #: Facts of a ``gguf-*`` recipe's made file, stated over the rest of the provenance
         #: (``gguf_runtime``, ``gguf_made_with``; :mod:`gate.models.llama_cpp.make`).
         self.made_facts: Mapping[str, Any] = {}
-        recipe_text = format_recipe(recipe)
+        recipe_text = str(recipe)
         self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"
         self.device = model.get_input_embeddings().weight.device
         self.pad_id = int(tokenizer.pad_token_id)
@@ -175,7 +177,8 @@ class HFBackend(tokens.TokenizerMethods):
                 mask[b, width - len(row) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _generation_config(self, max_new_tokens: int, min_new_tokens: int = 0) -> Any:
+    def generation_config(self, max_new_tokens: int, min_new_tokens: int = 0) -> Any:
+        """The greedy ``GenerationConfig`` of every generation of this build."""
         from transformers import GenerationConfig
 
         return GenerationConfig(
@@ -192,7 +195,8 @@ class HFBackend(tokens.TokenizerMethods):
             eos_token_id=self.eos_ids or None,
         )
 
-    def _cut_at_eos(self, row: list[int]) -> list[int]:
+    def cut_at_eos(self, row: list[int]) -> list[int]:
+        """``row`` up to and including its first EOS."""
         for i, token in enumerate(row):
             if token in self.eos_ids:
                 return row[: i + 1]
@@ -212,13 +216,13 @@ class HFBackend(tokens.TokenizerMethods):
             return [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[list[int]] = [[] for _ in prompts]
-        config = self._generation_config(max_new_tokens)
+        config = self.generation_config(max_new_tokens)
 
         def run(batch: list[int]) -> list[list[int]]:
             ids, mask = self._left_padded([prompts[i] for i in batch])
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
             new = out[:, ids.shape[1] :].cpu().tolist()
-            rows = [self._cut_at_eos([int(t) for t in row]) for row in new]
+            rows = [self.cut_at_eos([int(t) for t in row]) for row in new]
             progress.advance(len(batch))
             return rows
 
@@ -330,7 +334,7 @@ class HFBackend(tokens.TokenizerMethods):
 
         ids = torch.tensor([list(prompt)] * batch_size, dtype=torch.long, device=self.device)
         mask = torch.ones_like(ids)
-        config = self._generation_config(new_tokens, min_new_tokens=new_tokens)
+        config = self.generation_config(new_tokens, min_new_tokens=new_tokens)
         clock.start()
         out = self.model.generate(
             input_ids=ids,
@@ -346,7 +350,7 @@ class HFBackend(tokens.TokenizerMethods):
             new_tokens=generated,
             step_times=steps,
             end_to_end=steps[-1] if steps else 0.0,
-            details={"device": str(self.device), "recipe": format_recipe(self.recipe)},
+            details={"device": str(self.device), "recipe": str(self.recipe)},
         )
 
     # -- identity -------------------------------------------------------------
@@ -376,7 +380,7 @@ class HFBackend(tokens.TokenizerMethods):
             if self.gguf is not None or self.files_dir is not None
             else None,
             revision=self.spec.revision,
-            recipe=format_recipe(self.recipe),
+            recipe=str(self.recipe),
             model_type=model_type,
             vocab_size=vocab,
             model_family=f"{model_type}-v{vocab}",

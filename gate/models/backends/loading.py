@@ -41,13 +41,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gate.errors import ConfigError, GateError, ModelLoadError
-from gate.models.activity import Activity, Counting
+from gate.models import gguf_parsing
+from gate.models.activity import Activity, Counting, StackActivity
 from gate.models.backends.hf import HFBackend
-from gate.models.compress import CHECKPOINT, apply_recipe, load_kwargs, quantized_checkpoint_layers
+from gate.models.compress import (
+    CHECKPOINT,
+    applies_after_loading,
+    apply_recipe,
+    load_kwargs,
+    quantized_checkpoint_layers,
+)
 from gate.models.gguf import GGUFSummary, read_gguf
 from gate.models.precheck import check_gguf_recipe, checkpoint_dir, require_quanto
 from gate.models.recipes import Recipe, get_recipe, parse_recipe
 from gate.models.spec import ModelSpec
+from gate.models.stack import RecipeStack, parse_stack
 
 if TYPE_CHECKING:
     from gate.models.backends.chunked import CacheBackend
@@ -401,12 +409,12 @@ PER_CALL_SCALES = ("attn-fp8", "attn-sage")
 
 def load_candidate(
     spec: ModelSpec,
-    recipe: Recipe | str | None = None,
+    recipe: Recipe | RecipeStack | str | None = None,
     *,
     calibration: list[str] | None = None,
     allow_incomplete_weights: bool = False,
     chunk_size: int | None = None,
-) -> HFBackend | CacheBackend:
+) -> Any:
     """:func:`load_backend`, then wrapped so scoring and generation run the recipe's path.
 
     * a cache recipe (``kv-*``): a :class:`~gate.models.backends.chunked.CacheBackend`
@@ -416,12 +424,114 @@ def load_candidate(
       timed generation through the cache;
     * ``attn-fp8`` / ``attn-sage``: the same wrapper with the identity cache and
       chunks of 1, so every call's scales are the ones generation computes;
+    * a speculative recipe (``spec-*``): a
+      :class:`~gate.models.backends.speculative.SpeculativeBackend` around the target;
     * anything else: the loaded backend as it is.
+
+    A stack (``quanto-int4+kv-snapkv:0.5``, :mod:`gate.models.stack`) is made in
+    its order: the model loaded with its weight part, the attention and test
+    parts applied to it, then the cache wrapper and the drafter; its activity
+    is a :class:`~gate.models.activity.StackActivity` of every part's own.
 
     A bad recipe or a model the method cannot run on fails here, before any
     tier runs (:class:`ConfigError`, exit 4; a missing package, exit 3).
     """
-    recipe = parse_recipe(recipe)
+    stack = parse_stack(recipe)
+    if not stack.composed and stack.part("speculative") is None:
+        return _load_one(
+            spec,
+            stack.parts[0],
+            calibration=calibration,
+            allow_incomplete_weights=allow_incomplete_weights,
+            chunk_size=chunk_size,
+        )
+    cache = stack.part("cache")
+    method = cache_method_of(cache) if cache is not None else None
+    backend = load_backend(
+        spec,
+        stack.weights,
+        calibration=calibration,
+        allow_incomplete_weights=allow_incomplete_weights,
+    )
+    activities = [backend.activity] if isinstance(backend.activity, Activity) else []
+    for part in stack.on_loaded_model:
+        activities.append(_applied_after_loading(backend, part))
+    backend.recipe = stack
+    backend.name = f"{spec.source}[{stack}]"
+    top: Any = backend
+    attention = stack.part("attention")
+    if method is not None or (attention is not None and attention.name in PER_CALL_SCALES):
+        from gate.models.backends.chunked import CacheBackend
+        from gate.models.compress.kvcache import CacheMethod
+
+        label = str(cache if cache is not None else attention)
+        top = CacheBackend(
+            top, method or CacheMethod(), label=label, chunk_size=chunk_size if method else 1
+        )
+        if top.method_activity is not None:
+            activities.append(top.method_activity)
+    speculative = stack.part("speculative")
+    if speculative is not None:
+        from gate.models.backends.speculative import SpeculativeBackend, open_drafter
+
+        def load_draft(draft_spec: ModelSpec, draft_recipe: Recipe | None) -> HFBackend:
+            untouched = stack.weights.name == "none" and not stack.on_loaded_model
+            if (  # the target is the base model as loaded: its copy is the draft's start
+                draft_spec == spec
+                and untouched
+                and draft_recipe is not None
+                and applies_after_loading(draft_recipe)
+            ):
+                return copy_with_recipe(backend, draft_recipe)
+            return load_backend(
+                draft_spec, draft_recipe, allow_incomplete_weights=allow_incomplete_weights
+            )
+
+        top = SpeculativeBackend(top, open_drafter(speculative, spec, backend, load_draft))
+        activities.append(top.drafting)
+    if len(activities) > 1:
+        top.activity = StackActivity(str(stack), tuple(activities))
+    return top
+
+
+def copy_with_recipe(base: HFBackend, recipe: Recipe) -> HFBackend:
+    """A copy of the loaded base model with ``recipe`` applied (a self-draft made without
+    loading the weights again); its activity counts what the recipe changed in the copy."""
+    import copy
+
+    model = copy.deepcopy(base.model)
+    with torch.no_grad():
+        activity = apply_recipe(model, recipe)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    draft = HFBackend(model, base.tokenizer, spec=base.spec, recipe=recipe)
+    draft.activity = activity
+    return draft
+
+
+def _applied_after_loading(backend: HFBackend, recipe: Recipe) -> Activity:
+    """``recipe`` (an attention or test part of a stack) applied to the loaded build; its
+    activity (attention calls counted from now on, after the warm-up)."""
+    with torch.no_grad():
+        activity = apply_recipe(backend.model, recipe)
+    if activity is None:  # only the control has none, and a stack refuses it
+        raise ConfigError(f"recipe {recipe} cannot be stacked", "drop it from the stack")
+    if activity.footprint.counting is Counting.PER_CALL:
+        from gate.models.compress.attention import count_calls
+
+        count_calls(backend.model, activity)
+    return activity
+
+
+def _load_one(
+    spec: ModelSpec,
+    recipe: Recipe,
+    *,
+    calibration: list[str] | None,
+    allow_incomplete_weights: bool,
+    chunk_size: int | None,
+) -> HFBackend | CacheBackend:
+    """One recipe, as :func:`load_candidate` describes."""
     method = cache_method_of(recipe)
     backend = load_backend(
         spec, recipe, calibration=calibration, allow_incomplete_weights=allow_incomplete_weights
@@ -462,6 +572,7 @@ def load_backend(
     if spec.gguf_file is not None:
         check_gguf_recipe(recipe)
         gguf = read_gguf(spec.gguf_file)
+        gguf_parsing.install()
     elif local is not None:
         _check_pickle_only(local, spec)
     common = _common_kwargs(spec, local)
@@ -545,6 +656,8 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, Any, Path | None]:
     """
     local = spec.local_dir
     source = str(local) if local is not None else spec.source
+    if spec.is_gguf:
+        gguf_parsing.install()
     common = _common_kwargs(spec, local)
     config = _load_config(source, spec, common)
     tokenizer = _load_tokenizer(source, common)

@@ -190,6 +190,9 @@ PRUNED = Footprint("linear modules pruned", Counting.AT_LOAD)
 CHECKPOINT = Footprint("compressed layers loaded", Counting.AT_LOAD)
 ATTENTION = Footprint("attention calls replaced", Counting.PER_CALL)
 EVICTED = Footprint("KV pairs evicted", Counting.PER_REQUEST)
+#: A speculative decoder: draft tokens proposed, on generation only (teacher-forced scoring
+#: runs the target alone; :mod:`gate.models.backends.speculative` counts them).
+DRAFTED = Footprint("draft tokens proposed", Counting.PER_CALL, generation_only=True)
 
 #: The hooks of every catalogued recipe (tests check the two tables name the same recipes).
 HOOKS: dict[str, RecipeHooks] = {
@@ -214,6 +217,10 @@ HOOKS: dict[str, RecipeHooks] = {
     "kv-h2o": RecipeHooks(EVICTED),
     "kv-streaming": RecipeHooks(EVICTED),
     "kv-quant": RecipeHooks(Footprint("KV pairs quantized", Counting.PER_REQUEST)),
+    # wrapped around the loaded target by the loader (gate.models.backends.speculative)
+    "spec-ngram": RecipeHooks(DRAFTED),
+    "spec-draft": RecipeHooks(DRAFTED),
+    "spec-model": RecipeHooks(DRAFTED),
     # made by llama.cpp's tools before loading; counted from the file's header when made
     **{t.recipe: RecipeHooks(gguf_footprint(t)) for t in QUANT_TYPES},
 }
@@ -252,6 +259,13 @@ def apply_recipe(
     return activity
 
 
+def applies_after_loading(recipe: Recipe) -> bool:
+    """Whether ``recipe`` changes an already loaded model by itself: no ``from_pretrained``
+    arguments, no calibration prompts (so a loaded model's copy can take it)."""
+    found = hooks(recipe)
+    return found.load_kwargs is _no_kwargs and not get_recipe(recipe.name).needs_calibration
+
+
 def load_kwargs(recipe: Recipe, module_names: Sequence[str] = ()) -> dict[str, Any]:
     """Extra ``from_pretrained`` keyword arguments of ``recipe``; ``module_names``: the
     model's linear modules (a layer-selective load-time recipe needs them)."""
@@ -261,12 +275,14 @@ def load_kwargs(recipe: Recipe, module_names: Sequence[str] = ()) -> dict[str, A
 __all__ = [
     "ATTENTION",
     "CHECKPOINT",
+    "DRAFTED",
     "EVICTED",
     "HOOKS",
     "PRUNED",
     "QUANTIZED",
     "Calibration",
     "RecipeHooks",
+    "applies_after_loading",
     "apply_recipe",
     "hooks",
     "load_kwargs",
