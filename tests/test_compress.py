@@ -45,6 +45,10 @@ EXAMPLE = {
     "kv-h2o": "kv-h2o:0.5",
     "kv-streaming": "kv-streaming:sinks=4,window=256",
     "kv-quant": "kv-quant:int4",
+    # the drafter is wrapped around the loaded target by load_candidate (test_speculative_tier)
+    "spec-ngram": "spec-ngram:3",
+    "spec-draft": "spec-draft:quanto-int4",
+    "spec-model": "spec-model:./draft",
 }
 LINEAR_CLASS = {
     "bnb-int8": "Linear8bitLt",

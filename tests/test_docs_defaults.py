@@ -69,9 +69,15 @@ def _option_defaults(flag: str) -> list[Any]:
     return given + engine
 
 
+#: Pages named otherwise than the tier they document.
+TIER_PAGES = {"serving": "load"}
+
+
 def _field_defaults(key: str, doc: str) -> list[Any]:
-    """The defaults of the settings field ``key``; in a tier's own page (judge.md), that tier's."""
-    tier = SETTINGS.get(Path(doc).stem)
+    """The defaults of the settings field ``key``; in a tier's own page (judge.md, serving.md
+    for the load tier), that tier's."""
+    stem = Path(doc).stem
+    tier = SETTINGS.get(TIER_PAGES.get(stem, stem))
     if tier is not None and key in {f.name for f in dataclasses.fields(tier)}:
         classes: list[type[Any]] = [tier]
     else:

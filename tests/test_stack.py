@@ -160,3 +160,12 @@ def test_a_stack_with_weights_keeps_its_other_parts_when_repaired() -> None:
     stack = parse_stack("quanto-int2+kv-snapkv:0.5")
     repaired = stack.with_weights(Recipe.parse("quanto-int2:keep=model.layers.1"))
     assert str(repaired) == "quanto-int2:keep=model.layers.1+kv-snapkv:0.5"
+
+
+def test_the_latency_tier_refuses_a_speculative_build_at_dry_run(tmp_path: Path) -> None:
+    done = run_gate(
+        "run", "--candidate", "demo", "--recipe", "quanto-int4+spec-ngram:3",
+        "--against", "fp32", "--dry-run", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert "latency tier does not time a speculative build (spec-ngram:3)" in done.stderr

@@ -48,8 +48,8 @@ def test_every_metric_is_owned_by_exactly_the_spec_of_its_tier() -> None:
 
 def test_the_tier_lists_are_the_specs_flags() -> None:
     assert DEFAULT_TIERS == ("accuracy", "capability", "fidelity", "latency")
-    assert OPT_IN_TIERS == ("judge", "load")
-    assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity")
+    assert OPT_IN_TIERS == ("judge", "load", "speculative")
+    assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity", "speculative")
     assert set(DEFAULT_CALIBRATION_TIERS) <= set(CALIBRATED_TIERS)
     assert CalibrationRequest(model="demo").tiers == DEFAULT_CALIBRATION_TIERS
     assert set(DEFAULT_TIERS) | set(OPT_IN_TIERS) == set(TIERS)
@@ -79,7 +79,8 @@ def test_an_unknown_tier_is_refused_with_a_suggestion() -> None:
 
 def test_calibrate_accepts_exactly_the_calibrated_tiers() -> None:
     for spec in TIER_SPECS:
-        request = CalibrationRequest(model="demo", tiers=(spec.name,))
+        needs = "spec-ngram:3" if spec.name == "speculative" else None  # a speculative build
+        request = CalibrationRequest(model="demo", recipe=needs, tiers=(spec.name,))
         if spec.calibrated:
             check_calibration(request)
         else:

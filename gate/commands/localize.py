@@ -44,7 +44,8 @@ def check_localizable(recipe: str | None) -> None:
     from gate.models.recipes import family
     from gate.models.stack import parse_stack
 
-    parsed = parse_stack(recipe).weights
+    stack = parse_stack(recipe)
+    parsed = stack.weights if stack.part("weights") is not None else stack.parts[0]
     kind = family(parsed)
     if kind not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         raise ConfigError(
@@ -237,7 +238,8 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
 
     (candidate,) = plan.candidates
     recipe = candidate.recipe
-    parsed = parse_stack(recipe).weights
+    stack = parse_stack(recipe)
+    parsed = stack.weights if stack.part("weights") is not None else stack.parts[0]
     if family(parsed) not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
         _echo_err(f"gate: --localize: {parsed} is not a weight-compressed build; not localized")
         return

@@ -77,14 +77,24 @@ def select_tiers(
 
 
 def check_tiers_fit(tiers: Sequence[str], recipe: str | None) -> None:
-    """Tiers that need a kind of build get one: the speculative tier a ``spec-*`` part
-    (one line, exit 4)."""
+    """Tiers that need a kind of build get one, each refusal one line (exit 4): the
+    speculative tier needs a ``spec-*`` part, and the latency tier does not time one (its
+    per-step clock does not see speculative steps; ``speculative.speedup`` does)."""
+    from gate.metrics.catalog.latency import TIER as LATENCY
     from gate.metrics.catalog.speculative import TIER as SPECULATIVE
+    from gate.models.stack import parse_stack
 
     if SPECULATIVE in tiers:
         from gate.tiers.speculative import require_speculative
 
         require_speculative(recipe)
+    speculative = parse_stack(recipe).part("speculative")
+    if LATENCY in tiers and speculative is not None:
+        raise ConfigError(
+            f"the latency tier does not time a speculative build ({speculative})",
+            "name the tiers without latency (e.g. --tiers fidelity,capability,speculative);"
+            " the speculative tier measures its speed-up",
+        )
 
 
 def _plugin_autoloaded() -> bool:

@@ -23,6 +23,7 @@ From those, for each tier (:func:`tier_exercise`):
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -163,12 +164,13 @@ def tier_exercise(measurements: Sequence[Measurement]) -> dict[str, Exercise]:
     at-load and per-call counting: the largest count, as every test ran the
     same changed model).
     """
-    stamps: dict[str, dict[tuple[Any, ...], Exercise]] = {}
+    stamps: dict[str, dict[str, Exercise]] = {}
     for m in measurements:
         found = exercise_of(m)
         if found is not None:
             tier = m.name.partition(".")[0]
-            stamps.setdefault(tier, {})[tuple(sorted(found.to_dict().items()))] = found
+            key = json.dumps(found.to_dict(), sort_keys=True)
+            stamps.setdefault(tier, {})[key] = found
     return {tier: _merged(list(distinct.values())) for tier, distinct in stamps.items()}
 
 

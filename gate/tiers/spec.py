@@ -83,7 +83,8 @@ def _tier(
 #: The judge tier is opt-in: it needs judges and baseline outputs recorded for it,
 #: which older baselines lack. The load tier is opt-in: it needs two served builds
 #: (``--endpoint`` and ``--baseline-endpoint``) and GuideLLM. The speculative tier is
-#: opt-in: it needs a build with a ``spec-*`` recipe. Timings have their own
+#: opt-in: it needs a build with a ``spec-*`` recipe; its baseline stays on the machine that
+#: recorded it (its speed-up is a timing; its acceptance follows the hardware's numerics). Timings have their own
 #: paired mode in ``gate calibrate`` (``--paired-latency``); the judge tier's noise is
 #: its stability gate.
 TIER_SPECS: tuple[TierSpec, ...] = (
@@ -134,7 +135,7 @@ TIER_SPECS: tuple[TierSpec, ...] = (
         "gate.tiers.speculative:SpeculativeSettings",
         default=False,
         calibrated=True,
-        portable=True,
+        portable=False,
     ),
 )
 
