@@ -49,7 +49,7 @@ never touched is NOT EXERCISED (:mod:`gate.tiers.exercised`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -69,6 +69,7 @@ from gate.models.backends.base import (
     require_timed,
 )
 from gate.models.backends.capabilities import activity_of
+from gate.models.backends.tokens import InnerTokens
 from gate.models.compress.kvcache import (
     KV_QUANT_RESIDUAL,
     CacheMethod,
@@ -330,7 +331,7 @@ def cache_activity(label: str, method: CacheMethod) -> Activity:
     return Activity(label, Footprint(unit, Counting.PER_REQUEST))
 
 
-class CacheBackend:
+class CacheBackend(InnerTokens):
     """A backend whose scoring and greedy generation run through a KV-cache method.
 
     Wraps an in-process backend: ``score`` is :func:`score_through_cache`,
@@ -390,22 +391,6 @@ class CacheBackend:
             yield
         finally:
             self.chunk_size = saved
-
-    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
-        """The inner backend's prompt encoding."""
-        return list(self.inner.encode_prompt(text, chat=chat))
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """The inner backend's conversation encoding."""
-        return list(self.inner.encode_messages(messages))
-
-    def encode_text(self, text: str) -> list[int]:
-        """The inner backend's plain encoding."""
-        return list(self.inner.encode_text(text))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """The inner backend's decoding."""
-        return str(self.inner.decode(ids))
 
     def generate(
         self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int = 8

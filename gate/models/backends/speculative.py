@@ -44,6 +44,7 @@ from gate.measurement import TimedGeneration
 from gate.metrics.speculative import PlainReference, SpeculativeTrace, VerificationStep
 from gate.models.activity import Activity
 from gate.models.backends.base import ScoreRequest, TokenScores, require_prompts
+from gate.models.backends.tokens import InnerTokens
 from gate.models.compress import DRAFTED
 from gate.models.recipes import Recipe, format_recipe
 from gate.provenance import ModelProvenance
@@ -107,7 +108,7 @@ def _seconds(run: Callable[[], int], device: torch.device) -> tuple[int, float]:
     return tokens, time.perf_counter() - started
 
 
-class SpeculativeBackend:
+class SpeculativeBackend(InnerTokens):
     """The target build with its drafter (module doc)."""
 
     def __init__(self, inner: Any, drafter: Drafter) -> None:
@@ -120,24 +121,6 @@ class SpeculativeBackend:
         self.drafting = Activity(drafter.label, DRAFTED)
         #: What the session reads (a stack's loader replaces it with the stack's activity).
         self.activity: Any = self.drafting
-
-    # -- tokens: the target's ------------------------------------------------
-
-    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
-        """The target's prompt encoding."""
-        return list(self.inner.encode_prompt(text, chat=chat))
-
-    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """The target's conversation encoding."""
-        return list(self.inner.encode_messages(messages))
-
-    def encode_text(self, text: str) -> list[int]:
-        """The target's plain encoding."""
-        return list(self.inner.encode_text(text))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """The target's decoding."""
-        return str(self.inner.decode(ids))
 
     # -- generation ------------------------------------------------------------
 

@@ -87,3 +87,26 @@ class TokenizerMethods:
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids with special tokens skipped."""
         return decode(self.tokenizer, ids)
+
+
+class InnerTokens:
+    """The token methods of a wrapper backend (a compressed cache, a drafter): its inner
+    build's, which holds the tokenizer."""
+
+    inner: Any
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """The inner build's prompt encoding."""
+        return list(self.inner.encode_prompt(text, chat=chat))
+
+    def encode_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The inner build's conversation encoding."""
+        return list(self.inner.encode_messages(messages))
+
+    def encode_text(self, text: str) -> list[int]:
+        """The inner build's plain encoding."""
+        return list(self.inner.encode_text(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The inner build's decoding."""
+        return str(self.inner.decode(ids))
