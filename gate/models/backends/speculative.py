@@ -42,7 +42,7 @@ from gate import progress
 from gate.errors import ConfigError, DataError
 from gate.measurement import TimedGeneration
 from gate.metrics.speculative import PlainReference, SpeculativeTrace, VerificationStep
-from gate.models.activity import Activity
+from gate.models.activity import Activity, StackActivity
 from gate.models.backends.base import ScoreRequest, TokenScores, require_prompts
 from gate.models.backends.tokens import InnerTokens
 from gate.models.compress import DRAFTED
@@ -120,7 +120,7 @@ class SpeculativeBackend(InnerTokens):
         #: This part's own count: draft tokens proposed.
         self.drafting = Activity(drafter.label, DRAFTED)
         #: What the session reads (a stack's loader replaces it with the stack's activity).
-        self.activity: Any = self.drafting
+        self.activity: Activity | StackActivity = self.drafting
 
     # -- generation ------------------------------------------------------------
 
