@@ -46,7 +46,6 @@ from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.loading import load_backend
 from gate.models.spec import ModelSpec
-from gate.session.demo import DEMO_SETTINGS
 from gate.store.reference import (
     LOGPROB_DTYPES,
     ReferencePack,
@@ -56,6 +55,7 @@ from gate.store.reference import (
     payload_bytes_per_token,
 )
 from gate.tiers import fidelity as tier
+from gate.workflows.demo import DEMO_SETTINGS
 
 DEFAULT_RECIPES = ("bnb-int8", "quanto-int4", "quanto-int2")
 

@@ -24,8 +24,8 @@ from gate.gating.thresholds import load_thresholds, packaged_thresholds_path, pa
 from gate.gating.verdict import Bound
 from gate.measurement import Measurement
 from gate.metrics.registry import all_metrics, get_metric
-from gate.session.calibrate import noise_run, paired_spread
 from gate.tiers.fidelity import batches
+from gate.workflows.calibrate import noise_run, paired_spread
 
 SPECS = all_metrics()
 DEFAULTS = load_thresholds(packaged_thresholds_path())
@@ -213,7 +213,7 @@ def test_order_seed_regroups_every_prompt() -> None:
 
 
 def test_dry_run_plan_lines() -> None:
-    from gate.session.plan import sample_size_lines
+    from gate.workflows.plan import sample_size_lines
 
     (none,) = sample_size_lines(DEFAULTS, ("fidelity",))
     assert none.startswith("sample sizes: no calibration in")

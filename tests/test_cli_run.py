@@ -181,9 +181,9 @@ def test_demo_model_end_to_end(tmp_path: Path, recipe: str, code: int) -> None:
 def test_demo_candidate_finds_its_packaged_baseline_from_any_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.session.demo import store_dir
     from gate.session.options import DEFAULT_STORE
-    from gate.session.plan import store_for
+    from gate.workflows.demo import store_dir
+    from gate.workflows.plan import store_for
 
     monkeypatch.chdir(tmp_path)  # no ./baselines here
     assert store_for("demo", DEFAULT_STORE) == store_dir()

@@ -269,7 +269,7 @@ def test_gate_run_against_a_baseline_from_a_gpu_warns_and_strict_blocks(
     """The demo's fp32 baseline, as if recorded on a GPU in bfloat16, against the demo
     measured here on the CPU in float32: both drifts named, approved with warnings;
     ``--strict`` blocks."""
-    from gate.session.plan import packaged_store
+    from gate.workflows.plan import packaged_store
 
     store = tmp_path / "store"
     shutil.copytree(packaged_store(), store)

@@ -18,8 +18,8 @@ from gate.report.outputs import ReportTargets
 from gate.session.engine import server_log_path, session_engines
 from gate.session.flags import ENGINE_ROWS, request_from_pytest
 from gate.session.options import SessionOptions
-from gate.session.plan import plan_run
 from gate.session.run_config import CandidateOverrides, parse_run_config
+from gate.workflows.plan import plan_run
 
 SERVE = f"{sys.executable} -m vllm.entrypoints.openai.api_server --model ./m"
 

@@ -18,7 +18,7 @@ import pytest
 
 from gate.cli import main
 from gate.errors import ExitCode
-from gate.session.plan import packaged_store
+from gate.workflows.plan import packaged_store
 
 #: (the broken engine options, what the one line says)
 RULES: dict[str, tuple[tuple[str, ...], str]] = {

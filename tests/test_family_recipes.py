@@ -402,7 +402,7 @@ def test_notes_group_untouched_metrics_by_tier() -> None:
 def test_the_paper_panel_has_one_candidate_per_method(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gate.session import paper_panel
+    from gate.workflows import paper_panel
 
     recipes = paper_panel.panel_recipes()
     assert recipes[0] == "none"
@@ -423,8 +423,8 @@ def test_the_paper_panel_has_one_candidate_per_method(
 def test_the_paper_table_has_the_papers_columns() -> None:
     from rich.console import Console
 
-    from gate.session import paper_panel
-    from gate.session.demo import CandidateResult
+    from gate.workflows import paper_panel
+    from gate.workflows.demo import CandidateResult
 
     result = CandidateResult(
         "kv-h2o:0.5",

@@ -23,10 +23,10 @@ from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
 from gate.models.spec import ModelSpec, demo_model_dir
-from gate.session.demo import store_dir as demo_store
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity as tier
 from gate.tiers.registry import build_settings
+from gate.workflows.demo import store_dir as demo_store
 from tests.cli_support import GateRun, run_gate
 
 torch.set_num_threads(1)
@@ -426,7 +426,7 @@ def _move_a_sample_into_the_top_k(pack_path: Path) -> None:
 
 def test_demo_judgement() -> None:
     from gate.errors import ExitCode
-    from gate.session.demo import CandidateResult, panel_exit_code
+    from gate.workflows.demo import CandidateResult, panel_exit_code
 
     ok = CandidateResult("none", 0, "pass")
     blocked = CandidateResult("quanto-int2", 1, "block")
@@ -438,8 +438,8 @@ def test_demo_judgement() -> None:
 
 
 def test_demo_config_is_a_valid_run_config() -> None:
-    from gate.session.demo import DEFAULT_RECIPES, DEMO_SETTINGS, demo_config, store_dir
     from gate.tiers.registry import build_settings
+    from gate.workflows.demo import DEFAULT_RECIPES, DEMO_SETTINGS, demo_config, store_dir
 
     loaded = demo_config()
     assert loaded.path is None and loaded.sha256 is None  # built typed, no file
@@ -453,7 +453,7 @@ def test_demo_config_is_a_valid_run_config() -> None:
 
 
 def test_demo_refuses_an_unknown_recipe() -> None:
-    from gate.session.demo import run_demo
+    from gate.workflows.demo import run_demo
 
     with pytest.raises(ConfigError, match="bnb-nf5"):
         run_demo(["none", "bnb-nf5"], ["fidelity"])

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gate.ci import scaffold
+from gate.ci.scaffold import TARGETS, InitSettings, render
+from gate.ci.watched import glob_regex, touched, watched_paths
 from gate.cli import main
 from gate.errors import ExitCode
-from gate.session import scaffold
 from gate.session.run_config import load_run_config
-from gate.session.scaffold import TARGETS, InitSettings, render
-from gate.session.watched import glob_regex, touched, watched_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
-WATCHED = [sys.executable, "-m", "gate.session.watched"]
+WATCHED = [sys.executable, "-m", "gate.cli", "watched"]
 
 
 def _actionlint(repo: Path) -> subprocess.CompletedProcess[str]:

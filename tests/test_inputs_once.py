@@ -19,7 +19,7 @@ import gate.session.inputs
 import gate.session.run_config
 import gate.store.baseline
 from gate.errors import ExitCode
-from gate.session.plan import packaged_store
+from gate.workflows.plan import packaged_store
 
 CONFIG = """\
 [run]
@@ -142,9 +142,9 @@ def test_the_plugin_uses_the_inputs_the_request_carries(
 ) -> None:
     """A session handed checked inputs reads no input file: ``prepare_session`` is not
     called again, the run config is not parsed (unit: the tier measures nothing)."""
+    from gate.report.outputs import check_targets
     from gate.session.inputs import prepare_session
     from gate.session.options import SessionOptions
-    from gate.session.plan import check_targets
     from gate.session.request import SessionRequest, SessionRequestPlugin
 
     store, config = _run_dir(tmp_path, monkeypatch)

@@ -118,9 +118,9 @@ LIMIT = 12
 def demo() -> dict[str, Any]:
     from gate.models.backends.loading import load_backend
     from gate.models.spec import ModelSpec
-    from gate.session.plan import packaged_store
     from gate.store.baseline import BaselineStore
     from gate.store.reference import load_pack
+    from gate.workflows.plan import packaged_store
 
     baseline = BaselineStore(packaged_store()).resolve("fp32", "demo")
     return {

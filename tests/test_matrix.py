@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gate.errors import ConfigError, DataError, ExitCode
-from gate.session.matrix import expected_from_matrix, matrix_document
 from gate.session.run_config import DEFAULT_RUNS_ON, load_run_config
+from gate.workflows.matrix import expected_from_matrix, matrix_document
 from tests.cli_support import run_gate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ import pytest
 
 from gate.errors import ExitCode
 from gate.measurement import Measurement
-from gate.session.plan import packaged_store
 from gate.store.measurements_file import load_measurements, save_measurements
+from gate.workflows.plan import packaged_store
 from tests.cli_support import run_gate
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gate.errors import ExitCode
-from gate.session.matrix import matrix_document
 from gate.session.run_config import Candidate
+from gate.workflows.matrix import matrix_document
 from tests.cli_support import GateRun, run_gate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -26,7 +26,7 @@ from gate.gating.verdict import Severity
 from gate.metrics import accuracy as am
 from gate.models.backends.loading import load_backend
 from gate.models.spec import ModelSpec, demo_model_dir
-from gate.session.plan import packaged_store
+from gate.workflows.plan import packaged_store
 from tests.cli_support import GateRun, run_gate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from gate.gating.verdict import GateOutcome, Severity, decide
 from gate.measurement import Measurement
 from gate.report.console import summary_line
 from gate.report.results_json import build_results, final_words
-from gate.session.plan import packaged_store
 from gate.store.baseline import BaselineStore
+from gate.workflows.plan import packaged_store
 from tests.cli_support import run_gate
 
 ROOT = Path(__file__).resolve().parents[1]

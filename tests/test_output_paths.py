@@ -27,9 +27,9 @@ from gate.report.outputs import ReportTargets
 from gate.session.finish import store_or_compare
 from gate.session.inputs import prepare_session
 from gate.session.options import SessionOptions
-from gate.session.plan import packaged_store
 from gate.session.run import GateRun
 from gate.store.writable import check_writable, check_writable_dir, writing
+from gate.workflows.plan import packaged_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -81,7 +81,7 @@ def test_baseline_record_prints_each_phase_with_done_and_total_on_stderr(tmp_pat
 def test_plain_progress_is_gates_voice_alone_while_models_load(tmp_path: Path) -> None:
     """``gate localize`` loads both builds in its own process (no pytest session captures
     descriptor 2): transformers' "Loading weights" bars used to leak into the CI log."""
-    from gate.session.plan import packaged_store
+    from gate.workflows.plan import packaged_store
 
     env = {
         **os.environ,

@@ -188,7 +188,7 @@ def test_an_attention_recipe_acts_and_counts_on_its_layers_only() -> None:
 def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch) -> None:
     """``gate run --localize``: the command's wiring (unit: both sessions replaced)."""
     import gate.commands.localize as localize_module
-    import gate.session.multirun as multirun
+    import gate.workflows.multirun as multirun
     from gate.cli import main
     from gate.localize.request import LocalizeOutputs, LocalizeRequest
 

@@ -80,8 +80,8 @@ def test_the_combined_comment_puts_findings_first_and_folds_clean_candidates(
     tmp_path: Path,
 ) -> None:
     from gate.errors import ExitCode, worst_exit
-    from gate.session.multirun import outcome_of, summary_markdown
     from gate.session.run_config import Candidate
+    from gate.workflows.multirun import outcome_of, summary_markdown
 
     outcomes = []
     for name, case in (("control", report_cases.approved()), ("int2", report_cases.blocked())):

@@ -27,8 +27,8 @@ from gate.provenance import ModelProvenance, sha256_file
 from gate.report.results import DOCUMENT_KEYS, METRIC_KEYS, SCHEMA_VERSION, Results
 from gate.report.results_json import build_results, results_from_json, write_results
 from gate.session.handoff import collect, publish
-from gate.session.round_robin import judged_candidates
 from gate.store.measurements_file import dump_json
+from gate.workflows.round_robin import judged_candidates
 from tests import report_cases
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -335,8 +335,8 @@ def test_sessions_hand_their_results_to_the_caller() -> None:
 
 def test_run_candidates_uses_the_handed_results_without_a_json_file(tmp_path: Path) -> None:
     from gate.report.outputs import ReportTargets
-    from gate.session.multirun import run_candidates
     from gate.session.run_config import Candidate
+    from gate.workflows.multirun import run_candidates
 
     blocked = report_cases.blocked()
 

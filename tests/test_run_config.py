@@ -21,14 +21,14 @@ from gate.errors import ConfigError, DataError, ExitCode
 from gate.gating.verdict import Severity, Verdict
 from gate.report.outputs import ReportTargets
 from gate.report.results import Results
-from gate.session.multirun import (
+from gate.session.run_config import Candidate, load_run_config
+from gate.workflows.multirun import (
     outcome_of,
     summary_markdown,
     worst_exit,
     worst_findings,
 )
-from gate.session.plan import candidate_targets
-from gate.session.run_config import Candidate, load_run_config
+from gate.workflows.plan import candidate_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from gate.errors import ExitCode
-from gate.session.plan import packaged_store
+from gate.workflows.plan import packaged_store
 
 #: A guard against a hang, not a speed check.
 HANG_GUARD_S = 1800.0

@@ -15,12 +15,14 @@ from functools import cache
 from pathlib import Path
 
 import gate
+from gate.ci import watched
 from gate.errors import SEVERITY_ORDER, ExitCode, decided, worst_exit
 from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.thresholds import THRESHOLDS_FILE
 from gate.gating.verdict import Verdict
-from gate.session import multirun, options, watched
+from gate.session import options
 from gate.store.location import DEFAULT_STORE
+from gate.workflows import multirun
 
 PACKAGE = Path(gate.__file__).resolve().parent
 

@@ -14,8 +14,6 @@ import gate
 from gate.commands.group import cli
 from gate.errors import ConfigError
 from gate.metrics.registry import CATALOG_MODULES, TIERS, all_metrics
-from gate.session import demo
-from gate.session.calibrate import CalibrationRequest, check_calibration
 from gate.session.runner import build_args, select_tiers, suites_dir
 from gate.tiers.registry import SETTINGS
 from gate.tiers.spec import (
@@ -27,6 +25,8 @@ from gate.tiers.spec import (
     TIER_SPECS,
     tier_spec,
 )
+from gate.workflows import demo
+from gate.workflows.calibrate import CalibrationRequest, check_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(gate.__file__).resolve().parent
@@ -112,7 +112,7 @@ def test_the_readme_tier_table_matches_the_specs() -> None:
 #: Tier selections that are a choice of their module, not a fact of the tiers.
 CHOSEN = {
     # the SmolLM2 demo runs its two tiers that finish in a CPU session's time
-    "session/demo.py": ["fidelity", "accuracy"],
+    "workflows/demo.py": ["fidelity", "accuracy"],
 }
 
 

@@ -50,7 +50,7 @@ from gate.report.markdown import render_markdown
 from gate.report.outputs import ReportTargets, write_reports
 from gate.report.results import Results
 from gate.report.results_json import build_results, results_from_json
-from gate.session.plan import packaged_store
+from gate.workflows.plan import packaged_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -179,11 +179,11 @@ def calibrate(
     from gate.gating.thresholds import load_thresholds
     from gate.metrics.registry import all_metrics
     from gate.models.engine_settings import engine_from_options
-    from gate.session.calibrate import CalibrationRequest, check_calibration, run_calibration
     from gate.session.run_config import load_run_config
     from gate.session.runner import parse_tiers
     from gate.store.atomic import write_atomic
     from gate.store.writable import check_writable, writing
+    from gate.workflows.calibrate import CalibrationRequest, check_calibration, run_calibration
 
     given = {"serve": serve, "endpoint": endpoint}
     engine = engine_from_options(

@@ -19,10 +19,9 @@ from gate.errors import NothingMeasuredError, UsageError
 from gate.gating.thresholds import load_thresholds
 from gate.provenance import environment
 from gate.report.console import make_console, render
-from gate.report.outputs import ReportTargets, write_reports
+from gate.report.outputs import ReportTargets, check_targets, write_reports
 from gate.report.results import RunIdentity
 from gate.session.judgement import JudgementInputs, baseline_titles, judge
-from gate.session.plan import check_targets
 from gate.store.baseline import Baseline, BaselineStore
 from gate.store.measurements_file import load_measurements
 

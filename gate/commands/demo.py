@@ -9,7 +9,7 @@ import click
 
 from gate.commands.options import dir_option, load_options, load_settings
 from gate.errors import ExitCode, UsageError
-from gate.session.demo import DEFAULT_TIERS as DEMO_TIERS
+from gate.workflows.demo import DEFAULT_TIERS as DEMO_TIERS
 
 
 def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -23,9 +23,9 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     import json
 
     from gate.report.console import make_console
-    from gate.session import paper_panel
     from gate.store.atomic import write_atomic
     from gate.store.writable import writing
+    from gate.workflows import paper_panel
 
     console = make_console()
     console.print(paper_panel.table(candidates))
@@ -126,9 +126,9 @@ def demo(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gate.report.console import make_console
-    from gate.session import demo as panel
     from gate.session.runner import parse_tiers
     from gate.store.writable import check_writable_dir
+    from gate.workflows import demo as panel
 
     load = load_settings(device, dtype, trust_remote_code)
     if json_dir is not None:
@@ -145,7 +145,7 @@ def demo(
     tier_list = parse_tiers(tiers) or model.tiers
     recipe_list = _split(recipes, model.recipes)
     if panel_name == "paper":
-        from gate.session import paper_panel
+        from gate.workflows import paper_panel
 
         recipe_list = _split(recipes, paper_panel.panel_recipes())
     console = make_console()

@@ -11,7 +11,7 @@ from gate.commands.calibrate import calibrate
 from gate.commands.compare import compare
 from gate.commands.demo import demo
 from gate.commands.import_ import import_
-from gate.commands.init import init
+from gate.commands.init import init, watched
 from gate.commands.localize import localize_command
 from gate.commands.merge import merge
 from gate.commands.power import power
@@ -70,5 +70,7 @@ def cli(quiet: bool) -> None:
 
 for _command in COMMANDS:
     cli.add_command(_command)
+#: Hidden: the gate workflow's ``changes`` job (action.yml), not a command users type.
+cli.add_command(watched)
 
 __all__ = ["COMMANDS", "cli"]

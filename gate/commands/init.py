@@ -51,7 +51,7 @@ def init(model: str, ref: str | None, action: str | None, root: Path) -> int:
       gate init --model demo
       gate init --model meta-llama/Llama-3.1-8B-Instruct --ref fp16 --action acme/gate@v0.1.0
     """
-    from gate.session.scaffold import check_settings, next_steps, render, write_new
+    from gate.ci.scaffold import check_settings, next_steps, render, write_new
 
     settings = check_settings(model, ref, action)
     written = write_new(root, render(settings))
@@ -60,4 +60,24 @@ def init(model: str, ref: str | None, action: str | None, root: Path) -> int:
     click.echo("next:")
     for number, step in enumerate(next_steps(settings), start=1):
         click.echo(f"  {number}. {step}")
+    return 0
+
+
+@click.command("watched", hidden=True)
+@click.option("--config", type=click.Path(path_type=Path), default=Path("gate.toml"))
+@click.option(
+    "--changed",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File of changed paths, one per line (git diff --name-only).",
+)
+def watched(config: Path, changed: Path | None) -> int:
+    """The paths a run config's verdict depends on; whether a change touches them.
+
+    The gate workflow's ``changes`` job (action.yml) runs it on a small hosted
+    runner; it reads the config with the standard library only.
+    """
+    from gate.ci.watched import verdict_lines
+
+    for line in verdict_lines(config, changed, Path.cwd()):
+        click.echo(line)
     return 0

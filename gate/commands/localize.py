@@ -26,8 +26,8 @@ from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequ
 from gate.metrics.catalog import fidelity as fidelity_catalog
 
 if TYPE_CHECKING:
-    from gate.session.plan import RunPlan
     from gate.session.run_config import RunConfig
+    from gate.workflows.plan import RunPlan
 
 #: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
 #: on every layer through one replaced function: select their layers with ``layers=`` instead).
@@ -64,8 +64,8 @@ def _fidelity_plan(
     with (same baseline ref, store slug, store, thresholds and run config)."""
     from gate.report.outputs import ReportTargets
     from gate.session.options import SessionOptions
-    from gate.session.plan import plan_run
     from gate.session.run_config import CandidateOverrides
+    from gate.workflows.plan import plan_run
 
     overrides = CandidateOverrides(
         candidate=request.candidate,
@@ -85,8 +85,8 @@ def _gate_repaired(request: LocalizeRequest, recipe: str, config: RunConfig | Pa
     from gate.localize.result import Gated
     from gate.report.console import make_console
     from gate.session import handoff
-    from gate.session.multirun import execute_plan
-    from gate.session.plan import check_plan
+    from gate.workflows.multirun import execute_plan
+    from gate.workflows.plan import check_plan
 
     plan = _fidelity_plan(request, recipe, config)
     checked = check_plan(plan)
@@ -104,7 +104,7 @@ def _gate_repaired(request: LocalizeRequest, recipe: str, config: RunConfig | Pa
 def run_localize(request: LocalizeRequest, run_config: RunConfig | None = None) -> int:
     """The whole command (also run by ``gate run --localize`` on a blocked build)."""
     from gate.models.stack import parse_stack
-    from gate.session.plan import check_plan
+    from gate.workflows.plan import check_plan
 
     candidate, recipe = request.candidate, request.recipe
     check_localizable(recipe)

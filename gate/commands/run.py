@@ -255,9 +255,9 @@ def run(
     baseline build's engine beside the candidate (paired latency).
     """
     from gate.report.console import make_console
-    from gate.session.multirun import execute_plan
-    from gate.session.plan import check_plan, describe_plan, plan_run
     from gate.session.runner import parse_tiers
+    from gate.workflows.multirun import execute_plan
+    from gate.workflows.plan import check_plan, describe_plan, plan_run
 
     overrides = CandidateOverrides(
         candidate=candidate,
@@ -295,7 +295,7 @@ def run(
         )
     plan = plan_run(config, overrides, shared, targets)
     if matrix:  # the run config only: no store, no thresholds, no model library
-        from gate.session.matrix import matrix_json
+        from gate.workflows.matrix import matrix_json
 
         click.echo(matrix_json(plan.candidates))
         return int(ExitCode.OK)

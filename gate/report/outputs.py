@@ -14,7 +14,7 @@ import base64
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,7 +22,7 @@ from gate.errors import GateError
 from gate.report.results import Results
 from gate.store.atomic import write_atomic
 from gate.store.measurements_file import dump_json
-from gate.store.writable import writing
+from gate.store.writable import check_writable, writing
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,21 @@ class ReportTargets:
     def any(self) -> bool:
         """Whether at least one report of the results was asked for."""
         return any(p is not None for p in (self.json, self.html, self.junit, self.markdown))
+
+
+def report_files(targets: ReportTargets) -> list[tuple[str, Path]]:
+    """``(kind, path)`` of every report file ``targets`` asks for (``("json", out.json)``)."""
+    named = ((item.name, getattr(targets, item.name)) for item in fields(targets))
+    return [(kind, path) for kind, path in named if path is not None]
+
+
+def check_targets(targets: ReportTargets, prefix: str = "--") -> None:
+    """Every report file of ``targets`` can be written (else UsageError, exit 4).
+
+    ``prefix`` makes the option names of messages (``--json``; the plugin's ``--gate-json``).
+    """
+    for name, path in report_files(targets):
+        check_writable(path, prefix + name)
 
 
 def write_reports(

@@ -15,7 +15,7 @@ own optional plugins (``--stepwise``, ``--junit-xml``), and keeps the
 session's :class:`GateState` in ``config.stash``:
 
 * ``pytest_sessionstart`` takes the inputs the request carries, read and
-  checked by the command (``gate run``: :func:`gate.session.plan.check_plan`);
+  checked by the command (``gate run``: :func:`gate.workflows.plan.check_plan`);
   run directly with ``--gate-model``, it reads and validates them itself
   (:func:`gate.session.inputs.prepare_session`: thresholds, run config,
   baseline refs, every tier's settings, the report paths) and stops the
@@ -298,9 +298,9 @@ class GatePlugin:
             state.lines.append(f"gate: {line}")
 
     def _build_state(self) -> GateState:
+        from gate.report.outputs import check_targets
         from gate.session.engine import server_log_path, session_engines
         from gate.session.inputs import prepare_session
-        from gate.session.plan import check_targets
         from gate.session.run import GateRun
 
         request = self.request or request_from_pytest(self.config.option)

@@ -154,7 +154,7 @@ class RunDefaults(LoadSettings):
     #: Runner labels of every candidate's matrix job (``gate run --matrix``).
     runs_on: tuple[str, ...] | None = None
     #: Globs of other repository paths the builds depend on (recipes, quantization
-    #: configs): the gate workflow gates a change to them (:mod:`gate.session.watched`).
+    #: configs): the gate workflow gates a change to them (:mod:`gate.ci.watched`).
     watch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """Bounds from a measured noise floor: the pure maths of ``gate calibrate``.
 
-``gate calibrate`` (:mod:`gate.session.calibrate`) gates a model's baseline
+``gate calibrate`` (:mod:`gate.workflows.calibrate`) gates a model's baseline
 build against itself under changes that leave the model as it is (repeats,
 batch sizes, prompt order, the reference pack's tail-sample seed) and, when
 asked, against named controls (another dtype, the same weights behind a

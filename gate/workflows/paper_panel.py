@@ -22,7 +22,7 @@ from typing import Any
 
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
-from gate.session.demo import CONTROL, CandidateResult
+from gate.workflows.demo import CONTROL, CandidateResult
 
 #: SnapKV's observation window at the demo's scale (its prompts have 16-196 tokens).
 DEMO_SNAPKV_WINDOW = 16

@@ -5,8 +5,8 @@ The packaged demo model (``gate/assets/demo_model``) has a committed baseline
 ``gate/assets/baselines``. The demo is a run config, built typed (:func:`demo_config`: one
 ``[[candidates]]`` entry per recipe, ``[run]`` against ``fp32`` in the packaged
 store, ``[tiers.*]`` = :data:`DEMO_SETTINGS`) handed to the same planner, checks
-and candidate loop as ``gate run --config`` (:mod:`gate.session.plan`,
-:func:`gate.session.multirun.run_candidates`): same suites, plugin,
+and candidate loop as ``gate run --config`` (:mod:`gate.workflows.plan`,
+:func:`gate.workflows.multirun.run_candidates`): same suites, plugin,
 comparison and report per build, then one summary table of headline values.
 
 Each build's verdicts, exit code and console report are its ``gate run``
@@ -45,8 +45,8 @@ from gate.tiers.spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
 from gate.tiers.spec import PORTABLE_TIERS
 
 if TYPE_CHECKING:
-    from gate.session.multirun import CandidateOutcome
     from gate.session.run_config import Candidate, RunConfig
+    from gate.workflows.multirun import CandidateOutcome
 
 #: The panel: the control first, then builds from mild to severe compression.
 DEFAULT_RECIPES: tuple[str, ...] = (
@@ -217,7 +217,7 @@ def store_dir(model: DemoModel | None = None) -> Path:
     recorded on the first run."""
     import hashlib
 
-    from gate.session.plan import packaged_store
+    from gate.workflows.plan import packaged_store
 
     if model is None or model.committed:
         return packaged_store()
@@ -382,11 +382,11 @@ def run_demo(
     if not model.committed:
         store = ensure_baseline(model, store, load, source)
     from gate.report.outputs import ReportTargets
-    from gate.session.multirun import run_candidates, session_runner
     from gate.session.options import SessionOptions
-    from gate.session.plan import check_plan, plan_run
     from gate.session.run_config import CandidateOverrides
     from gate.store.writable import writing
+    from gate.workflows.multirun import run_candidates, session_runner
+    from gate.workflows.plan import check_plan, plan_run
 
     config = demo_config(recipes, tiers, store=store, model=model, source=source)
     overrides = CandidateOverrides(load=load or LoadSettings())

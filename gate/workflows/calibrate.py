@@ -153,7 +153,7 @@ class CheckedCalibration:
 
 
 def _demo_tables(tiers: Sequence[str]) -> dict[str, dict[str, Any]]:
-    from gate.session.demo import DEMO_SETTINGS
+    from gate.workflows.demo import DEMO_SETTINGS
 
     return {t: dict(DEMO_SETTINGS[t]) for t in tiers if t in DEMO_SETTINGS}
 

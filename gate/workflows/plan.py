@@ -9,23 +9,24 @@ config, ``thresholds.toml``, every tier's settings, the recipes, the baseline
 refs in the store, the calibration texts, the tiers' suites and that every
 report file, the latency history and a server log can be written — and
 returns what each session will use: its :class:`CheckedCandidate`, whose
-inputs the session receives (:func:`gate.session.multirun.execute_plan`) and
+inputs the session receives (:func:`gate.workflows.multirun.execute_plan`) and
 does not read again. The run config is parsed once, by :func:`plan_run`; the
 thresholds file and each baseline file once, by the plan's
 :class:`~gate.session.inputs.InputFiles`, whatever the number of candidates.
 ``gate run`` runs it before the first session starts (so a typo fails in a
 second with exit 4, not after an hour of measuring); ``gate run --dry-run``
 stops after it and prints :func:`describe_plan` (with the CI matrix the
-candidates make, :mod:`gate.session.matrix`).
+candidates make, :mod:`gate.workflows.matrix`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gate.errors import GateError
+from gate.report.outputs import check_targets, report_files
 from gate.session.inputs import InputFiles
 from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.store.writable import check_writable, check_writable_dir
@@ -61,12 +62,6 @@ def suffixed(path: Path | None, name: str) -> Path | None:
     if path is None:
         return None
     return path.with_name(f"{path.stem}-{name}{path.suffix}")
-
-
-def report_files(targets: ReportTargets) -> list[tuple[str, Path]]:
-    """``(kind, path)`` of every report file ``targets`` asks for (``("json", out.json)``)."""
-    named = ((item.name, getattr(targets, item.name)) for item in fields(targets))
-    return [(kind, path) for kind, path in named if path is not None]
 
 
 def candidate_targets(targets: ReportTargets, name: str, several: bool) -> ReportTargets:
@@ -224,15 +219,6 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     return checked
 
 
-def check_targets(targets: ReportTargets, prefix: str = "--") -> None:
-    """Every report file of ``targets`` can be written (else UsageError, exit 4).
-
-    ``prefix`` makes the option names of messages (``--json``; the plugin's ``--gate-json``).
-    """
-    for name, path in report_files(targets):
-        check_writable(path, prefix + name)
-
-
 def _serves(engine: EngineSettings | None) -> bool:
     """Whether the gate starts ``engine`` (``--serve``), and so writes its log."""
     return engine is not None and engine.serve is not None
@@ -289,7 +275,7 @@ def describe_plan(plan: RunPlan, checked: list[CheckedCandidate]) -> list[str]:
     if plan.several and plan.targets.markdown is not None:
         lines.append(f"combined markdown: {plan.targets.markdown}")
     if not plan.single:  # the jobs of gate run --matrix (docs/self-hosted-runners.md)
-        from gate.session.matrix import matrix_json
+        from gate.workflows.matrix import matrix_json
 
         lines.append(f"matrix (--matrix, one job per candidate): {matrix_json(plan.candidates)}")
     lines.append("gate: dry run OK (exit 0)")
@@ -318,13 +304,9 @@ __all__ = [
     "candidate_targets",
     "check_plan",
     "check_side_outputs",
-    "check_targets",
-    "check_writable",
-    "check_writable_dir",
     "describe_plan",
     "packaged_store",
     "plan_run",
-    "report_files",
     "sample_size_lines",
     "store_for",
     "suffixed",

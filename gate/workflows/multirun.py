@@ -3,7 +3,7 @@
 ``gate run`` (with ``--config``, and with ``--candidate``) and ``gate demo``
 both land in :func:`run_candidates`:
 
-1. every candidate has been checked before (:func:`gate.session.plan.check_plan`:
+1. every candidate has been checked before (:func:`gate.workflows.plan.check_plan`:
    its baseline refs resolve in the store, its settings and calibration file
    read), so a typo fails at once with exit 4;
 2. each candidate runs its own gate session on the inputs checked in step 1
@@ -17,7 +17,7 @@ both land in :func:`run_candidates`:
 :func:`execute_plan` then prints ``gate run``'s summary table (candidate,
 recipe, verdict, exit code, the worst findings) and returns the worst exit
 code (:func:`worst_exit`); the demo prints its own table from the same
-outcomes (:mod:`gate.session.demo`).
+outcomes (:mod:`gate.workflows.demo`).
 
 Report files: with one candidate the paths given are used as they are; with
 several, each candidate writes ``<stem>-<name><suffix>`` beside the given path
@@ -43,13 +43,13 @@ from gate import progress
 from gate.errors import SEVERITY_ORDER, ExitCode, GateError, exit_label, exit_meaning, worst_exit
 from gate.gating.verdict import Severity, Verdict
 from gate.report.markdown import HEADLINE_MARK, cell
-from gate.report.outputs import ReportTargets
+from gate.report.outputs import ReportTargets, check_targets
 from gate.report.results import Results
 from gate.session.handoff import collect
-from gate.session.plan import CheckedCandidate, RunPlan, check_targets
 from gate.session.run_config import Candidate, RunConfig
 from gate.store.atomic import write_atomic
 from gate.store.writable import writing
+from gate.workflows.plan import CheckedCandidate, RunPlan
 
 #: Runs one candidate's gate session: ``(candidate, report targets) -> exit code``.
 SessionRunner = Callable[[Candidate, ReportTargets], ExitCode]
@@ -257,7 +257,7 @@ def _shown(results: Results) -> Results:
 
 def session_runner(checked: Sequence[CheckedCandidate]) -> SessionRunner:
     """Runs one checked candidate in its own pytest session, handing it the inputs
-    :func:`gate.session.plan.check_plan` read (the session reads none of them again).
+    :func:`gate.workflows.plan.check_plan` read (the session reads none of them again).
 
     Report paths other than the checked ones (the demo's ``--json-dir``) are checked here,
     once, and replace them.
@@ -278,7 +278,7 @@ def session_runner(checked: Sequence[CheckedCandidate]) -> SessionRunner:
 
 
 def execute_plan(plan: RunPlan, checked: Sequence[CheckedCandidate], console: Console) -> ExitCode:
-    """Run every candidate of ``plan`` on its ``checked`` inputs (:func:`~gate.session.plan.check_plan`);
+    """Run every candidate of ``plan`` on its ``checked`` inputs (:func:`~gate.workflows.plan.check_plan`);
     the summary (several or ``--config``) and worst exit code.
 
     One ``--candidate`` prints its own report only; its exit code is the command's.
@@ -310,7 +310,7 @@ def judge_round_robin(
     """Two or more candidates judged by the judge tier: their round robin, judged per the
     run ``config``'s judge settings (printed; JSON ``<stem>-round-robin.json`` beside
     ``json_path``). A failure there is one line."""
-    from gate.session.round_robin import report_round_robin, write_round_robin
+    from gate.workflows.round_robin import report_round_robin, write_round_robin
 
     try:
         runs = {o.candidate.name: o.results for o in outcomes}

@@ -21,24 +21,22 @@ watched (a change to them is not a change to the repository). Globs use
 
 Reads the config with the standard library only (no numpy, no torch): the
 workflow's first job runs it on a small hosted runner, before any GPU job is
-started. ``python -m gate.session.watched --config gate.toml [--changed FILE]``
-prints the globs, then, with ``--changed`` (one changed path per line, as
+started. ``gate watched --config gate.toml [--changed FILE]`` (a hidden
+command, :func:`verdict_lines`) prints the globs, then, with ``--changed`` (one changed path per line, as
 ``git diff --name-only`` writes), the changed paths they match and a last line
 ``needed=true`` or ``needed=false``.
 """
 
 from __future__ import annotations
 
-import argparse
 import posixpath
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gate.config import load_toml
-from gate.errors import ConfigError, GateError
+from gate.errors import ConfigError, UsageError
 from gate.gating.thresholds import THRESHOLDS_FILE
 from gate.store.location import DEFAULT_STORE
 
@@ -143,40 +141,30 @@ def touched(changed: Iterable[str], globs: Sequence[str]) -> list[str]:
     return hits
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the watched globs (and, with ``--changed``, the verdict ``needed=...``)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m gate.session.watched",
-        description="The paths a run config's verdict depends on; whether a change touches them.",
-    )
-    parser.add_argument("--config", type=Path, default=Path("gate.toml"))
-    parser.add_argument(
-        "--changed", type=Path, help="file of changed paths, one per line (git diff --name-only)"
-    )
-    args = parser.parse_args(argv)
-    root = Path.cwd()
+def verdict_lines(config: Path, changed: Path | None, root: Path) -> list[str]:
+    """What ``gate watched`` prints: the watched globs (``watched: GLOB``), then, with
+    ``changed`` (a file of changed paths, one per line), the changed paths they match
+    (``changed: PATH``) and ``needed=true`` or ``needed=false``.
+
+    A missing config or an unreadable ``changed`` file raises :class:`~gate.errors.GateError`
+    (exit 4), which the command line turns into its one line.
+    """
+    if not config.is_file():
+        raise ConfigError(
+            f"run config {config} not found", "pass --config with the workflow's config"
+        )
+    globs = watched_paths(config, load_toml(config), root)
+    lines = [f"watched: {glob}" for glob in globs]
+    if changed is None:
+        return lines
     try:
-        if not args.config.is_file():
-            raise ConfigError(
-                f"run config {args.config} not found", "pass --config with the workflow's config"
-            )
-        globs = watched_paths(args.config, load_toml(args.config), root)
-        changed = args.changed.read_text(encoding="utf-8").splitlines() if args.changed else None
-    except GateError as exc:
-        print(f"gate: error: {exc.format_line()}", file=sys.stderr)
-        return int(exc.exit_code)
+        paths = changed.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        print(f"gate: error: cannot read {args.changed}: {exc.strerror or exc}", file=sys.stderr)
-        return 4
-    for glob in globs:
-        print(f"watched: {glob}")
-    if changed is not None:
-        hits = touched(changed, globs)
-        for path in hits:
-            print(f"changed: {path}")
-        print(f"needed={'true' if hits else 'false'}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+        raise UsageError(
+            f"cannot read {changed}: {exc.strerror or exc}",
+            "pass --changed a file of changed paths (git diff --name-only > FILE)",
+        ) from None
+    hits = touched(paths, globs)
+    lines += [f"changed: {path}" for path in hits]
+    lines.append(f"needed={'true' if hits else 'false'}")
+    return lines

@@ -5,7 +5,7 @@ writes one candidate's results JSON; :func:`merge` reads them back
 (:meth:`gate.report.results.Results.from_document`, the one reader) and makes
 what one ``gate run --config gate.toml`` would have made of the same
 candidates: the summary table and the worst exit code
-(:mod:`gate.session.multirun`: an error outranks a block), every candidate's
+(:mod:`gate.workflows.multirun`: an error outranks a block), every candidate's
 report files under the same names (``out/results.json`` ->
 ``out/results-<name>.json`` when there are several, the combined markdown at
 the path given), the GitHub annotations and step summary, and the judge
@@ -53,9 +53,12 @@ from typing import Any
 from rich.console import Console
 
 from gate.errors import DataError, ExitCode, GateError, UsageError, decided
-from gate.report.outputs import ReportTargets, write_reports
+from gate.report.outputs import ReportTargets, check_targets, write_reports
 from gate.report.results import Results, RunIdentity
-from gate.session.multirun import (
+from gate.session.run_config import Candidate, RunConfig
+from gate.store.atomic import write_atomic
+from gate.store.writable import writing
+from gate.workflows.multirun import (
     CandidateOutcome,
     judge_round_robin,
     outcome_of,
@@ -63,10 +66,7 @@ from gate.session.multirun import (
     summary_table,
     worst_exit,
 )
-from gate.session.plan import candidate_targets, check_targets
-from gate.session.run_config import Candidate, RunConfig
-from gate.store.atomic import write_atomic
-from gate.store.writable import writing
+from gate.workflows.plan import candidate_targets
 
 #: The summary's verdict of a candidate without results.
 MISSING = "MISSING"
@@ -238,7 +238,7 @@ def expected_from(path: Path) -> Expected:
     """The candidates ``--expect-from PATH`` names: a saved matrix (``.json``) or a run
     config (anything else), read without loading a model."""
     if path.suffix.lower() == ".json":
-        from gate.session.matrix import expected_from_matrix
+        from gate.workflows.matrix import expected_from_matrix
 
         return Expected(path, tuple(expected_from_matrix(path)))
     from gate.session.run_config import load_run_config
