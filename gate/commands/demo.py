@@ -72,10 +72,12 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
 @click.option(
     "--panel",
     "panel_name",
-    type=click.Choice(["paper"]),
+    type=click.Choice(["paper", "speculative"]),
     help="paper: one candidate per method of the CGA paper (INT4 checkpoints, SparseGPT, "
     "FP8/Sage/Top-k attention, SnapKV/H2O/StreamingLLM eviction, KV quantization) and a "
-    "table in the paper's shape.",
+    "table in the paper's shape. speculative: speculative decoding against a baseline "
+    "recorded with an int4 self-draft (ref spec4): the control, an int2 self-draft, n-gram "
+    "lookup, a 4-bit target with the int4 self-draft (docs/speculative.md).",
 )
 @dir_option("--json-dir", help="Write each candidate's results JSON and summary.json here.")
 @click.option(
@@ -122,6 +124,7 @@ def demo(
       gate demo --panel paper --tiers fidelity,accuracy
       gate demo --recipes none,quanto-int2,drop-layers:2 --tiers judge   # LLM judge, Elo
       gate demo --model smollm2   # a real LLM: about 13 min on a 2-core CPU, 20 the first time (README)
+      gate demo --model smollm2 --panel speculative   # speculative decoding (docs/speculative.md)
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -133,7 +136,7 @@ def demo(
     load = load_settings(device, dtype, trust_remote_code)
     if json_dir is not None:
         check_writable_dir(json_dir, "--json-dir")
-    model = panel.demo_model(model_name)
+    model = panel.demo_model(model_name, panel_name)
     if store is not None and model.committed:
         raise UsageError(
             "--store is for a panel model whose baseline is recorded (--model smollm2)",

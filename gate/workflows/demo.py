@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from gate.metrics.catalog import capability as capability_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
+from gate.metrics.catalog import speculative as speculative_catalog
 from gate.models.load_settings import LoadSettings
 from gate.tiers.spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
 from gate.tiers.spec import PORTABLE_TIERS
@@ -111,6 +112,9 @@ HEADLINES: tuple[tuple[str, str], ...] = (
     (capability_catalog.ARITHMETIC_EASY, "arith"),
     (judge_catalog.ELO_DELTA, "Elo"),
     (latency_catalog.TOKENS_PER_S, "tok/s"),
+    (speculative_catalog.ACCEPTANCE_LENGTH, "accept len"),
+    (speculative_catalog.LOSSLESS, "lossless"),
+    (speculative_catalog.SPEEDUP, "speed-up"),
 )
 
 
@@ -138,6 +142,11 @@ class DemoModel:
     #: once in the cache (:func:`gate.models.gguf.dequantized_dir`): bitsandbytes recipes
     #: apply to it, and each build loads in a second instead of dequantizing again.
     dequantize_once: bool = False
+    #: The build the baseline is recorded with (None: the model as it is).
+    baseline_recipe: str | None = None
+    #: The panel's control: the build its baseline was recorded from, gated again; the
+    #: demo fails when it is not approved.
+    control: str = CONTROL
 
     def source(self) -> str:
         """The model source the panel's sessions load (the copy's directory, made here
@@ -200,14 +209,57 @@ DEMO_MODELS: Mapping[str, DemoModel] = {
 }
 
 
-def demo_model(name: str) -> DemoModel:
-    """The panel model called ``name``; an unknown one is a one-line ConfigError."""
+#: ``[tiers.speculative]`` of the speculative panels: SmolLM2's sized for a 2-core CPU
+#: (a quanto int4 draft or target costs about 0.2 s a token there: docs/speculative.md).
+SPECULATIVE_SETTINGS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
+    MODEL: {"speculative": {"limit": 8, "max_new_tokens": 32, "speed_prompts": 4}},
+    "smollm2": {"speculative": {"limit": 8, "max_new_tokens": 24, "speed_prompts": 2}},
+}
+#: The speculative panel's baseline build: the model as the target, drafted by its own
+#: weights quantized to int4 (a self-draft); its ref.
+SPECULATIVE_BASELINE = "spec-draft:quanto-int4"
+SPECULATIVE_REF = "spec4"
+#: The speculative panel after its control (:data:`SPECULATIVE_BASELINE`): a re-compressed
+#: draft of the same target, a draft that reads the prompt (n-gram lookup), and a
+#: compressed target with the baseline's draft (the target's quantization moves what the
+#: draft predicts).
+SPECULATIVE_RECIPES: tuple[str, ...] = (
+    SPECULATIVE_BASELINE,
+    "spec-draft:quanto-int2",
+    "spec-ngram:3",
+    "quanto-int4+" + SPECULATIVE_BASELINE,
+)
+#: The panels ``gate demo --panel NAME`` builds from a model's own entry.
+PANELS: tuple[str, ...] = ("paper", "speculative")
+
+
+def speculative_panel(model: DemoModel) -> DemoModel:
+    """``model``'s speculative panel: a baseline recorded with :data:`SPECULATIVE_BASELINE`
+    (ref :data:`SPECULATIVE_REF`) on the speculative tier, in a store of its own."""
+    return replace(
+        model,
+        baseline_ref=SPECULATIVE_REF,
+        settings=SPECULATIVE_SETTINGS[model.name],
+        recipes=SPECULATIVE_RECIPES,
+        tiers=(speculative_catalog.TIER,),
+        baseline_tiers=(speculative_catalog.TIER,),
+        committed=False,
+        baseline_recipe=SPECULATIVE_BASELINE,
+        control=SPECULATIVE_BASELINE,
+    )
+
+
+def demo_model(name: str, panel: str | None = None) -> DemoModel:
+    """The panel model called ``name`` (its ``panel`` variant: ``speculative``); an unknown
+    one is a one-line ConfigError."""
     from gate.errors import ConfigError
 
     if name not in DEMO_MODELS:
         raise ConfigError(
             f"gate demo has no model {name!r}", f"choose one of {', '.join(DEMO_MODELS)}"
         )
+    if panel == "speculative":
+        return speculative_panel(DEMO_MODELS[name])
     return DEMO_MODELS[name]
 
 
@@ -223,7 +275,12 @@ def store_dir(model: DemoModel | None = None) -> Path:
         return packaged_store()
     digest = hashlib.sha256(
         json.dumps(
-            {"settings": model.settings, "tiers": model.baseline_tiers}, sort_keys=True
+            {
+                "settings": model.settings,
+                "tiers": model.baseline_tiers,
+                "recipe": model.baseline_recipe,
+            },
+            sort_keys=True,
         ).encode()
     ).hexdigest()[:12]
     return cache_root() / "demo" / f"{model.slug}-{digest}"
@@ -347,13 +404,15 @@ def candidate_result(
     )
 
 
-def panel_exit_code(candidates: Sequence[CandidateResult]) -> tuple[ExitCode, str | None]:
+def panel_exit_code(
+    candidates: Sequence[CandidateResult], control_recipe: str = CONTROL
+) -> tuple[ExitCode, str | None]:
     """The demo's exit code from its builds' own exit codes: 0 when every run completed and
-    the control passed."""
+    the control (``control_recipe``) passed."""
     for c in candidates:
         if not decided(c.exit_code):
             return ExitCode(c.exit_code), f"candidate {c.recipe} ended with exit {c.exit_code}"
-    control = next((c for c in candidates if c.recipe == CONTROL), None)
+    control = next((c for c in candidates if c.recipe == control_recipe), None)
     if control is not None and control.exit_code != ExitCode.OK:
         return ExitCode.BLOCKED, "the control build (the baseline itself) was not approved"
     return ExitCode.OK, None
@@ -418,7 +477,7 @@ def run_demo(
         on_start=started,
         on_done=finished,
     )
-    code, problem = panel_exit_code(results)
+    code, problem = panel_exit_code(results, model.control)
     if json_dir is not None:
         write_summary(json_dir / "summary.json", results, code, problem)
     return DemoResult(tuple(results), code, problem)
@@ -500,6 +559,7 @@ def record_baseline(
         ref=model.baseline_ref,
         model_slug=model.slug,
         load=load or LoadSettings(),
+        recipe=model.baseline_recipe,
     )
     config = demo_config(tiers=tiers, store=store, model=model, source=source)
     # a CUDA device without CUDA: exit 4 here; the session reads nothing again
