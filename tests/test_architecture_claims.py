@@ -10,15 +10,20 @@
 * ``gate.cli`` is the one place an exception becomes the command's exit code:
   below it a ``GateError`` is read as an exit code only in the modules the
   document's sentence names, each ending one part of a command while the rest
-  goes on.
+  goes on;
+* the modules the module table calls standard library only import no other
+  library (``gate watched`` runs on a small hosted runner).
 
-Everything is read with :mod:`ast` and the file tree: nothing is imported.
+Everything else is read with :mod:`ast` and the file tree: nothing is imported.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -249,3 +254,39 @@ def test_the_top_level_holds_only_the_faces_the_document_lists() -> None:
     assert listed == faces, (
         f"listed, not in gate/: {listed - faces}; in gate/, not listed: {faces - listed}"
     )
+
+
+# ------------------------------------------------------------- standard library only
+
+_THIRD_PARTY = """
+import importlib, json, sys
+def libraries():
+    tops = {m.split(".")[0] for m in sys.modules}
+    return {m for m in tops if m not in sys.stdlib_module_names and m[0] != "_"} - {"gate"}
+found, seen = {}, libraries()
+for name in sys.argv[1:]:
+    importlib.import_module(name)  # each one's own libraries, not those loaded before it
+    found[name], seen = sorted(libraries() - seen), seen | libraries()
+print(json.dumps(found))
+"""
+
+
+def test_the_modules_the_document_calls_standard_library_only_import_no_other_library() -> None:
+    """``gate watched`` runs on the gate workflow's small hosted runner: no numpy, no torch."""
+    named = []
+    for row in _module_table_rows(doc_text()):
+        path = _PATH.search(row[0])
+        if "standard library" in row[1] and path is not None:
+            named.append(".".join(Path(path.group(0)).with_suffix("").parts))
+    assert "gate.ci.watched" in named, "the module table no longer says what gate watched needs"
+    done = subprocess.run(
+        [sys.executable, "-c", _THIRD_PARTY, *named],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(not libraries for libraries in loaded.values()), loaded

@@ -1,6 +1,6 @@
 """Facts declared once: the exit-code questions (gate/errors.py), the default store
 (gate/store/location.py), the unnamed baseline's label (gate/gating/against.py) and
-the thresholds file's name (gate/gating/thresholds.py); and one meaning per name: a
+the thresholds file's name (gate/gating/thresholds_file.py); and one meaning per name: a
 class, type alias or public function name declared in one module (the known shared
 names listed).
 
@@ -21,7 +21,7 @@ import gate
 from gate.ci import watched
 from gate.errors import SEVERITY_ORDER, ExitCode, decided, worst_exit
 from gate.gating.against import DEFAULT_AGAINST
-from gate.gating.thresholds import THRESHOLDS_FILE
+from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.gating.verdict import Verdict
 from gate.session import options
 from gate.store.location import DEFAULT_STORE
@@ -178,7 +178,7 @@ def _docstrings(tree: ast.Module) -> set[int]:
 def test_the_thresholds_file_name_is_declared_once() -> None:
     found = []
     for rel, tree in modules():
-        if rel == "gating/thresholds.py":
+        if rel == "gating/thresholds_file.py":
             continue
         docs = _docstrings(tree)
         found += [
@@ -188,7 +188,7 @@ def test_the_thresholds_file_name_is_declared_once() -> None:
             and node.value == THRESHOLDS_FILE
             and id(node) not in docs
         ]
-    assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds: {found}"
+    assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds_file: {found}"
 
 
 #: Type aliases declared under one name in several modules, each for its own module's
