@@ -1,4 +1,4 @@
-"""The ``gate`` command line: the only place an exception becomes an exit code.
+"""The ``gate`` command line: the only place an exception becomes the command's exit code.
 
 Each command lives in a small module under :mod:`gate.commands`
 (:mod:`gate.commands.group` assembles them into one click group). :func:`main`

@@ -2,7 +2,9 @@
 
 The numbers are pytest's (``pytest.ExitCode``) so that ``gate`` and the pytest
 plugin agree on what a run ended with. Only :mod:`gate.cli` turns a
-:class:`GateError` into a process exit code; everything else raises.
+:class:`GateError` into the command's exit code; everything else raises, but
+for the parts of a command that end alone while the rest goes on (a pytest
+session, one candidate of several: docs/architecture.md "Layers").
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class GateError(Exception):
     """Base of every error the gate reports as one line.
 
     ``message`` names the problem; ``hint`` says how to fix it. Subclasses fix
-    the exit code; :func:`gate.cli.main` is the one place that converts.
+    the exit code; :func:`gate.cli.main` is the one place that converts (for the command).
     """
 
     exit_code: ExitCode = ExitCode.INTERNAL_ERROR

@@ -212,7 +212,7 @@ class ModelProvenance:
     name: str | None = _fact(_is_str)
     #: Hub id or local directory the model was loaded from.
     source: str | None = _fact(_is_str)
-    #: The model's slug (:func:`gate.models.spec.model_slug`).
+    #: The model's slug (:func:`gate.slugs.model_slug`).
     slug: str | None = _fact(_is_str)
     #: Directory whose files were hashed.
     path: str | None = _fact(_is_str)

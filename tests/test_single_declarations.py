@@ -1,6 +1,8 @@
 """Facts declared once: the exit-code questions (gate/errors.py), the default store
 (gate/store/location.py), the unnamed baseline's label (gate/gating/against.py) and
-the thresholds file's name (gate/gating/thresholds.py).
+the thresholds file's name (gate/gating/thresholds_file.py); and one meaning per name: a
+class, type alias or public function name declared in one module (the known shared
+names listed).
 
 Each scan parses every module of the package and fails, listing the places, when
 one of them spells the fact again.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -18,7 +21,7 @@ import gate
 from gate.ci import watched
 from gate.errors import SEVERITY_ORDER, ExitCode, decided, worst_exit
 from gate.gating.against import DEFAULT_AGAINST
-from gate.gating.thresholds import THRESHOLDS_FILE
+from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.gating.verdict import Verdict
 from gate.session import options
 from gate.store.location import DEFAULT_STORE
@@ -175,7 +178,7 @@ def _docstrings(tree: ast.Module) -> set[int]:
 def test_the_thresholds_file_name_is_declared_once() -> None:
     found = []
     for rel, tree in modules():
-        if rel == "gating/thresholds.py":
+        if rel == "gating/thresholds_file.py":
             continue
         docs = _docstrings(tree)
         found += [
@@ -185,19 +188,76 @@ def test_the_thresholds_file_name_is_declared_once() -> None:
             and node.value == THRESHOLDS_FILE
             and id(node) not in docs
         ]
-    assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds: {found}"
+    assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds_file: {found}"
 
 
-def test_every_class_name_of_the_package_is_declared_once() -> None:
-    """One meaning per name: no two modules of ``gate/`` declare a class of the same name
-    (model loading's ``LoadSettings`` is not the load tier's ``LoadTierSettings``)."""
-    import ast
+#: Type aliases declared under one name in several modules, each for its own module's
+#: values (a session's mode, a bound's, a bitsandbytes load's; a version report's side, a
+#: latency pair's): known, not to grow.
+SHARED_ALIASES = {"Mode": 3, "Side": 2}
 
+_CAMEL = re.compile(r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")
+
+
+def _module_level(tree: ast.Module) -> Iterator[tuple[str, ast.stmt]]:
+    """The classes, functions and CamelCase assignments (type aliases) of a module body."""
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node.name, node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and _CAMEL.fullmatch(target.id):
+                    yield target.id, node
+
+
+def _declared_where(kinds: tuple[type, ...]) -> dict[str, list[str]]:
+    """Every module-level name of those node ``kinds``, and the modules declaring it."""
     declared: dict[str, list[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef):
-                declared.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
-    twice = {name: where for name, where in declared.items() if len(where) > 1}
+    for rel, tree in modules():
+        for name, node in _module_level(tree):
+            if isinstance(node, kinds) and rel not in declared.get(name, []):
+                declared.setdefault(name, []).append(rel)
+    return declared
+
+
+def test_every_class_and_type_alias_name_of_the_package_is_declared_once() -> None:
+    """One meaning per name: no two modules of ``gate/`` declare a class or type alias of the
+    same name (model loading's ``LoadSettings`` is not the load tier's ``LoadTierSettings``;
+    Wanda's ``ActivationPrompts`` are not ``gate calibrate``'s ``Calibration``)."""
+    declared = _declared_where((ast.ClassDef, ast.Assign, ast.AnnAssign))
+    twice = {
+        name: where
+        for name, where in declared.items()
+        if len(where) > 1 and SHARED_ALIASES.get(name) != len(where)
+    }
     assert not twice, twice
+
+
+#: Public module-level functions declared in several modules, each a module's own verb
+#: (a command and its workflow, a tier's ``measure``, a probe's ``generate``): known, not
+#: to grow. A new name declared twice is a second meaning; give it its own name.
+SHARED_FUNCTIONS = frozenset(
+    {
+        "audit", "check_compatible", "collect", "compare", "counts", "cpu_model", "find",
+        "flips_by_margin", "generate", "install", "judge", "load_measurements", "load_prompts",
+        "measure", "measurements", "merge", "record", "render", "run", "run_tier",
+        "served_settings", "summary_lines", "summary_table", "table", "tiers_section",
+        "to_measurements",
+    }
+)  # fmt: skip
+
+
+def test_no_new_public_function_name_is_declared_in_two_modules() -> None:
+    """``model_slug`` is the slug rule (:mod:`gate.slugs`) and nothing else; the session's
+    slug with ``--model-slug`` is ``store_slug``."""
+    declared = _declared_where((ast.FunctionDef, ast.AsyncFunctionDef))
+    twice = {
+        name: where
+        for name, where in declared.items()
+        if not name.startswith("_") and len(where) > 1 and name not in SHARED_FUNCTIONS
+    }
+    assert not twice, twice
+    assert declared["model_slug"] == ["slugs.py"]
+    stale = {name for name in SHARED_FUNCTIONS if len(declared.get(name, [])) < 2}
+    assert not stale, f"declared once now: drop them from SHARED_FUNCTIONS: {sorted(stale)}"

@@ -16,7 +16,8 @@ from gate.models.recipes import (
     parse_recipe,
     recipe_names,
 )
-from gate.models.spec import ModelSpec, demo_model_dir, model_slug
+from gate.models.spec import ModelSpec, demo_model_dir
+from gate.slugs import model_slug
 from gate.store.baseline import SLUG_RE
 
 

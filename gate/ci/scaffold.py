@@ -30,7 +30,8 @@ from pathlib import Path
 
 from gate import __version__
 from gate.errors import GateError, UsageError
-from gate.gating.thresholds import THRESHOLDS_FILE, packaged_thresholds_path
+from gate.gating.thresholds import packaged_thresholds_path
+from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.models.spec import DEMO, ModelSpec
 from gate.store.baseline import check_names
 

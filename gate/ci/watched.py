@@ -37,7 +37,7 @@ from typing import Any
 
 from gate.config import load_toml
 from gate.errors import ConfigError, UsageError
-from gate.gating.thresholds import THRESHOLDS_FILE
+from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.store.location import DEFAULT_STORE
 
 #: The packaged demo model's name (never a repository path).

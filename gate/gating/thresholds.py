@@ -37,6 +37,7 @@ from typing import Any
 from gate.config import check_keys, load_toml, suggest
 from gate.errors import ConfigError
 from gate.gating.power import DEFAULT_POWER
+from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.gating.verdict import Bound, Mode
 from gate.metrics.registry import all_metrics, check_tier
 from gate.metrics.spec import MetricSpec, SampleKind
@@ -44,8 +45,6 @@ from gate.metrics.spec import MetricSpec, SampleKind
 #: Default level of the one-sided tests and default minimum sample count.
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_SAMPLES = 20
-#: Name of the user's file, looked up in the working directory.
-THRESHOLDS_FILE = "thresholds.toml"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What model to load: :class:`ModelSpec`, and the store slug of a model.
+"""What model to load: :class:`ModelSpec` (its store slug by :func:`gate.slugs.model_slug`).
 
 A ``ModelSpec`` is frozen and validated where it is built, so code downstream
 never sees a bad dtype or device. It names a Hugging Face id, a local
@@ -7,7 +7,7 @@ a local ``.gguf`` file (loaded dequantized by transformers'
 GGUF loader, docs/gguf.md), or ``demo`` (the model packaged under
 ``gate/assets/demo_model``).
 How the model is compressed at load time is a :class:`~gate.models.recipes.Recipe`.
-Nothing here imports torch: the baseline store and config validation use it.
+Nothing here imports torch: config validation uses it.
 """
 
 from __future__ import annotations
@@ -18,23 +18,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gate.errors import BaselineError, ConfigError, ModelLoadError
+from gate.errors import ConfigError, ModelLoadError
 from gate.models.packaged import PackagedModel, packaged_model
-
-#: The ``source`` that selects the packaged demo model.
-DEMO = "demo"
-
-#: The file suffix of a GGUF model (compared case-insensitively).
-GGUF_SUFFIX = ".gguf"
+from gate.slugs import DEMO, is_gguf_path, model_slug
 
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 
 #: A device name: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
 DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-_SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
-#: Longest store slug (the store's directory-name rule allows 100 characters).
-SLUG_MAX = 100
 
 
 def demo_model_dir() -> Path:
@@ -161,40 +153,5 @@ class ModelSpec:
 
     @property
     def slug(self) -> str:
-        """Directory name of this model's baselines (:func:`model_slug` of its source)."""
+        """Directory name of this model's baselines (:func:`gate.slugs.model_slug` of its source)."""
         return model_slug(self.source)
-
-
-def is_gguf_path(text: str) -> bool:
-    """Whether ``text`` names a ``.gguf`` file (by its suffix, case-insensitive)."""
-    return text.strip().lower().endswith(GGUF_SUFFIX)
-
-
-def model_slug(model: str) -> str:
-    """The baseline-store slug of a model id or path: ``Org/Name-7B`` -> ``org--name-7b``.
-
-    ``demo`` stays ``demo``. An existing directory, or a text that starts like a
-    path (``.``, ``/``, ``~``), keeps only its last component (resolved, so
-    ``.`` names the current directory); a hub id's ``/`` becomes ``--``. A
-    ``.gguf`` file keeps its file name without that suffix, quant tag included
-    (``SmolLM2-135M-Instruct.Q4_1.gguf`` -> ``smollm2-135m-instruct.q4_1``), so
-    two quantizations of one model get two slugs unless ``--model-slug`` names one. The
-    result is lower-case, runs of characters outside ``[a-z0-9._-]`` become
-    ``-``, leading and trailing ``-._`` are dropped and it is cut to
-    :data:`SLUG_MAX` characters. A text with nothing left is a
-    :class:`~gate.errors.BaselineError`.
-    """
-    text = model.strip()
-    if text == DEMO:
-        return DEMO
-    path = Path(text).expanduser()
-    if path.exists():
-        text = path.resolve().name
-    elif text.startswith((".", "/", "~")) or is_gguf_path(text):
-        text = path.name
-    if is_gguf_path(text):
-        text = text[: -len(GGUF_SUFFIX)]
-    slug = _SLUG_BAD.sub("-", text.lower().replace("/", "--")).strip("-._")[:SLUG_MAX]
-    if not slug:
-        raise BaselineError(f"cannot derive a baseline slug from {model!r}", "pass --model-slug")
-    return slug

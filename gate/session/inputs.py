@@ -91,8 +91,9 @@ class SessionInputs:
     run_config: RunConfig | None = None
 
 
-def model_slug(model: str, explicit: str | None) -> str:
-    """The store slug of ``model``: ``explicit`` when given, else the model's own."""
+def store_slug(model: str, explicit: str | None) -> str:
+    """The store slug a session of ``model`` uses: ``explicit`` (``--model-slug``) when
+    given, else the model's own (:func:`gate.slugs.model_slug`)."""
     if explicit:
         return explicit
     from gate.models.spec import ModelSpec
@@ -125,7 +126,7 @@ def prepare_session(
     if run_config is None and options.config is not None:
         run_config = files.run_config(options.config)
     store = BaselineStore(options.store if options.store is not None else DEFAULT_STORE)
-    slug = model_slug(model, options.model_slug)
+    slug = store_slug(model, options.model_slug)
     baselines: dict[str, Baseline] = {}
     if mode == "run":
         for ref in options.against or ("latest",):
@@ -151,4 +152,4 @@ def prepare_session(
     )
 
 
-__all__ = ["InputFiles", "SessionInputs", "model_slug", "prepare_session"]
+__all__ = ["InputFiles", "SessionInputs", "prepare_session", "store_slug"]

@@ -50,8 +50,8 @@ from typing import Any
 from gate.errors import BaselineError, ConfigError, DataError
 from gate.measurement import Measurement
 from gate.metrics.registry import all_metrics, suggest
-from gate.models.spec import model_slug
 from gate.provenance import ModelProvenance, sha256_file, tokenizers_differ
+from gate.slugs import model_slug
 from gate.store.atomic import (
     LockTimeout,
     file_lock,

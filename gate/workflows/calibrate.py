@@ -360,13 +360,13 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
     derive each metric's calibration. A session that ends with an error raises."""
     from gate.metrics.registry import all_metrics
     from gate.session.handoff import collect_measurements
-    from gate.session.inputs import model_slug, prepare_session
+    from gate.session.inputs import prepare_session, store_slug
     from gate.session.runner import run_session
     from gate.store.baseline import BaselineStore
 
     request = checked.request
     specs = all_metrics()
-    slug = model_slug(request.model, request.model_slug)
+    slug = store_slug(request.model, request.model_slug)
     runs: dict[str, list[NoiseRun]] = {}
     codes: dict[str, int] = {}
     tier_seconds: dict[str, list[float]] = {}

@@ -36,25 +36,23 @@ from torch import nn
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.activity import Activity, Counting, Footprint
 from gate.models.compress import bnb, delay, layers, prune, quanto, select
+from gate.models.compress.propagate import ActivationPrompts
 from gate.models.llama_cpp.types import QUANT_TYPES
 from gate.models.llama_cpp.written import footprint as gguf_footprint
 from gate.models.recipes import Recipe, argument_text, example, format_recipe, get_recipe
-
-#: Calibration inputs: token id lists, one per prompt, no padding.
-Calibration = Sequence[Sequence[int]]
 
 #: ``(recipe, module names)``: the names are the model's linear modules, known before
 #: loading only for a layer-selective recipe (empty otherwise).
 LoadKwargs = Callable[[Recipe, Sequence[str]], dict[str, Any]]
 #: Changes a loaded model in place and returns the units it finds changed (see the module doc).
-Apply = Callable[[nn.Module, Recipe, Calibration | None], int]
+Apply = Callable[[nn.Module, Recipe, ActivationPrompts | None], int]
 
 
 def _no_kwargs(recipe: Recipe, names: Sequence[str]) -> dict[str, Any]:
     return {}
 
 
-def _nothing(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _nothing(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     return 0
 
 
@@ -104,7 +102,7 @@ def quantized_checkpoint_layers(model: nn.Module) -> int:
 
 
 def _quanto(bits: int) -> Apply:
-    def apply(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+    def apply(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
         modules = None
         if recipe.selective:
             modules = select.selected(recipe, select.linear_names(model, quanto.EXCLUDE))
@@ -126,22 +124,22 @@ def _bnb(mode: bnb.Mode) -> LoadKwargs:
     return load_kwargs
 
 
-def _bnb_layers(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _bnb_layers(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     return modules_of_class(model, "Linear8bitLt", "Linear4bit")
 
 
-def _magnitude(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _magnitude(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     prune.prune_magnitude(model, _number(recipe), _pruned_modules(model, recipe))
     return pruned_linears(model)
 
 
-def _wanda(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
-    if not calibration:
+def _wanda(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
+    if not prompts:
         raise ConfigError(
             f"recipe {format_recipe(recipe)} needs calibration prompts",
             "pass calibration=[...] to load_backend",
         )
-    prune.prune_wanda(model, _number(recipe), calibration, _pruned_modules(model, recipe))
+    prune.prune_wanda(model, _number(recipe), prompts, _pruned_modules(model, recipe))
     return pruned_linears(model)
 
 
@@ -151,18 +149,18 @@ def _pruned_modules(model: nn.Module, recipe: Recipe) -> list[str] | None:
     return select.selected(recipe, prune.decoder_linear_names(model))
 
 
-def _drop(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _drop(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     before = len(layers.decoder_layers(model))
     layers.drop_last_layers(model, int(_number(recipe)))
     return before - len(layers.decoder_layers(model))
 
 
-def _delay(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _delay(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     delay.add_forward_delay(model, _number(recipe) / 1000.0)
     return int(hasattr(model, delay.HANDLE_ATTR))
 
 
-def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _attention(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     from gate.models.compress import attention
 
     attention.install(model, attention.parse_method(recipe.name, argument_text(recipe)))
@@ -171,7 +169,7 @@ def _attention(model: nn.Module, recipe: Recipe, calibration: Calibration | None
     return 0  # counted per call by the replacement itself
 
 
-def _checkpoint(model: nn.Module, recipe: Recipe, calibration: Calibration | None) -> int:
+def _checkpoint(model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None) -> int:
     return quantized_checkpoint_layers(model)
 
 
@@ -243,15 +241,18 @@ def hooks(recipe: Recipe) -> RecipeHooks:
 
 
 def apply_recipe(
-    model: nn.Module, recipe: Recipe, calibration: Calibration | None = None
+    model: nn.Module, recipe: Recipe, prompts: ActivationPrompts | None = None
 ) -> Activity | None:
     """Apply the post-load part of ``recipe`` to ``model`` in place; its :class:`Activity`.
+
+    ``prompts``: the token ids of the activation prompts a recipe that reads
+    activations needs (``prune-wanda``; what a run config's ``calibration`` file holds).
 
     The activity starts from what the recipe finds changed in the loaded model
     (``None`` for the control).
     """
     found = hooks(recipe)
-    changed = found.apply(model, recipe, calibration)
+    changed = found.apply(model, recipe, prompts)
     if found.footprint is None:
         return None
     activity = Activity(format_recipe(recipe), found.footprint)
@@ -261,7 +262,7 @@ def apply_recipe(
 
 def applies_after_loading(recipe: Recipe) -> bool:
     """Whether ``recipe`` changes an already loaded model by itself: no ``from_pretrained``
-    arguments, no calibration prompts (so a loaded model's copy can take it)."""
+    arguments, no activation prompts (so a loaded model's copy can take it)."""
     found = hooks(recipe)
     return found.load_kwargs is _no_kwargs and not get_recipe(recipe.name).needs_calibration
 
@@ -280,7 +281,7 @@ __all__ = [
     "HOOKS",
     "PRUNED",
     "QUANTIZED",
-    "Calibration",
+    "ActivationPrompts",
     "RecipeHooks",
     "applies_after_loading",
     "apply_recipe",

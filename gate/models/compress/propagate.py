@@ -1,9 +1,9 @@
-"""Layer-by-layer calibration: the decoder's inputs propagated one block at a time.
+"""Layer-by-layer activations: the decoder's inputs propagated one block at a time.
 
-A calibrating recipe (Wanda) needs, for decoder layer ``l``, the activations
+A recipe that reads activations (Wanda) needs, for decoder layer ``l``, the activations
 that reach it when layers ``< l`` are already compressed. Running the model
 from its input up to layer ``l`` for every ``l`` costs ``L (L + 1) / 2`` block
-passes per calibration text, quadratic in depth. Here the inputs of layer 0
+passes per activation prompt, quadratic in depth. Here the inputs of layer 0
 are captured once (a forward pre-hook that stops the forward), then for each
 layer in order:
 
@@ -14,9 +14,9 @@ layer in order:
    (:meth:`Propagation.advance`): they are what layer ``l + 1`` receives from
    the model whose layers ``<= l`` are compressed.
 
-So calibration costs ``2 L`` block passes, about two forward passes of the
-model, whatever its depth. The hidden states of every calibration text are
-held between layers (``texts x tokens x hidden`` floats).
+So reading the activations costs ``2 L`` block passes, about two forward passes of the
+model, whatever its depth. The hidden states of every prompt are
+held between layers (``prompts x tokens x hidden`` floats).
 
 The other arguments a block receives (attention mask, rotary position
 embeddings, position ids, cache position) do not depend on the hidden states.
@@ -38,6 +38,11 @@ from torch import nn
 
 from gate.errors import ModelLoadError
 from gate.models.compress.layers import decoder_layers
+
+#: The activation prompts of a recipe that reads activations (Wanda): token id lists, one
+#: per prompt, no padding. (Not ``gate calibrate``'s noise floor: a run config names
+#: their file ``calibration``.)
+ActivationPrompts = Sequence[Sequence[int]]
 
 
 class _StopForward(Exception):
@@ -103,29 +108,29 @@ def _output_hidden(output: Any) -> torch.Tensor:
 
 
 class Propagation:
-    """The inputs of one decoder layer for every calibration text, advanced layer by layer.
+    """The inputs of one decoder layer for every activation prompt, advanced layer by layer.
 
-    Built from the model and the calibration token ids (one list per text);
+    Built from the model and the prompts' token ids (one list per prompt);
     starts at layer 0. :meth:`run` runs a layer on the current inputs (for the
     hooks of a recipe), :meth:`advance` replaces the current inputs by that
     layer's outputs.
     """
 
-    def __init__(self, model: nn.Module, calibration: Sequence[Sequence[int]]) -> None:
+    def __init__(self, model: nn.Module, prompts: ActivationPrompts) -> None:
         self.blocks = decoder_layers(model)
         self.types = layer_types(model, len(self.blocks))
         self.hidden: list[torch.Tensor] = []
         self.calls: list[dict[str | None, _BlockCall]] = []
-        self._capture(model, calibration)
+        self._capture(model, prompts)
 
-    def _capture(self, model: nn.Module, calibration: Sequence[Sequence[int]]) -> None:
-        """One partial forward per text, stopped at the first layer of the last attention type."""
+    def _capture(self, model: nn.Module, prompts: ActivationPrompts) -> None:
+        """One partial forward per prompt, stopped at the first layer of the last attention type."""
         first: dict[str | None, int] = {}
         for index, kind in enumerate(self.types):
             first.setdefault(kind, index)
         targets = sorted(first.values())
         device = model.get_input_embeddings().weight.device  # type: ignore[operator]
-        for ids in calibration:
+        for ids in prompts:
             seen: dict[int, tuple[torch.Tensor, _BlockCall]] = {}
             handles = [
                 self.blocks[i].register_forward_pre_hook(

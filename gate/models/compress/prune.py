@@ -8,12 +8,12 @@ decoder layers (embeddings and ``lm_head`` are left alone).
 * ``prune-wanda:f`` — Wanda (Sun et al. 2023, "A Simple and Effective Pruning
   Approach for Large Language Models"): the score of a weight is
   ``S_ij = |W_ij| * ||X_j||_2`` where ``X_j`` is input channel ``j`` of the
-  layer over all calibration tokens; in every output row ``i`` the
+  layer over all tokens of the activation prompts; in every output row ``i`` the
   ``floor(f * in_features)`` lowest-scoring weights are zeroed. As in the
   paper, decoder layers are pruned in order and the activations of layer ``l``
   are collected on the model whose layers ``< l`` are already pruned; they
   are propagated layer by layer (:mod:`gate.models.compress.propagate`), so
-  the calibration costs about two forward passes whatever the depth.
+  reading the activations costs about two forward passes whatever the depth.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch import nn
 
 from gate.errors import DataError
 from gate.models.compress.layers import decoder_layers
-from gate.models.compress.propagate import Propagation
+from gate.models.compress.propagate import ActivationPrompts, Propagation
 
 
 def decoder_linear_names(model: nn.Module) -> list[str]:
@@ -73,8 +73,8 @@ def prune_magnitude(
 def _input_norms(
     propagation: Propagation, index: int, linears: list[nn.Linear]
 ) -> list[torch.Tensor]:
-    """``||X_j||_2`` per input channel of each linear of layer ``index`` over the calibration
-    tokens: the layer runs on the propagated inputs while forward pre-hooks sum ``x_j**2``."""
+    """``||X_j||_2`` per input channel of each linear of layer ``index`` over the activation
+    prompts' tokens: the layer runs on the propagated inputs while forward pre-hooks sum ``x_j**2``."""
     sumsq = [torch.zeros(lin.in_features, dtype=torch.float64) for lin in linears]
     handles = []
     for position, lin in enumerate(linears):
@@ -96,24 +96,25 @@ def _input_norms(
 def prune_wanda(
     model: nn.Module,
     fraction: float,
-    calibration: Sequence[Sequence[int]],
+    prompts: ActivationPrompts,
     modules: Sequence[str] | None = None,
 ) -> None:
-    """Wanda pruning of the decoder linears with calibration token ids (one list per prompt);
+    """Wanda pruning of the decoder linears with the token ids of activation prompts (one
+    list per prompt);
     ``modules``: only the linears of these names (the activations still flow through all).
 
     Layer-wise (:class:`~gate.models.compress.propagate.Propagation`): the
     norms of layer ``l`` come from running it on the outputs of the already
     pruned layers ``< l``, then the pruned layer ``l`` produces the inputs of
-    layer ``l + 1``; about two forward passes over the calibration texts.
+    layer ``l + 1``; about two forward passes over the prompts.
     """
     chosen = _chosen(model, modules)
-    calibration = [ids for ids in calibration if len(ids) > 0]
-    if not calibration:
+    prompts = [ids for ids in prompts if len(ids) > 0]
+    if not prompts:
         raise DataError(
             "prune-wanda got no calibration tokens", "pass non-empty calibration prompts"
         )
-    propagation = Propagation(model, calibration)
+    propagation = Propagation(model, prompts)
     blocks = decoder_layers(model)
     for index, block in enumerate(blocks):
         linears = _decoder_linears(block, chosen)
