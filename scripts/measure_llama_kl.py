@@ -100,6 +100,8 @@ from gate.models.backends.base import Backend, ScoreRequest
 from gate.store.reference import (
     LOGPROB_DTYPES,
     PackEntry,
+    PackLayout,
+    PackOrigin,
     PackPrompt,
     ReferencePack,
     load_pack,
@@ -265,15 +267,19 @@ def record_chunks(
     write_pack(
         path,
         entries,
-        k=settings.top_k,
-        max_new_tokens=max(len(r.continuation) for r in requests),
-        tokenizer_sha256=base.provenance().tokenizer_identity(),
-        prompt_set_sha256=None,
-        model={"source": base.name},
-        logprob_dtype=settings.logprob_dtype,
-        m=settings.tail_samples,
-        sample_seed=settings.tail_seed,
-        vocab_size=vocab,
+        PackLayout(
+            k=settings.top_k,
+            max_new_tokens=max(len(r.continuation) for r in requests),
+            logprob_dtype=settings.logprob_dtype,
+            m=settings.tail_samples,
+            sample_seed=settings.tail_seed,
+        ),
+        PackOrigin(
+            tokenizer_sha256=base.provenance().tokenizer_identity(),
+            prompt_set_sha256=None,
+            model={"source": base.name},
+            vocab_size=vocab,
+        ),
     )
     return load_pack(path), kept
 
@@ -298,15 +304,20 @@ def score_build(
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)
         positions = fm.score_positions(
-            pack.output_ids(j),
-            ids,
-            lps,
-            tail,
+            fm.BaselineReference(
+                pack.output_ids(j),
+                ids,
+                lps,
+                tail,
+                sample_ids=sample_ids,
+                sample_logprobs=sample_lps,
+            ),
             rows,
-            base_sample_ids=sample_ids,
-            base_sample_logprobs=sample_lps,
-            cand_returned=answer.returned if served else None,
-            cand_bound=answer.unreturned_bound if served else None,
+            served=(
+                fm.ServedRows(answer.returned, answer.unreturned_bound)
+                if served and answer.returned is not None
+                else None
+            ),
             cga_k=tier.CGA_K,
             logprob_dtype=dtype,
         )
@@ -353,13 +364,15 @@ def score_rows_of(
         ids, lps, tail = pack.topk(j)
         sample_ids, sample_lps = pack.samples(j)
         positions = fm.score_positions(
-            pack.output_ids(j),
-            ids,
-            lps,
-            tail,
+            fm.BaselineReference(
+                pack.output_ids(j),
+                ids,
+                lps,
+                tail,
+                sample_ids=sample_ids,
+                sample_logprobs=sample_lps,
+            ),
             full,
-            base_sample_ids=sample_ids,
-            base_sample_logprobs=sample_lps,
             cga_k=tier.CGA_K,
             logprob_dtype=dtype,
         )

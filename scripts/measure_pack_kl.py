@@ -121,18 +121,17 @@ def _score(
     for j, rows in tier.score_rows(cand, requests, batch_size=settings.batch_size, top_k=1):
         ids, lps, tail = pack.topk(j)
         y = pack.output_ids(j)
-        live = fm.score_positions(y, ids, lps, tail, rows, base_full_logprobs=base_rows[j])
+        live = fm.score_positions(
+            fm.BaselineReference(y, ids, lps, tail, full_logprobs=base_rows[j]), rows
+        )
         exact.append(tier.PromptScores(j, pack.prompts[j], live))
         for seed in seeds:
             sample_ids, sample_lps = _samples(pack, base_rows, j, seed)
             positions = fm.score_positions(
-                y,
-                ids,
-                lps,
-                tail,
+                fm.BaselineReference(
+                    y, ids, lps, tail, sample_ids=sample_ids, sample_logprobs=sample_lps
+                ),
                 rows,
-                base_sample_ids=sample_ids,
-                base_sample_logprobs=sample_lps,
                 logprob_dtype=dtype,
             )
             by_seed[seed].append(tier.PromptScores(j, pack.prompts[j], positions))

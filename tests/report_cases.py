@@ -73,7 +73,9 @@ def fidelity(noise: dict[str, float], *, prompts: int = 36, seed: int = 0) -> li
         order = np.argsort(-base, axis=-1)[:, :5]
         top = np.take_along_axis(base, order, axis=-1)
         tail = fm.tail_logmass(base, order)
-        positions = fm.score_positions(targets, order, top, tail, cand, base_full_logprobs=base)
+        positions = fm.score_positions(
+            fm.BaselineReference(targets, order, top, tail, full_logprobs=base), cand
+        )
         meta = PackPrompt(f"p{i:03d}", category, length, 8, steps)
         scores.append(PromptScores(i, meta, positions))
     return fidelity_measurements(scores, k=5, exact=True)

@@ -88,8 +88,12 @@ def test_scores_equal_in_process(
         # CGA and delta-p from rebuilt rows equal the full-row ones
         ids, lps = fm.topk_of_rows(full, 8)
         tail = fm.tail_logmass(full, ids)
-        a = fm.score_positions(np.asarray(r.continuation), ids, lps, tail, rows)
-        b = fm.score_positions(np.asarray(r.continuation), ids, lps, tail, full)
+        a = fm.score_positions(
+            fm.BaselineReference(np.asarray(r.continuation), ids, lps, tail), rows
+        )
+        b = fm.score_positions(
+            fm.BaselineReference(np.asarray(r.continuation), ids, lps, tail), full
+        )
         np.testing.assert_array_equal(a.cga, b.cga)
         np.testing.assert_allclose(a.delta_p, b.delta_p, atol=1e-6)
         np.testing.assert_allclose(a.kl, b.kl, atol=1e-6)
@@ -272,7 +276,10 @@ def test_nan_logprobs_become_a_finding_not_a_crash(
     full = np.asarray(local.score([request], top_k=1, full=True)[0].full_logprobs)
     ids, lps = fm.topk_of_rows(full, 8)
     positions = fm.score_positions(
-        np.asarray(request.continuation), ids, lps, fm.tail_logmass(full, ids), rows
+        fm.BaselineReference(
+            np.asarray(request.continuation), ids, lps, fm.tail_logmass(full, ids)
+        ),
+        rows,
     )
     assert int(positions.nonfinite.sum()) == int(broken >= 0)
     assert np.isfinite(positions.kl).all()

@@ -136,7 +136,7 @@ def _pack_side(lb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 def test_baseline_against_itself_is_exact(rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
     _, lb, _ = rows
     y, ids, top, tail = _pack_side(lb, 32)
-    s = fm.score_positions(y, ids, top, tail, lb)
+    s = fm.score_positions(fm.BaselineReference(y, ids, top, tail), lb)
     assert s.cga.mean() == 1.0
     assert s.cga_at_k.mean() == 1.0
     assert np.all(s.kl == 0.0)
@@ -149,7 +149,7 @@ def test_perturbed_candidate_scores_independently(
 ) -> None:
     _, lb, lc = rows
     y, ids, top, tail = _pack_side(lb, 32)
-    s = fm.score_positions(y, ids, top, tail, lc)
+    s = fm.score_positions(fm.BaselineReference(y, ids, top, tail), lc)
     # independent: argmax of the candidate, probabilities by exp, exact KL by torch
     np.testing.assert_array_equal(s.cga, (lc.argmax(-1) == y).astype(float))
     top5 = torch.from_numpy(lc).topk(5, -1).indices.numpy()
@@ -163,7 +163,7 @@ def test_perturbed_candidate_scores_independently(
     exact = _independent_kl(lb, lc)
     assert np.all(s.kl <= exact + 1e-12)
     assert s.cga.mean() < 1.0, "the perturbed candidate must disagree somewhere"
-    live = fm.score_positions(y, ids, top, tail, lc, base_full_logprobs=lb)
+    live = fm.score_positions(fm.BaselineReference(y, ids, top, tail, full_logprobs=lb), lc)
     np.testing.assert_allclose(live.kl, exact, rtol=1e-9)
 
 
@@ -174,7 +174,7 @@ def test_nan_rows_are_disagreement_and_capped(
     y, ids, top, tail = _pack_side(lb, 32)
     broken = lb.copy()
     broken[::2] = np.nan
-    s = fm.score_positions(y, ids, top, tail, broken)
+    s = fm.score_positions(fm.BaselineReference(y, ids, top, tail), broken)
     bad = np.zeros(len(y), dtype=bool)
     bad[::2] = True
     np.testing.assert_array_equal(s.nonfinite, bad)
@@ -191,7 +191,7 @@ def test_zero_mass_on_a_base_token_is_capped(
     y, ids, top, tail = _pack_side(lb, 32)
     damaged = lb.copy()
     damaged[0, y[0]] = -np.inf  # a finite row that excludes the baseline's token
-    s = fm.score_positions(y, ids, top, tail, damaged)
+    s = fm.score_positions(fm.BaselineReference(y, ids, top, tail), damaged)
     assert s.kl[0] == fm.KL_CAP and s.capped[0] and not s.nonfinite[0]
     assert s.cga[0] == 0.0
 
@@ -265,8 +265,11 @@ def test_sampled_tail_kl_matches_a_by_hand_computation(
     drawn, drawn_lps = _pack_samples(lb, ids, 16, seed=3)
     assert not (drawn[:, :, None] == ids[:, None, :]).any(), "draws never hit the top-k"
     s = fm.score_positions(
-        y, ids, top, fm.tail_logmass(lb, ids), lc,
-        base_sample_ids=drawn, base_sample_logprobs=drawn_lps, logprob_dtype=np.float64,
+        fm.BaselineReference(
+            y, ids, top, fm.tail_logmass(lb, ids), sample_ids=drawn, sample_logprobs=drawn_lps
+        ),
+        lc,
+        logprob_dtype=np.float64,
     )  # fmt: skip
     for i in range(len(y)):
         est, se = _by_hand(lb, lc, ids, drawn, i)
@@ -377,8 +380,11 @@ def test_zero_candidate_mass_on_a_sampled_token_is_capped_not_nan(
     broken[2, drawn[2, 0]] = -np.inf
     y = ids[:, 0]
     s = fm.score_positions(
-        y, ids, top, fm.tail_logmass(lb, ids).astype(np.float32), broken,
-        base_sample_ids=drawn, base_sample_logprobs=drawn_lps,
+        fm.BaselineReference(
+            y, ids, top, fm.tail_logmass(lb, ids).astype(np.float32),
+            sample_ids=drawn, sample_logprobs=drawn_lps,
+        ),
+        broken,
     )  # fmt: skip
     assert s.kl[2] == fm.KL_CAP and s.capped[2] and not s.nonfinite[2]
     assert np.isfinite(s.kl).all() and np.isfinite(s.kl_se).all()
@@ -392,8 +398,11 @@ def test_baseline_against_itself_from_a_sampled_tail_is_exactly_zero(
     ids, top = fm.topk_of_rows(lb32, 32)
     drawn, drawn_lps = _pack_samples(lb32, ids, 32, seed=1)
     s = fm.score_positions(
-        ids[:, 0], ids, top, fm.tail_logmass(lb32, ids).astype(np.float32), lb32,
-        base_sample_ids=drawn, base_sample_logprobs=drawn_lps,
+        fm.BaselineReference(
+            ids[:, 0], ids, top, fm.tail_logmass(lb32, ids).astype(np.float32),
+            sample_ids=drawn, sample_logprobs=drawn_lps,
+        ),
+        lb32,
     )  # fmt: skip
     assert np.all(s.kl == 0.0) and np.all(s.kl_se == 0.0) and np.all(s.kl_bound == 0.0)
 
@@ -405,7 +414,7 @@ def test_first_token_convention() -> None:
     cand = base.copy()
     cand[0, [0, 1]] = cand[0, [1, 0]]  # the candidate picks token 1 first
     y, ids, top, tail = _pack_side(base, 5)
-    s = fm.score_positions(y, ids, top, tail, cand)
+    s = fm.score_positions(fm.BaselineReference(y, ids, top, tail), cand)
     assert s.cga.mean() == pytest.approx(2 / 3)
     assert s.from_position(1).cga.mean() == 1.0
     assert s.from_position(1).length == 2
@@ -422,8 +431,11 @@ def test_a_tail_without_mass_contributes_zero() -> None:
     tail = fm.tail_logmass(row, ids)
     assert np.isneginf(tail[0])
     s = fm.score_positions(
-        np.array([0]), ids, row[:, :2], tail, cand,
-        base_sample_ids=drawn, base_sample_logprobs=np.take_along_axis(row, drawn, -1),
+        fm.BaselineReference(
+            np.array([0]), ids, row[:, :2], tail,
+            sample_ids=drawn, sample_logprobs=np.take_along_axis(row, drawn, -1),
+        ),
+        cand,
     )  # fmt: skip
     expected = 0.7 * np.log(0.7 / 0.6)  # the head; the base tail holds nothing
     assert s.kl[0] == pytest.approx(expected) and s.kl_se[0] == 0.0

@@ -173,7 +173,7 @@ def test_lower_end_by_brute_force_on_one_position() -> None:
     known_s = np.array([[True, True, True]])
     b = np.log(np.array([0.001]))
     low, high = fm.sampled_tail_kl_interval(
-        lb, tb, lc, tc, sb, sc, topk_known=known_s, sample_known=known_v, cand_bound=b
+        lb, tb, lc, tc, sb, sc, fm.ServedCoverage(topk_known=known_s, sample_known=known_v, bound=b)
     )
     assert np.isinf(high[0])
     grid = np.linspace(-30.0, float(b[0]), 4001)
@@ -196,9 +196,7 @@ def test_lower_end_by_brute_force_on_one_position() -> None:
         tc,
         sb,
         filled,
-        topk_known=known_s,
-        sample_known=np.ones_like(known_v),
-        cand_bound=b,
+        fm.ServedCoverage(topk_known=known_s, sample_known=np.ones_like(known_v), bound=b),
     )
     assert lo2[0] == hi2[0] == est[0]
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from gate.data.categorize import CATEGORIES, LENGTH_TIERS, length_tier
-from gate.data.loaders import load_hf_prompts, load_jsonl_prompts
+from gate.data.loaders import HFDataset, load_hf_prompts, load_jsonl_prompts
 from gate.data.prompt_set import (
     DEFAULT_MAX_TOKENS,
     Prompt,
@@ -192,19 +192,19 @@ def test_jsonl_loader_errors(tmp_path: Path) -> None:
 def test_hf_loader_without_datasets_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(DataError) as err:
-        load_hf_prompts("any/name")
+        load_hf_prompts(HFDataset("any/name"))
     assert err.value.hint is not None and "gate[data]" in err.value.hint
 
 
 def test_hf_loader_reads_a_local_json_dataset(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     path = _user_file(tmp_path)
-    prompts = load_hf_prompts("json", split="train", data_files=str(path))
+    prompts = load_hf_prompts(HFDataset("json", split="train", data_files=str(path)))
     assert [p.category for p in prompts] == ["code", "chat", "non_english"]
-    streamed = load_hf_prompts("json", split="train", data_files=str(path), limit=1)
+    streamed = load_hf_prompts(HFDataset("json", split="train", data_files=str(path)), limit=1)
     assert [p.id for p in streamed] == ["u1"]
     with pytest.raises(DataError, match="cannot load dataset"):
-        load_hf_prompts(str(tmp_path / "no-such-dataset"))
+        load_hf_prompts(HFDataset(str(tmp_path / "no-such-dataset")))
 
 
 def test_every_jsonl_reader_names_the_file_and_line_of_a_bad_line(tmp_path: Path) -> None:

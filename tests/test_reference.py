@@ -15,6 +15,8 @@ from gate.metrics import fidelity as fm
 from gate.store.reference import (
     METADATA_KEY,
     PackEntry,
+    PackLayout,
+    PackOrigin,
     PackPrompt,
     build_tensors,
     check_compatible,
@@ -63,18 +65,16 @@ def _entry(pid: str, n_prompt: int, n_out: int, seed: int) -> PackEntry:
 
 def _write(path: Path, **kw: object) -> Path:
     entries = [_entry("a", 5, 7, 1), _entry("b", 3, 0, 2), _entry("c", 9, 4, 3)]
-    args: dict[str, object] = {
-        "k": K,
-        "max_new_tokens": 8,
+    layout: dict[str, object] = {"k": K, "max_new_tokens": 8, "m": M, "sample_seed": 0}
+    origin: dict[str, object] = {
         "tokenizer_sha256": "t" * 64,
         "prompt_set_sha256": "p" * 64,
         "model": {"source": "tiny"},
-        "m": M,
-        "sample_seed": 0,
         "vocab_size": VOCAB,
     }
-    args.update(kw)
-    return write_pack(path, entries, **args)  # type: ignore[arg-type]
+    for key, value in kw.items():
+        (origin if key in origin else layout)[key] = value
+    return write_pack(path, entries, PackLayout(**layout), PackOrigin(**origin))  # type: ignore[arg-type]
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -116,9 +116,7 @@ def _shifted(entries: list[PackEntry], by: int) -> list[PackEntry]:
 
 
 def _write_entries(path: Path, entries: list[PackEntry]) -> Path:
-    return write_pack(
-        path, entries, k=K, m=M, max_new_tokens=8, tokenizer_sha256=None, prompt_set_sha256=None
-    )
+    return write_pack(path, entries, PackLayout(k=K, m=M, max_new_tokens=8), PackOrigin(None, None))
 
 
 def test_token_ids_are_stored_in_16_bits_when_they_fit(tmp_path: Path) -> None:
@@ -350,10 +348,8 @@ def test_broken_invariant_is_refused(tmp_path: Path) -> None:
     path = write_pack(
         tmp_path / "ref.safetensors",
         [bad],
-        k=K,
-        max_new_tokens=3,
-        tokenizer_sha256=None,
-        prompt_set_sha256=None,
+        PackLayout(k=K, max_new_tokens=3),
+        PackOrigin(None, None),
     )
     with pytest.raises(BaselineError, match="top-1"):
         load_pack(path)
@@ -364,19 +360,15 @@ def test_empty_pack_is_refused(tmp_path: Path) -> None:
         write_pack(
             tmp_path / "ref.safetensors",
             [],
-            k=K,
-            max_new_tokens=3,
-            tokenizer_sha256=None,
-            prompt_set_sha256=None,
+            PackLayout(k=K, max_new_tokens=3),
+            PackOrigin(None, None),
         )
     with pytest.raises(DataError):
         write_pack(
             tmp_path / "ref.safetensors",
             [_entry("b", 3, 0, 2)],
-            k=K,
-            max_new_tokens=3,
-            tokenizer_sha256=None,
-            prompt_set_sha256=None,
+            PackLayout(k=K, max_new_tokens=3),
+            PackOrigin(None, None),
         )
 
 
@@ -435,12 +427,8 @@ def test_bytes_per_token_against_full_logits(tmp_path: Path, vocab: int) -> None
     path = write_pack(
         tmp_path / "ref.safetensors",
         entries,
-        k=k,
-        m=m,
-        max_new_tokens=32,
-        tokenizer_sha256=None,
-        prompt_set_sha256=None,
-        vocab_size=vocab,
+        PackLayout(k=k, m=m, max_new_tokens=32),
+        PackOrigin(None, None, vocab_size=vocab),
     )
     pack = load_pack(path)
     per_position = ("output_ids", "topk_ids", "topk_logprobs", "tail_logmass")

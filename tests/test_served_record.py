@@ -22,7 +22,7 @@ from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
 from gate.models.backends.openai_client import EndpointSettings
 from gate.models.spec import ModelSpec
-from gate.store.reference import load_pack, write_pack
+from gate.store.reference import PackLayout, PackOrigin, load_pack, write_pack
 from gate.tiers import fidelity
 from gate.tiers.registry import build_settings
 from tests.conftest import make_tiny_llama
@@ -93,10 +93,6 @@ def test_a_pack_cannot_claim_no_tail_with_samples(local: HFBackend, tmp_path: Pa
         write_pack(
             tmp_path / "bad.st",
             [entry],
-            k=pack.k,
-            max_new_tokens=4,
-            tokenizer_sha256=None,
-            prompt_set_sha256=None,
-            m=pack.m,
-            no_tail_samples="why",
+            PackLayout(k=pack.k, max_new_tokens=4, m=pack.m, no_tail_samples="why"),
+            PackOrigin(tokenizer_sha256=None, prompt_set_sha256=None),
         )

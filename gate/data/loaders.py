@@ -13,6 +13,7 @@ missing the error names the package to install.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,13 @@ from gate.data.jsonl import read_jsonl
 from gate.data.prompt_set import Prompt
 from gate.errors import DataError
 
-__all__ = ["demo_token_counter", "load_hf_prompts", "load_jsonl_prompts", "records_to_prompts"]
+__all__ = [
+    "HFDataset",
+    "demo_token_counter",
+    "load_hf_prompts",
+    "load_jsonl_prompts",
+    "records_to_prompts",
+]
 
 TokenCounter = Callable[[str], int]
 
@@ -169,13 +176,21 @@ def load_hf_dataset(
         ) from None
 
 
+@dataclass(frozen=True)
+class HFDataset:
+    """A Hugging Face dataset split: a hub name, a local path, or a builder such as
+    ``"json"`` with ``data_files``, in its ``config`` (None: the default) at ``revision``."""
+
+    name: str
+    split: str = "train"
+    config: str | None = None
+    revision: str | None = None
+    data_files: str | list[str] | None = None
+
+
 def load_hf_prompts(
-    name: str,
+    dataset: HFDataset,
     *,
-    split: str = "train",
-    config: str | None = None,
-    revision: str | None = None,
-    data_files: str | list[str] | None = None,
     text_field: str = "text",
     id_field: str | None = "id",
     category_field: str | None = "category",
@@ -183,18 +198,17 @@ def load_hf_prompts(
     max_chars: int | None = None,
     limit: int | None = None,
 ) -> list[Prompt]:
-    """Prompts from a Hugging Face dataset (hub name, local path, or a builder such as
-    ``"json"`` with ``data_files``), via ``datasets``.
+    """Prompts from a Hugging Face ``dataset`` split (:class:`HFDataset`), via ``datasets``.
 
     The dataset is streamed when ``limit`` is set, so only the needed rows are read.
     Offline runners resolve it from the local cache (``HF_DATASETS_OFFLINE=1``).
     """
     ds = load_hf_dataset(
-        name,
-        config,
-        split=split,
-        revision=revision,
-        data_files=data_files,
+        dataset.name,
+        dataset.config,
+        split=dataset.split,
+        revision=dataset.revision,
+        data_files=dataset.data_files,
         streaming=limit is not None,
     )
     return records_to_prompts(
@@ -205,5 +219,5 @@ def load_hf_prompts(
         count_tokens=count_tokens,
         max_chars=max_chars,
         limit=limit,
-        source=name,
+        source=dataset.name,
     )

@@ -84,6 +84,7 @@ from gate.gating.decision import (
     Method,
     Pairing,
     Reference,
+    Subject,
     describe,
     describe_test,
 )
@@ -386,16 +387,14 @@ def judge(
     if spec.sample_kind is SampleKind.RATIO:  # measured against the baseline in session
         return judge_ratio(cand, spec, slice=slice)
     ref = _reference(cand, base, spec, against)
+    subject = Subject(spec.name, slice, cand.value, spec.higher_is_better)
     if ref is None:
-        return Decision.passed_ungated(
-            spec.name, slice, cand.value, spec.higher_is_better, None,
-            basis=Basis.NO_REFERENCE, n=cand.n,
-        )  # fmt: skip
+        return Decision.passed_ungated(subject, None, basis=Basis.NO_REFERENCE, n=cand.n)
     first = _evidence(cand, ref, spec, n_resamples)
     evidence = first if isinstance(first, Evidence) else None
     untested = first if isinstance(first, str) else ""
     decision = Decision.passed_ungated(
-        spec.name, slice, cand.value, spec.higher_is_better, ref,
+        subject, ref,
         basis=Basis.NOT_GATED, n=evidence.n if evidence else cand.n,
         evidence=evidence, untested=untested,
     )  # fmt: skip

@@ -102,6 +102,17 @@ class Basis(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Subject:
+    """What a decision is about: a metric (or one ``slice`` of it), the candidate's value
+    and the metric's direction."""
+
+    metric: str
+    slice: str | None
+    value: float
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
 class Decision(Assessment):
     """Everything compare decided about one metric (or slice) against one reference.
 
@@ -128,10 +139,7 @@ class Decision(Assessment):
     @classmethod
     def passed_ungated(
         cls,
-        metric: str,
-        slice: str | None,
-        value: float,
-        higher_is_better: bool,
+        subject: Subject,
         reference: Reference | None,
         *,
         basis: Basis,
@@ -142,10 +150,10 @@ class Decision(Assessment):
     ) -> Decision:
         """A PASS with no threshold applied (``basis`` says why: no reference, no bound)."""
         return cls(
-            metric=metric,
-            slice=slice,
-            value=value,
-            higher_is_better=higher_is_better,
+            metric=subject.metric,
+            slice=subject.slice,
+            value=subject.value,
+            higher_is_better=subject.higher_is_better,
             reference=reference,
             threshold=None,
             point=Severity.PASS,

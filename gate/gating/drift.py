@@ -73,7 +73,7 @@ is reported beside it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -474,68 +474,28 @@ def judge(
         if ev.top is not None
         else []
     )
-    worst, reasons = Severity.PASS, []
-    onset: int | None = None
-    before = after = None
 
     def label(i: int) -> str:
         return f"run {i + 1} ({ev.records[i].label or times[i]}"
 
-    if found:
-        # judge the current level (after the last shift) against the first one,
-        # so a regression that was later fixed no longer fails the audit
-        first = float(np.median(values[: found[0].index]))
-        current = float(np.median(values[found[-1].index :]))
-        d = bound.degradation(first, current, higher_is_better=hib)
-        cp_sev = bound.severity(d)
-        if cp_sev > Severity.PASS:
-            shifts = ", ".join(f"{label(cp.index)}, p={cp.p_value:.3g})" for cp in found)
-            change = current / first - 1 if first else float("inf")
-            reasons.append(f"shift at {shifts}: {change:+.1%} since the first level")
-            onset, before, after = found[0].index, first, current
-            worst = cp_sev
-    if latest is not None and latest.severity > Severity.PASS:
-        p = latest.p_critical if latest.severity == Severity.CRITICAL else latest.p_worse
-        reasons.append(
-            f"{label(n - 1)}) {latest.test.change:+.1%} against the {n - 1} runs before (p={p:.2g})"
+    flags = [
+        flag
+        for flag in (
+            _shift_flag(values, found, bound, hib, label),
+            _latest_flag(latest, n, label),
+            _window_flag(win, values, window),
         )
-        if latest.severity > worst:
-            worst, onset, before, after = latest.severity, n - 1, latest.before, latest.after
-    if win is not None and win.severity > Severity.PASS:
-        p = win.p_critical if win.severity == Severity.CRITICAL else win.p_worse
-        reasons.append(
-            f"last {window} runs {win.test.change:+.1%} against the {n - window} before (p={p:.2g})"
-        )
-        if win.severity > worst:
-            worst = win.severity
-            onset = onset_in([math.log(v) for v in values], n - window)
-            before = math.exp(float(np.mean(np.log(values[:onset]))))
-            after = math.exp(float(np.mean(np.log(values[onset:]))))
-    statement = None
-    if latest is not None:
-        statement = pw.PowerStatement(
-            metric=metric.name,
-            slice=None,
-            n=n - 1,
-            mde=latest.mde,
-            critical=bound.critical,
-            mode=bound.mode,
-            power=power,
-            alpha=each,
-            test=LEVEL_TEST,
-            higher_is_better=hib,
-            reference=abs(latest.before),
-        )
-    if not reasons:
-        seen = [f"run {n} {latest.test.change:+.1%}"] if latest is not None else []
-        seen += [f"last {window} {win.test.change:+.1%}"] if win is not None else []
-        what = f" ({', '.join(seen)})" if seen else ""
-        underpowered = statement is not None and statement.underpowered
-        reasons.append(
-            f"nothing flagged, but the history cannot show a critical drift{what}"
-            if underpowered
-            else f"no drift{what}"
-        )
+        if flag is not None
+    ]
+    worst = Severity.PASS
+    onset: int | None = None
+    before: float | None = None
+    after: float | None = None
+    for flag in flags:
+        if flag.severity > worst:
+            worst, onset, before, after = flag.severity, flag.onset, flag.before, flag.after
+    statement = _power_statement(ev, latest, n, each, power) if latest is not None else None
+    reasons = [flag.reason for flag in flags] or [_quiet_reason(latest, win, n, window, statement)]
     return MetricDrift(
         metric=metric.name,
         n=n,
@@ -557,6 +517,108 @@ def judge(
         p_value=ev.p_value,
         level=level,
         family=family,
+    )
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """A test that flagged a drift: its severity, why, where the drift begins (``onset``)
+    and the levels before and after it."""
+
+    severity: Severity
+    reason: str
+    onset: int
+    before: float
+    after: float
+
+
+def _shift_flag(
+    values: Sequence[float],
+    found: Sequence[ChangePoint],
+    bound: Bound,
+    higher_is_better: bool,
+    label: Callable[[int], str],
+) -> _Flag | None:
+    """The change points ``found``, judged as the current level (the median after the last
+    shift) against the first one (the median before the first), so a regression that was
+    later fixed no longer fails the audit; ``None`` when nothing shifted past the bound."""
+    if not found:
+        return None
+    first = float(np.median(values[: found[0].index]))
+    current = float(np.median(values[found[-1].index :]))
+    d = bound.degradation(first, current, higher_is_better=higher_is_better)
+    severity = bound.severity(d)
+    if severity <= Severity.PASS:
+        return None
+    shifts = ", ".join(f"{label(cp.index)}, p={cp.p_value:.3g})" for cp in found)
+    change = current / first - 1 if first else float("inf")
+    reason = f"shift at {shifts}: {change:+.1%} since the first level"
+    return _Flag(severity, reason, found[0].index, first, current)
+
+
+def _latest_flag(latest: LevelCheck | None, n: int, label: Callable[[int], str]) -> _Flag | None:
+    """The latest run's level test, when it flagged: the drift begins at that run."""
+    if latest is None or latest.severity <= Severity.PASS:
+        return None
+    p = latest.p_critical if latest.severity == Severity.CRITICAL else latest.p_worse
+    reason = (
+        f"{label(n - 1)}) {latest.test.change:+.1%} against the {n - 1} runs before (p={p:.2g})"
+    )
+    return _Flag(latest.severity, reason, n - 1, latest.before, latest.after)
+
+
+def _window_flag(win: LevelCheck | None, values: Sequence[float], window: int) -> _Flag | None:
+    """The recent window's level test, when it flagged: the drift begins where the CUSUM of
+    the log levels splits the window (:func:`onset_in`), its levels the geometric means
+    ``exp(mean(log x))`` before and after that run."""
+    if win is None or win.severity <= Severity.PASS:
+        return None
+    n = len(values)
+    p = win.p_critical if win.severity == Severity.CRITICAL else win.p_worse
+    reason = (
+        f"last {window} runs {win.test.change:+.1%} against the {n - window} before (p={p:.2g})"
+    )
+    onset = onset_in([math.log(v) for v in values], n - window)
+    before = math.exp(float(np.mean(np.log(values[:onset]))))
+    after = math.exp(float(np.mean(np.log(values[onset:]))))
+    return _Flag(win.severity, reason, onset, before, after)
+
+
+def _power_statement(
+    ev: DriftEvidence, latest: LevelCheck, n: int, each: float, power: float
+) -> pw.PowerStatement:
+    """The latest-run test's MDE at level ``each`` over the ``n - 1`` earlier runs."""
+    return pw.PowerStatement(
+        metric=ev.metric.name,
+        slice=None,
+        n=n - 1,
+        mde=latest.mde,
+        critical=ev.bound.critical,
+        mode=ev.bound.mode,
+        power=power,
+        alpha=each,
+        test=LEVEL_TEST,
+        higher_is_better=ev.metric.higher_is_better,
+        reference=abs(latest.before),
+    )
+
+
+def _quiet_reason(
+    latest: LevelCheck | None,
+    win: LevelCheck | None,
+    n: int,
+    window: int,
+    statement: pw.PowerStatement | None,
+) -> str:
+    """Why nothing was flagged: no drift, or a history that cannot show a critical one."""
+    seen = [f"run {n} {latest.test.change:+.1%}"] if latest is not None else []
+    seen += [f"last {window} {win.test.change:+.1%}"] if win is not None else []
+    what = f" ({', '.join(seen)})" if seen else ""
+    underpowered = statement is not None and statement.underpowered
+    return (
+        f"nothing flagged, but the history cannot show a critical drift{what}"
+        if underpowered
+        else f"no drift{what}"
     )
 
 

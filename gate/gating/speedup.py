@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import Any
 
 from gate.errors import DataError
-from gate.gating.decision import Basis, Decision, Reference, fmt
+from gate.gating.decision import Basis, Decision, Reference, Subject, fmt
 from gate.gating.verdict import Bound, Severity, VerdictThreshold
 from gate.measurement import Measurement
 from gate.metrics.spec import MetricSpec
@@ -80,7 +80,7 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
             f" ({found[2]:.0%} CI, {n} paired observations)"
         )
     base = Decision.passed_ungated(  # a gated ratio replaces the verdict's fields
-        spec.name, slice, value, spec.higher_is_better, reference,
+        Subject(spec.name, slice, value, spec.higher_is_better), reference,
         basis=Basis.NOT_GATED, n=n, text=f"{shown}: not gated",
     )  # fmt: skip
     if raw is None:

@@ -36,7 +36,7 @@ from torch import nn
 from gate import progress
 from gate.errors import ConfigError
 from gate.localize.attribution import Losses, relative_errors
-from gate.metrics.fidelity import score_positions
+from gate.metrics.fidelity import BaselineReference, score_positions
 from gate.models.compress.layers import decoder_layers
 from gate.models.provenance import parameter_bytes
 from gate.store.reference import ReferencePack
@@ -158,12 +158,14 @@ class LayerProbe:
     @staticmethod
     def _losses(item: PackInput, base_rows: np.ndarray, cand_rows: np.ndarray) -> tuple[float, ...]:
         scores = score_positions(
-            item.targets,
-            item.topk_ids,
-            item.topk_logprobs,
-            item.tail,
+            BaselineReference(
+                item.targets,
+                item.topk_ids,
+                item.topk_logprobs,
+                item.tail,
+                full_logprobs=base_rows,
+            ),
             cand_rows,
-            base_full_logprobs=base_rows,
             cga_k=TOP_K,
         )
         return (

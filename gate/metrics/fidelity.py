@@ -325,6 +325,22 @@ def sampled_tail_kl(
     return np.asarray(head + tail, dtype=np.float64), np.asarray(se, dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class ServedCoverage:
+    """What a served top-K answer says of the candidate at one prompt's stored tokens.
+
+    A token the server did not return has ``log p_c(v)`` somewhere in ``(-inf, b]``,
+    ``b`` the ``K``-th returned log-prob.
+    """
+
+    #: ``[T, k]`` True where the server returned the stored top-k id.
+    topk_known: np.ndarray
+    #: ``[T, m]`` True where the server returned the sampled tail token.
+    sample_known: np.ndarray
+    #: ``[T]`` the ``K``-th returned log-prob ``b`` (the bound on every unreturned one).
+    bound: np.ndarray
+
+
 def sampled_tail_kl_interval(
     base_topk_logprobs: np.ndarray,
     base_tail_logmass: np.ndarray,
@@ -332,17 +348,14 @@ def sampled_tail_kl_interval(
     cand_tail_logmass: np.ndarray,
     base_sample_logprobs: np.ndarray,
     cand_sample_logprobs: np.ndarray,
-    *,
-    topk_known: np.ndarray,
-    sample_known: np.ndarray,
-    cand_bound: np.ndarray,
+    served: ServedCoverage,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``([T] lower, [T] upper)``: the range of :func:`sampled_tail_kl`'s estimate over every
     candidate row consistent with a served top-K answer.
 
     A serving engine returns the log-probs of its own top ``K`` tokens (and the
     target) per position; any other token ``v`` has ``log p_c(v)`` somewhere in
-    ``(-inf, b]``, ``b`` the ``K``-th returned log-prob (``cand_bound``). Write the
+    ``(-inf, b]``, ``b`` the ``K``-th returned log-prob (``served.bound``). Write the
     estimate token by token (``Q = 1 - sum_{s in S} p_c(s)``)::
 
         KL^ = sum_{s in S} h_s(p_c(s)) + (P - 1) + (P / m) sum_j g(p_c(v_j) / p_b(v_j))
@@ -355,8 +368,8 @@ def sampled_tail_kl_interval(
     (``c = min(e^b, p_b(s))``, ``r = min(e^b / p_b(v_j), 1)``), and the **upper
     end** is ``+inf``: a token outside the answer may have any probability below
     the ``K``-th, down to 0. Where every stored id and sampled token is returned
-    (``topk_known``, ``sample_known`` ``[T, k]``/``[T, m]`` all True) both ends
-    equal :func:`sampled_tail_kl`'s estimate, computed by it on the same inputs.
+    (``served.topk_known``, ``served.sample_known`` ``[T, k]``/``[T, m]`` all True) both
+    ends equal :func:`sampled_tail_kl`'s estimate, computed by it on the same inputs.
     The lower end is not the top-k + tail bucket bound (:func:`topk_tail_kl`):
     that bounds the exact KL, this interval bounds the estimate. Float64.
     """
@@ -364,9 +377,9 @@ def sampled_tail_kl_interval(
     lc = np.asarray(cand_topk_logprobs, dtype=np.float64)
     sb = np.asarray(base_sample_logprobs, dtype=np.float64)
     sc = np.asarray(cand_sample_logprobs, dtype=np.float64)
-    known_s = np.asarray(topk_known, dtype=bool)
-    known_v = np.asarray(sample_known, dtype=bool)
-    bound = np.asarray(cand_bound, dtype=np.float64)[:, None]
+    known_s = np.asarray(served.topk_known, dtype=bool)
+    known_v = np.asarray(served.sample_known, dtype=bool)
+    bound = np.asarray(served.bound, dtype=np.float64)[:, None]
     big_p = np.exp(np.asarray(base_tail_logmass, dtype=np.float64))
     m = sb.shape[-1]
     if m == 0:
@@ -400,33 +413,56 @@ def exact_kl(base_logprobs: np.ndarray, cand_logprobs: np.ndarray) -> np.ndarray
     return np.asarray(_plogp_ratio(lb, lc).sum(axis=-1), dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class BaselineReference:
+    """One prompt's baseline, as a candidate is scored against it.
+
+    ``targets`` ``[T]`` are the baseline's greedy tokens ``y_i``, which the pack
+    guarantees equal ``topk_ids[:, 0]`` (so ``p_b(y_i) = exp(topk_logprobs[:, 0])``);
+    ``topk_ids``/``topk_logprobs`` ``[T, k]`` its top-k set ``S`` and
+    ``tail_logmass`` ``[T]`` ``log P``, ``P = sum_{v not in S} p_b(v)``. A live
+    baseline adds its full log-softmax rows ``full_logprobs`` ``[T, V]``; a pack
+    (format v3) may add ``m`` tokens drawn from the tail, ``sample_ids`` and
+    ``sample_logprobs`` ``[T, m]``.
+    """
+
+    targets: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    tail_logmass: np.ndarray
+    full_logprobs: np.ndarray | None = None
+    sample_ids: np.ndarray | None = None
+    sample_logprobs: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ServedRows:
+    """Which entries of candidate rows rebuilt from a served top-K answer are the server's."""
+
+    #: ``[T, V]`` True where the server returned the entry.
+    returned: np.ndarray
+    #: ``[T]`` the ``K``-th returned log-prob: every other entry lies at or below it.
+    bound: np.ndarray | None
+
+
 def score_positions(
-    targets: np.ndarray,
-    base_topk_ids: np.ndarray,
-    base_topk_logprobs: np.ndarray,
-    base_tail_logmass: np.ndarray,
+    reference: BaselineReference,
     cand_logprobs: np.ndarray,
     *,
-    base_full_logprobs: np.ndarray | None = None,
-    base_sample_ids: np.ndarray | None = None,
-    base_sample_logprobs: np.ndarray | None = None,
-    cand_returned: np.ndarray | None = None,
-    cand_bound: np.ndarray | None = None,
+    served: ServedRows | None = None,
     cga_k: int = 5,
     logprob_dtype: type[np.floating[Any]] = np.float32,
 ) -> PositionScores:
     """Score one prompt's candidate rows against the baseline's reference.
 
-    ``targets`` ``[T]`` are the baseline's greedy tokens ``y_i``, which the pack
-    guarantees equal ``base_topk_ids[:, 0]`` (so ``p_b(y_i) = exp(base_topk_logprobs[:, 0])``).
-    ``cand_logprobs`` ``[T, V]`` are the candidate's full log-softmax rows.
-    The KL is exact with ``base_full_logprobs`` (live baseline); otherwise the
+    ``cand_logprobs`` ``[T, V]`` are the candidate's full log-softmax rows, one per
+    reference token ``y_i`` (``reference.targets``).
+    The KL is exact with ``reference.full_logprobs`` (live baseline); otherwise the
     :func:`sampled_tail_kl` estimate when the pack has sampled tail tokens
-    (``base_sample_ids``/``base_sample_logprobs`` ``[T, m]``, ``m >= 1``), else
+    (``reference.sample_ids``/``sample_logprobs`` ``[T, m]``, ``m >= 1``), else
     the :func:`topk_tail_kl` lower bound, which is always reported as ``kl_bound``.
-    Rows rebuilt from a served top-K answer (``cand_returned`` ``[T, V]``: which
-    entries the server returned; ``cand_bound`` ``[T]``: the K-th returned
-    log-prob) give the estimate as an interval
+    Rows rebuilt from a served top-K answer (``served``: which entries the server
+    returned and the K-th returned log-prob) give the estimate as an interval
     (:func:`sampled_tail_kl_interval`): ``kl`` is its upper end, ``kl_lower`` its
     lower end, and ``kl_se`` the estimate's standard error where both ends meet.
     The candidate's tails are summed over its full row. Its log-probs at the
@@ -435,7 +471,7 @@ def score_positions(
     the same rounding and a baseline scored against its own pack gives exactly 0.
     """
     rows = _as_rows(cand_logprobs)
-    y = np.asarray(targets, dtype=np.int64)
+    y = np.asarray(reference.targets, dtype=np.int64)
     if rows.shape[0] != y.shape[0]:
         raise ValueError(f"{rows.shape[0]} candidate rows for {y.shape[0]} reference tokens")
     bad = nonfinite_rows(rows)
@@ -443,63 +479,25 @@ def score_positions(
     cga = (ranks == 0) & ~bad
     cga_k_hit = (ranks < cga_k) & ~bad
 
-    ids = np.asarray(base_topk_ids, dtype=np.int64)
+    ids = np.asarray(reference.topk_ids, dtype=np.int64)
     cand_at_ids = np.take_along_axis(rows, ids, axis=-1).astype(logprob_dtype)
     cand_tail = tail_logmass(rows, ids).astype(np.float32)
-    bound = topk_tail_kl(base_topk_logprobs, base_tail_logmass, cand_at_ids, cand_tail)
+    bound = topk_tail_kl(reference.topk_logprobs, reference.tail_logmass, cand_at_ids, cand_tail)
     se = np.zeros_like(bound)
     lower: np.ndarray | None = None
-    if base_full_logprobs is not None:
-        kl = exact_kl(base_full_logprobs, rows)
-        p_base_y = np.exp(
-            np.take_along_axis(
-                _as_rows(base_full_logprobs).astype(np.float64), y[:, None], axis=-1
-            )[:, 0]
-        )
+    if reference.full_logprobs is not None:
+        kl = exact_kl(reference.full_logprobs, rows)
     else:
-        kl = bound
-        if base_sample_ids is not None and base_sample_logprobs is not None:
-            sample_ids = np.asarray(base_sample_ids, dtype=np.int64)
-            if sample_ids.shape[-1] > 0:
-                cand_at_samples = np.take_along_axis(rows, sample_ids, axis=-1)
-                kl, se = sampled_tail_kl(
-                    base_topk_logprobs,
-                    base_tail_logmass,
-                    cand_at_ids,
-                    cand_tail,
-                    base_sample_logprobs,
-                    cand_at_samples.astype(logprob_dtype),
-                )
-                if cand_returned is not None:
-                    known = np.asarray(cand_returned, dtype=bool)
-                    sample_known = np.take_along_axis(known, sample_ids, axis=-1)
-                    topk_known = np.take_along_axis(known, ids, axis=-1)
-                    if cand_bound is None:
-                        raise ValueError("cand_returned needs cand_bound")
-                    lower, kl = sampled_tail_kl_interval(
-                        base_topk_logprobs,
-                        base_tail_logmass,
-                        cand_at_ids,
-                        cand_tail,
-                        base_sample_logprobs,
-                        cand_at_samples.astype(logprob_dtype),
-                        topk_known=topk_known,
-                        sample_known=sample_known,
-                        cand_bound=np.asarray(cand_bound, dtype=np.float64).astype(logprob_dtype),
-                    )
-                    se = np.where(lower == kl, se, 0.0)
-        p_base_y = np.exp(np.asarray(base_topk_logprobs, dtype=np.float64)[:, 0])
+        kl, se, lower = _pack_kl(
+            reference, rows, cand_at_ids, cand_tail, bound, served, logprob_dtype
+        )
+    delta_p = _delta_p(reference, rows, bad, logprob_dtype)
     capped = ~np.isfinite(kl) | (kl > KL_CAP) | bad
     kl = np.where(capped, KL_CAP, kl)
     low = kl if lower is None else lower
     low = np.where(bad | np.isnan(low), KL_CAP, np.minimum(low, KL_CAP))
     bound = np.where(~np.isfinite(bound) | (bound > KL_CAP) | bad, KL_CAP, bound)
     se = np.where(capped, 0.0, se)
-    cand_y = np.take_along_axis(rows, y[:, None], axis=-1)[:, 0]
-    if base_full_logprobs is None:
-        cand_y = cand_y.astype(logprob_dtype)
-    p_cand_y = np.exp(cand_y.astype(np.float64))
-    delta_p = np.where(bad, -p_base_y, p_cand_y - p_base_y)
     return PositionScores(
         cga=cga.astype(np.float64),
         cga_at_k=cga_k_hit.astype(np.float64),
@@ -511,6 +509,83 @@ def score_positions(
         kl_se=se.astype(np.float64),
         kl_lower=low.astype(np.float64),
     )
+
+
+def _pack_kl(
+    reference: BaselineReference,
+    rows: np.ndarray,
+    cand_at_ids: np.ndarray,
+    cand_tail: np.ndarray,
+    bound: np.ndarray,
+    served: ServedRows | None,
+    logprob_dtype: type[np.floating[Any]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(kl, se, lower)`` against a pack: the :func:`sampled_tail_kl` estimate and its
+    standard error where the pack has sampled tail tokens, as the interval
+    ``[lower, kl]`` of :func:`sampled_tail_kl_interval` for ``served`` rows (``se`` kept
+    only where both ends meet); else the top-k + tail-bucket ``bound`` (``se = 0``,
+    no lower end)."""
+    se = np.zeros_like(bound)
+    if reference.sample_ids is None or reference.sample_logprobs is None:
+        return bound, se, None
+    sample_ids = np.asarray(reference.sample_ids, dtype=np.int64)
+    if sample_ids.shape[-1] == 0:
+        return bound, se, None
+    cand_at_samples = np.take_along_axis(rows, sample_ids, axis=-1).astype(logprob_dtype)
+    kl, se = sampled_tail_kl(
+        reference.topk_logprobs,
+        reference.tail_logmass,
+        cand_at_ids,
+        cand_tail,
+        reference.sample_logprobs,
+        cand_at_samples,
+    )
+    if served is None:
+        return kl, se, None
+    known = np.asarray(served.returned, dtype=bool)
+    sample_known = np.take_along_axis(known, sample_ids, axis=-1)
+    topk_known = np.take_along_axis(known, np.asarray(reference.topk_ids, dtype=np.int64), axis=-1)
+    if served.bound is None:
+        raise ValueError("cand_returned needs cand_bound")
+    coverage = ServedCoverage(
+        topk_known=topk_known,
+        sample_known=sample_known,
+        bound=np.asarray(served.bound, dtype=np.float64).astype(logprob_dtype),
+    )
+    lower, kl = sampled_tail_kl_interval(
+        reference.topk_logprobs,
+        reference.tail_logmass,
+        cand_at_ids,
+        cand_tail,
+        reference.sample_logprobs,
+        cand_at_samples,
+        coverage,
+    )
+    return kl, np.where(lower == kl, se, 0.0), lower
+
+
+def _delta_p(
+    reference: BaselineReference,
+    rows: np.ndarray,
+    bad: np.ndarray,
+    logprob_dtype: type[np.floating[Any]],
+) -> np.ndarray:
+    """``[T]`` ``delta_p_i = p_c(y_i) - p_b(y_i)``, ``-p_b(y_i)`` on a non-finite row.
+
+    ``p_b(y_i)`` from the live baseline's full row, else ``exp(topk_logprobs[:, 0])``
+    with the candidate's ``log p_c(y_i)`` rounded to the pack's ``logprob_dtype``.
+    """
+    y = np.asarray(reference.targets, dtype=np.int64)
+    if reference.full_logprobs is not None:
+        full = _as_rows(reference.full_logprobs).astype(np.float64)
+        p_base_y = np.exp(np.take_along_axis(full, y[:, None], axis=-1)[:, 0])
+    else:
+        p_base_y = np.exp(np.asarray(reference.topk_logprobs, dtype=np.float64)[:, 0])
+    cand_y = np.take_along_axis(rows, y[:, None], axis=-1)[:, 0]
+    if reference.full_logprobs is None:
+        cand_y = cand_y.astype(logprob_dtype)
+    p_cand_y = np.exp(cand_y.astype(np.float64))
+    return np.asarray(np.where(bad, -p_base_y, p_cand_y - p_base_y))
 
 
 def kl_summary(kl: np.ndarray) -> dict[str, float]:

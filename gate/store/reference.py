@@ -385,27 +385,47 @@ def build_tensors(
     }
 
 
+@dataclass(frozen=True)
+class PackLayout:
+    """What a pack stores per output position, as its header declares it.
+
+    The top ``k`` token ids and log-probs (at ``logprob_dtype``) of at most
+    ``max_new_tokens`` output tokens, and ``m`` sampled tail tokens per position
+    (0: none, the KL read from the pack is then the lower bound), drawn with
+    ``sample_seed``; ``no_tail_samples`` (with ``m = 0``) says why there is no
+    sampled tail.
+    """
+
+    k: int
+    max_new_tokens: int
+    logprob_dtype: str = "float32"
+    m: int = 0
+    sample_seed: int | None = None
+    no_tail_samples: str | None = None
+
+
+@dataclass(frozen=True)
+class PackOrigin:
+    """What a pack was recorded from, checked against a candidate when it is read back.
+
+    The baseline's tokenizer and prompt set (their SHA-256, None where unknown),
+    its model (source, recipe, family) and its ``vocab_size``, which lets loading
+    refuse out-of-vocabulary ids.
+    """
+
+    tokenizer_sha256: str | None
+    prompt_set_sha256: str | None
+    model: Mapping[str, Any] | None = None
+    vocab_size: int | None = None
+
+
 def write_pack(
-    path: Path,
-    entries: Sequence[PackEntry],
-    *,
-    k: int,
-    max_new_tokens: int,
-    tokenizer_sha256: str | None,
-    prompt_set_sha256: str | None,
-    model: Mapping[str, Any] | None = None,
-    logprob_dtype: str = "float32",
-    m: int = 0,
-    sample_seed: int | None = None,
-    vocab_size: int | None = None,
-    no_tail_samples: str | None = None,
+    path: Path, entries: Sequence[PackEntry], layout: PackLayout, origin: PackOrigin
 ) -> Path:
     """Write a version-3 pack atomically; returns ``path``. Refuses an empty pack (:class:`DataError`).
 
-    ``m`` sampled tail tokens per position (0: none, the KL read from the pack
-    is then the lower bound), drawn with ``sample_seed``; ``vocab_size`` lets
-    loading refuse out-of-vocabulary ids; ``no_tail_samples`` (with ``m = 0``)
-    says why there is no sampled tail.
+    ``layout`` says what each position stores (:class:`PackLayout`), ``origin`` what
+    the pack was recorded from (:class:`PackOrigin`).
     """
     from safetensors.numpy import save
 
@@ -414,24 +434,24 @@ def write_pack(
             "nothing to store in the reference pack: no prompt produced any output token",
             "check the prompt set and that the baseline generates text",
         )
-    if no_tail_samples is not None and m:
+    if layout.no_tail_samples is not None and layout.m:
         raise DataError("a pack with a sampled tail cannot say it has none", "give m = 0")
-    tensors = build_tensors(entries, k=k, m=m, logprob_dtype=logprob_dtype)
+    tensors = build_tensors(entries, k=layout.k, m=layout.m, logprob_dtype=layout.logprob_dtype)
     header = {
         "format": PACK_FORMAT,
         "version": PACK_VERSION,
-        "k": k,
-        "m": m,
-        "sample_seed": sample_seed,
-        "vocab_size": vocab_size,
-        "max_new_tokens": max_new_tokens,
-        "logprob_dtype": logprob_dtype,
+        "k": layout.k,
+        "m": layout.m,
+        "sample_seed": layout.sample_seed,
+        "vocab_size": origin.vocab_size,
+        "max_new_tokens": layout.max_new_tokens,
+        "logprob_dtype": layout.logprob_dtype,
         "id_dtype": str(tensors["topk_ids"].dtype),
-        "tokenizer_sha256": tokenizer_sha256,
-        "prompt_set_sha256": prompt_set_sha256,
-        "model": dict(model or {}),
+        "tokenizer_sha256": origin.tokenizer_sha256,
+        "prompt_set_sha256": origin.prompt_set_sha256,
+        "model": dict(origin.model or {}),
         "payload_sha256": payload_sha256(tensors),
-        "no_tail_samples": no_tail_samples,
+        "no_tail_samples": layout.no_tail_samples,
         "prompts": [vars(e.meta) for e in entries],
     }
     data = save(tensors, metadata={METADATA_KEY: json.dumps(header, default=str)})

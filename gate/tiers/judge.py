@@ -57,7 +57,7 @@ from gate.judge.protocol import (
 )
 from gate.judge.summary import JudgeSummary
 from gate.judge.template import default_template, load_template
-from gate.measurement import Measurement, OutputSet
+from gate.measurement import JudgedOutput, Measurement, OutputSet
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog.judge import JudgeDetail
 from gate.models.load_settings import DEFAULT_DEVICE
@@ -507,20 +507,7 @@ def compare_outputs(
     names = [j.judge.name for j in judges]
     summary = JudgeSummary(
         judges=tuple(judge_counters(judges)),
-        tally={
-            "pairs": counts.pairs,
-            "identical": counts.identical,
-            "wins": counts.wins,
-            "losses": counts.losses,
-            "ties": counts.ties,
-            "swap_inconsistent": counts.swap_inconsistent,
-            "unparsed": counts.unparsed,
-            "disagreements": counts.disagreements,
-            "decidable": counts.decidable,
-            "swap_inconsistency_by_judge": {
-                name: counts.swap_inconsistency_rate(k) for k, name in enumerate(names)
-            },
-        },
+        tally=_tally_document(counts, names),
         stability=stable,
         templates={
             "pairwise": templates.pairwise.version,
@@ -546,21 +533,48 @@ def compare_outputs(
     elo = elo_result(scored_outcomes, seed=settings.seed)
     s_ids = [ids[k] for k in scored]
     samples = [centred(o) for o in scored_outcomes]
-    groups: dict[str, list[int]] = {}
-    for pos, k in enumerate(scored):
-        o = cand[k]
-        for key in (
-            f"category:{o.category}",
-            f"length:{length_bucket(base[o.id].prompt_tokens)}",
-            f"gen_length:{length_bucket(o.tokens)}",
-        ):
-            groups.setdefault(key, []).append(pos)
+    groups = _slice_groups([cand[k] for k in scored], base)
     details = replace(summary, elo=elo, outputs=tuple(cand)).to_details()
     measurements = [_elo_measurement(s_ids, samples, groups, details)]
     if validity is not None:
         measurements.append(validity)
     measurements += _rates(counts, len(judges), {})
     return JudgeResult(tuple(measurements), counts, stable, elo, None, tuple(outcomes), tuple(ids))
+
+
+def _tally_document(counts: Tally, names: Sequence[str]) -> dict[str, Any]:
+    """The panel's counts as the summary reports them, with each judge's swap
+    inconsistency rate by name."""
+    return {
+        "pairs": counts.pairs,
+        "identical": counts.identical,
+        "wins": counts.wins,
+        "losses": counts.losses,
+        "ties": counts.ties,
+        "swap_inconsistent": counts.swap_inconsistent,
+        "unparsed": counts.unparsed,
+        "disagreements": counts.disagreements,
+        "decidable": counts.decidable,
+        "swap_inconsistency_by_judge": {
+            name: counts.swap_inconsistency_rate(k) for k, name in enumerate(names)
+        },
+    }
+
+
+def _slice_groups(
+    scored: Sequence[JudgedOutput], base: Mapping[str, JudgedOutput]
+) -> dict[str, list[int]]:
+    """The positions of the ``scored`` outputs in each slice: their category, their
+    prompt's length bucket (the baseline's ``base`` output of the same id) and their own."""
+    groups: dict[str, list[int]] = {}
+    for pos, o in enumerate(scored):
+        for key in (
+            f"category:{o.category}",
+            f"length:{length_bucket(base[o.id].prompt_tokens)}",
+            f"gen_length:{length_bucket(o.tokens)}",
+        ):
+            groups.setdefault(key, []).append(pos)
+    return groups
 
 
 def unstable_error(stable: Stability) -> JudgeUnstableError:

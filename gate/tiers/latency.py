@@ -526,6 +526,28 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
                 ref, ref_stats[key].value, ref_stats[key].samples
             )
         out.append(Measurement(f"latency.{key}", stat.value, samples=stat.samples, details=details))
+    out.append(_best_throughput(result, common))
+    out += _memory_measurements(result, common)
+    if result.parameter_bytes is not None:
+        out.append(
+            Measurement(latency_catalog.PARAM_BYTES, float(result.parameter_bytes), details=common)
+        )
+    if result.kv_cache is not None:
+        out.append(
+            Measurement(
+                latency_catalog.KV_BYTES_PER_TOKEN,
+                float(result.kv_cache["kv_bytes_per_token"]),
+                details={**common, **result.kv_cache},
+            )
+        )
+    out += load_measurements(result, common)
+    return out
+
+
+def _best_throughput(result: LatencyResult, common: Mapping[str, Any]) -> Measurement:
+    """``latency.best_tokens_per_s``: the median tokens/s at the sweep's best batch size,
+    with every batch's median (and, paired, the in-session baseline's own best)."""
+    ref = result.reference
     best = result.sweep.best_batch
     best_samples = result.sweep.tokens_per_s[best]
     best_details: dict[str, Any] = {
@@ -542,14 +564,18 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             **_paired(ref, percentile(ref_best, 50), ref_best),
             "best_batch": ref.sweep.best_batch,
         }
-    out.append(
-        Measurement(
-            latency_catalog.BEST_TOKENS_PER_S,
-            percentile(best_samples, 50),
-            samples=best_samples,
-            details=best_details,
-        )
+    return Measurement(
+        latency_catalog.BEST_TOKENS_PER_S,
+        percentile(best_samples, 50),
+        samples=best_samples,
+        details=best_details,
     )
+
+
+def _memory_measurements(result: LatencyResult, common: Mapping[str, Any]) -> list[Measurement]:
+    """The memory peaks over the timed runs (each run's value in ``per_run``, each GPU's
+    in ``per_gpu``), those the runs measured."""
+    out: list[Measurement] = []
     peaks: dict[str, tuple[int, list[int]] | None] = {
         "peak_allocated_bytes": _peak(m.peak_allocated_bytes for m in result.memory),
         "peak_reserved_bytes": _peak(m.peak_reserved_bytes for m in result.memory),
@@ -565,19 +591,6 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
             if per_gpu:
                 details["per_gpu"] = per_gpu
             out.append(Measurement(f"latency.{key}", float(value), details=details))
-    if result.parameter_bytes is not None:
-        out.append(
-            Measurement(latency_catalog.PARAM_BYTES, float(result.parameter_bytes), details=common)
-        )
-    if result.kv_cache is not None:
-        out.append(
-            Measurement(
-                latency_catalog.KV_BYTES_PER_TOKEN,
-                float(result.kv_cache["kv_bytes_per_token"]),
-                details={**common, **result.kv_cache},
-            )
-        )
-    out += load_measurements(result, common)
     return out
 
 

@@ -42,7 +42,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,6 +56,7 @@ from gate.gating.calibration.bounds import (
     DEFAULT_MARGIN,
     DEFAULT_QUANTILE,
     MetricCalibration,
+    NoiseRule,
     NoiseRun,
     calibrate_metric,
 )
@@ -74,6 +75,9 @@ if TYPE_CHECKING:
     from gate.session.inputs import SessionInputs
     from gate.session.run import Mode
     from gate.session.run_config import RunConfig
+
+    #: A session's checked inputs, for a mode, its options and its run config.
+    _Inputs = Callable[[Mode, SessionOptions, RunConfig], SessionInputs]
 
 #: Ref of the baseline recorded in the temporary store.
 BASE_REF = "base"
@@ -359,9 +363,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
     """Record the base (and tail-seed) baselines in a temporary store, run every perturbation,
     derive each metric's calibration. A session that ends with an error raises."""
     from gate.metrics.registry import all_metrics
-    from gate.session.handoff import collect_measurements
     from gate.session.inputs import prepare_session, store_slug
-    from gate.session.runner import run_session
     from gate.store.baseline import BaselineStore
 
     request = checked.request
@@ -387,56 +389,19 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
             return prepare_session(mode, request.model, options, run_config=config, files=files)
 
         with progress.task("calibrate: sessions", total=checked.sessions) as step:
-            base_config = session_config("base settings", checked.tables)
-            records: list[tuple[str, Mapping[str, Mapping[str, Any]]]] = [
-                (BASE_REF, checked.tables)
-            ]
-            for ref, seed in checked.tail_refs:
-                records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
-            for ref, tables in records:
-                progress.note(f"calibrate: recording baseline {ref}")
-                config = base_config if ref == BASE_REF else session_config(ref, tables)
-                tiers = request.tiers if ref == BASE_REF else ("fidelity",)
-                options = replace(common, label=ref, ref=ref)
-                with _quiet(request.log):
-                    code = run_session(inputs("record", options, config), tiers=tiers)
-                if code != ExitCode.OK:
-                    raise CalibrationFailed(
-                        f"recording the {ref} baseline ended with exit {int(code)}",
-                        f"see {request.log}" if request.log else "re-run with --log FILE",
-                        code,
-                    )
-                step()
+            refs = _record_baselines(checked, common, inputs, step)
             store_ = BaselineStore(store)
-            bases = {ref: files.baseline(store_, ref, slug).measurements for ref, _ in records}
+            bases = {ref: files.baseline(store_, ref, slug).measurements for ref in refs}
             for index, pert in enumerate(checked.perturbations):
                 progress.note(
                     f"calibrate: run {index + 1}/{len(checked.perturbations)}: {pert.source}"
                 )
-                config = session_config(pert.source, _merge(checked.tables, pert.overrides))
-                options = replace(
-                    common,
-                    against=(pert.against,),
-                    load=replace(common.load, dtype=pert.dtype)
-                    if pert.dtype is not None
-                    else common.load,
-                    engine=pert.engine,
-                )
-                started = time.perf_counter()
-                with collect_measurements() as handed, _quiet(request.log):
-                    code = run_session(inputs("run", options, config), tiers=pert.tiers)
-                elapsed = time.perf_counter() - started
+                code, measured, elapsed = _run_perturbation(checked, pert, common, inputs)
                 codes[pert.source] = int(code)
-                if not decided(code) or not handed:
-                    raise CalibrationFailed(
-                        f"calibration run {pert.source!r} ended with exit {int(code)}",
-                        f"see {request.log}" if request.log else "re-run with --log FILE",
-                        code if not decided(code) else ExitCode.INTERNAL_ERROR,
-                    )
                 if pert.source.startswith("repeat") and len(pert.tiers) == 1:
                     tier_seconds.setdefault(pert.tiers[0], []).append(elapsed)
                 base = bases[pert.against]
-                for m in handed[-1]:
+                for m in measured:
                     spec = specs.get(m.name)
                     declared = checked.thresholds.for_metric(m.name)
                     if spec is None or m.name not in base or spec.tier not in pert.tiers:
@@ -448,21 +413,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
                 step()
     base_measured = bases[BASE_REF]
     power = request.power if request.power is not None else checked.thresholds.power
-    metrics: dict[str, MetricCalibration] = {}
-    for name, noise in runs.items():
-        spec = specs[name]
-        ref_value = base_measured[name].value
-        metrics[name] = calibrate_metric(
-            spec,
-            checked.thresholds.for_metric(name),
-            noise,
-            n=base_measured[name].n,
-            reference=ref_value if ref_value else (spec.ideal or 1.0),
-            alpha=checked.thresholds.alpha,
-            margin=request.margin,
-            quantile=request.quantile,
-            power=power,
-        )
+    metrics = _calibrations(checked, specs, runs, base_measured, power)
     timings = {}
     for tier, seconds in tier_seconds.items():
         items = max((base_measured[n].n for n in metrics if specs[n].tier == tier), default=0)
@@ -480,6 +431,95 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         timings=timings,
     )
     return CalibrationResult(record, codes)
+
+
+def _record_baselines(
+    checked: CheckedCalibration,
+    common: SessionOptions,
+    inputs: _Inputs,
+    step: Callable[[], None],
+) -> list[str]:
+    """Record the base baseline (every requested tier) and one fidelity baseline per tail
+    seed in the session's store; returns their refs. A recording that fails raises."""
+    from gate.session.runner import run_session
+
+    request = checked.request
+    base_config = session_config("base settings", checked.tables)
+    records: list[tuple[str, Mapping[str, Mapping[str, Any]]]] = [(BASE_REF, checked.tables)]
+    for ref, seed in checked.tail_refs:
+        records.append((ref, _merge(checked.tables, {"fidelity": {"tail_seed": seed}})))
+    for ref, tables in records:
+        progress.note(f"calibrate: recording baseline {ref}")
+        config = base_config if ref == BASE_REF else session_config(ref, tables)
+        tiers = request.tiers if ref == BASE_REF else ("fidelity",)
+        options = replace(common, label=ref, ref=ref)
+        with _quiet(request.log):
+            code = run_session(inputs("record", options, config), tiers=tiers)
+        if code != ExitCode.OK:
+            raise CalibrationFailed(
+                f"recording the {ref} baseline ended with exit {int(code)}",
+                f"see {request.log}" if request.log else "re-run with --log FILE",
+                code,
+            )
+        step()
+    return [ref for ref, _ in records]
+
+
+def _run_perturbation(
+    checked: CheckedCalibration, pert: Perturbation, common: SessionOptions, inputs: _Inputs
+) -> tuple[ExitCode, list[Measurement], float]:
+    """Run one perturbation's session against its baseline: its exit code, the
+    measurements it handed back and its wall time in seconds. A session that ends
+    undecided (or hands nothing back) raises."""
+    from gate.session.handoff import collect_measurements
+    from gate.session.runner import run_session
+
+    request = checked.request
+    config = session_config(pert.source, _merge(checked.tables, pert.overrides))
+    options = replace(
+        common,
+        against=(pert.against,),
+        load=replace(common.load, dtype=pert.dtype) if pert.dtype is not None else common.load,
+        engine=pert.engine,
+    )
+    started = time.perf_counter()
+    with collect_measurements() as handed, _quiet(request.log):
+        code = run_session(inputs("run", options, config), tiers=pert.tiers)
+    elapsed = time.perf_counter() - started
+    if not decided(code) or not handed:
+        raise CalibrationFailed(
+            f"calibration run {pert.source!r} ended with exit {int(code)}",
+            f"see {request.log}" if request.log else "re-run with --log FILE",
+            code if not decided(code) else ExitCode.INTERNAL_ERROR,
+        )
+    return code, list(handed[-1]), elapsed
+
+
+def _calibrations(
+    checked: CheckedCalibration,
+    specs: Mapping[str, MetricSpec],
+    runs: Mapping[str, list[NoiseRun]],
+    base_measured: Mapping[str, Measurement],
+    power: float,
+) -> dict[str, MetricCalibration]:
+    """Each metric's calibration from its noise ``runs``, its power figures at the base
+    baseline's item count and value (the metric's ideal, else 1, where that value is 0)."""
+    request = checked.request
+    metrics: dict[str, MetricCalibration] = {}
+    for name, noise in runs.items():
+        spec = specs[name]
+        ref_value = base_measured[name].value
+        metrics[name] = calibrate_metric(
+            spec,
+            checked.thresholds.for_metric(name),
+            noise,
+            n=base_measured[name].n,
+            reference=ref_value if ref_value else (spec.ideal or 1.0),
+            alpha=checked.thresholds.alpha,
+            noise_rule=NoiseRule(margin=request.margin, quantile=request.quantile),
+            power=power,
+        )
+    return metrics
 
 
 __all__ = [

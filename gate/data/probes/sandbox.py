@@ -241,6 +241,27 @@ def _classify(timed_out: bool, rc: int | None, stderr: str, violations: tuple[st
     return "ok" if rc == 0 else "error"
 
 
+def _command(guard: Path, work: str, main: str, lim: SandboxLimits, *, isolate: bool) -> list[str]:
+    """The child's command line: an isolated Python (``-I -B``) running the ``guard`` script,
+    which sets the resource limits and runs ``main`` in ``work``; with ``isolate``, inside
+    a new user and network namespace (``unshare``)."""
+    cmd = [
+        sys.executable,
+        "-I",
+        "-B",
+        str(guard),
+        work,
+        main,
+        str(lim.cpu_s),
+        str(lim.memory_bytes),
+        str(lim.file_bytes),
+        str(lim.open_files),
+    ]
+    if isolate:
+        cmd = ["unshare", "--user", "--map-root-user", "--net", "--", *cmd]
+    return cmd
+
+
 def run_python(
     files: Mapping[str, str],
     main: str,
@@ -268,20 +289,7 @@ def run_python(
             target.write_text(text, encoding="utf-8")
         guard = Path(io_dir, "guard.py")
         guard.write_text(_GUARD, encoding="utf-8")
-        cmd = [
-            sys.executable,
-            "-I",
-            "-B",
-            str(guard),
-            work,
-            main,
-            str(lim.cpu_s),
-            str(lim.memory_bytes),
-            str(lim.file_bytes),
-            str(lim.open_files),
-        ]
-        if isolate:
-            cmd = ["unshare", "--user", "--map-root-user", "--net", "--", *cmd]
+        cmd = _command(guard, work, main, lim, isolate=isolate)
         child_env = {"PATH": os.defpath, "HOME": work, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         child_env.update(env or {})
         out_path, err_path = Path(io_dir, "stdout"), Path(io_dir, "stderr")

@@ -229,6 +229,20 @@ def power_figures(
     return mde, needed
 
 
+@dataclass(frozen=True)
+class NoiseRule:
+    """How the noise floor raises a bound: the noise is the ``quantile`` of the noise runs'
+    degradations (:func:`noise_quantile`), and a declared warn bound below ``margin`` times
+    it is raised to that (:func:`derive_bound`)."""
+
+    margin: float = DEFAULT_MARGIN
+    quantile: float = DEFAULT_QUANTILE
+
+
+#: The rule calibration applies unless told otherwise.
+DEFAULT_NOISE_RULE = NoiseRule()
+
+
 def calibrate_metric(
     spec: MetricSpec,
     declared: MetricThreshold | None,
@@ -237,15 +251,14 @@ def calibrate_metric(
     n: int,
     reference: float,
     alpha: float,
-    margin: float = DEFAULT_MARGIN,
-    quantile: float = DEFAULT_QUANTILE,
+    noise_rule: NoiseRule = DEFAULT_NOISE_RULE,
     power: float = pw.DEFAULT_POWER,
 ) -> MetricCalibration:
     """One metric's calibration from its noise runs (module docstring for the rule)."""
     declared_bound = declared.bound if declared is not None else None
     mode: Mode = declared_bound.mode if declared_bound is not None else "absolute"
-    q = noise_quantile([r.degradation for r in runs], quantile)
-    bound, rule = derive_bound(declared_bound, q, margin=margin)
+    q = noise_quantile([r.degradation for r in runs], noise_rule.quantile)
+    bound, rule = derive_bound(declared_bound, q, margin=noise_rule.margin)
     spreads = [r.spread for r in runs if r.spread is not None and math.isfinite(r.spread)]
     spread = max(spreads) if spreads else None
     mde, needed = power_figures(

@@ -472,26 +472,41 @@ def load_candidate(
             activities.append(top.method_activity)
     speculative = stack.part("speculative")
     if speculative is not None:
-        from gate.models.backends.speculative import SpeculativeBackend, open_drafter
-
-        def load_draft(draft_spec: ModelSpec, draft_recipe: Recipe | None) -> HFBackend:
-            untouched = stack.weights.name == "none" and not stack.on_loaded_model
-            if (  # the target is the base model as loaded: its copy is the draft's start
-                draft_spec == spec
-                and untouched
-                and draft_recipe is not None
-                and applies_after_loading(draft_recipe)
-            ):
-                return copy_with_recipe(backend, draft_recipe)
-            return load_backend(
-                draft_spec, draft_recipe, allow_incomplete_weights=allow_incomplete_weights
-            )
-
-        top = SpeculativeBackend(top, open_drafter(speculative, spec, backend, load_draft))
+        top = _with_drafter(top, speculative, spec, backend, stack, allow_incomplete_weights)
         activities.append(top.drafting)
     if len(activities) > 1:
         top.activity = StackActivity(str(stack), tuple(activities))
     return top
+
+
+def _with_drafter(
+    top: Any,
+    speculative: Recipe,
+    spec: ModelSpec,
+    backend: Any,
+    stack: RecipeStack,
+    allow_incomplete_weights: bool,
+) -> Any:
+    """``top`` wrapped in a :class:`~gate.models.backends.speculative.SpeculativeBackend`
+    whose drafter the ``speculative`` recipe opens: a draft of the base model as loaded
+    (no weight or after-loading part in the stack) starts from a copy of ``backend``,
+    any other is loaded."""
+    from gate.models.backends.speculative import SpeculativeBackend, open_drafter
+
+    def load_draft(draft_spec: ModelSpec, draft_recipe: Recipe | None) -> HFBackend:
+        untouched = stack.weights.name == "none" and not stack.on_loaded_model
+        if (  # the target is the base model as loaded: its copy is the draft's start
+            draft_spec == spec
+            and untouched
+            and draft_recipe is not None
+            and applies_after_loading(draft_recipe)
+        ):
+            return copy_with_recipe(backend, draft_recipe)
+        return load_backend(
+            draft_spec, draft_recipe, allow_incomplete_weights=allow_incomplete_weights
+        )
+
+    return SpeculativeBackend(top, open_drafter(speculative, spec, backend, load_draft))
 
 
 def copy_with_recipe(base: HFBackend, recipe: Recipe) -> HFBackend:

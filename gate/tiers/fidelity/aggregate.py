@@ -90,7 +90,6 @@ def measurements(
     the mean is then ``None``): a gate on an end that is infinite would block
     every served build, the baseline's own included.
     """
-    ids = [r.meta.id for r in results]
     groups = slice_groups(results, context_tiers)
     everything = list(range(len(results)))
     upper_all = pooled(results, everything, "kl")
@@ -134,34 +133,33 @@ def measurements(
     }
     mean_details = dict(kl_details)
     if kind == "estimate" or (kind == "interval" and not unbounded):
-        se_mean = _standard_error(results, everything)
-        mean_details[MeasurementDetail.KL_METHOD] = (
-            f"{kl_details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
-        )
-        mean_details["standard_error"] = se_mean
-        mean_details["token_mean_standard_error"] = float(
-            np.sqrt((se_all**2).sum()) / max(se_all.size, 1)
-        )
+        _add_standard_error(mean_details, results, se_all)
     if interval:
-        lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
-        upper_mean = None if unbounded else float(np.mean([r.positions.kl.mean() for r in results]))
-        mean_details["interval"] = [lower_mean, upper_mean]
-        mean_details["interval_exact_positions"] = int((lower_all == upper_all).sum())
-        mean_details["interval_unbounded_positions"] = unbounded
-        mean_details["gated_end"] = "lower" if unbounded else "upper"
-        mean_details[MeasurementDetail.KL_METHOD] = (
-            f"{mean_details[MeasurementDetail.KL_METHOD]}; mean in "
-            f"[{lower_mean:.4g}, {'unbounded' if upper_mean is None else format(upper_mean, '.4g')}]"
-            " nats"
-        )
+        _add_interval(mean_details, results, lower_all == upper_all, unbounded)
+    out = _per_prompt_measurements(results, groups, gated, common, mean_details, k, bound_all)
+    out.extend(_kl_statistics(results, groups, gated, kl_all, bound_all, kl_details))
+    return out
+
+
+def _per_prompt_measurements(
+    results: Sequence[PromptScores],
+    groups: dict[str, list[int]],
+    gated: str,
+    common: dict[str, Any],
+    mean_details: dict[str, Any],
+    k: int,
+    bound_all: np.ndarray,
+) -> list[Measurement]:
+    """The macro means: CGA, CGA@5, mean KL (of the ``gated`` values), mean bound, delta-p
+    mean and RMS, each the mean over prompts of its value on one prompt's positions."""
+    ids = [r.meta.id for r in results]
     bound_details = {
         **common,
         MeasurementDetail.KL_METHOD: f"top-{k} + tail bucket: a lower bound of the exact KL",
         "k": k,
         "token_mean": float(bound_all.mean()),
     }
-
-    dp_all = pooled(results, everything, "delta_p")
+    dp_all = pooled(results, list(range(len(results))), "delta_p")
     dp_details = {**common, **{f"pooled_{k_}": v for k_, v in fm.delta_p_summary(dp_all).items()}}
     # metric -> (its value on one prompt's positions, details)
     per_prompt: list[tuple[str, Callable[[fm.PositionScores], float], dict[str, Any]]] = [
@@ -172,22 +170,69 @@ def measurements(
         (fidelity_catalog.DELTA_P_MEAN, lambda p: float(p.delta_p.mean()), dp_details),
         (fidelity_catalog.DELTA_P_RMS, lambda p: float(np.sqrt(np.mean(p.delta_p**2))), common),
     ]
-    out = [
+    return [
         from_samples(name, [fn(r.positions) for r in results], ids, groups=groups, details=details)
         for name, fn, details in per_prompt
     ]
+
+
+def _add_standard_error(
+    details: dict[str, Any], results: Sequence[PromptScores], se_all: np.ndarray
+) -> None:
+    """Add the standard error of the macro mean KL (:func:`_standard_error`) and of the
+    pooled token mean, ``sqrt(sum_i se_i^2) / N`` over all ``N`` positions, to ``details``."""
+    se_mean = _standard_error(results, list(range(len(results))))
+    details[MeasurementDetail.KL_METHOD] = (
+        f"{details[MeasurementDetail.KL_METHOD]}; standard error of the mean {se_mean:.2g} nats"
+    )
+    details["standard_error"] = se_mean
+    details["token_mean_standard_error"] = float(np.sqrt((se_all**2).sum()) / max(se_all.size, 1))
+
+
+def _add_interval(
+    details: dict[str, Any], results: Sequence[PromptScores], ends_meet: np.ndarray, unbounded: int
+) -> None:
+    """Add a served candidate's interval of the macro mean KL to ``details``: the means of
+    the lower and upper ends (the upper ``None`` where ``unbounded`` positions make it
+    infinite), the positions where both ends meet (``ends_meet``) and the end gated."""
+    lower_mean = float(np.mean([r.positions.kl_lower.mean() for r in results]))
+    upper_mean = None if unbounded else float(np.mean([r.positions.kl.mean() for r in results]))
+    details["interval"] = [lower_mean, upper_mean]
+    details["interval_exact_positions"] = int(ends_meet.sum())
+    details["interval_unbounded_positions"] = unbounded
+    details["gated_end"] = "lower" if unbounded else "upper"
+    details[MeasurementDetail.KL_METHOD] = (
+        f"{details[MeasurementDetail.KL_METHOD]}; mean in "
+        f"[{lower_mean:.4g}, {'unbounded' if upper_mean is None else format(upper_mean, '.4g')}]"
+        " nats"
+    )
+
+
+def _kl_statistics(
+    results: Sequence[PromptScores],
+    groups: dict[str, list[int]],
+    gated: str,
+    kl_all: np.ndarray,
+    bound_all: np.ndarray,
+    kl_details: dict[str, Any],
+) -> list[Measurement]:
+    """The pooled KL distribution statistics (:data:`gate.metrics.fidelity.KL_PERCENTILES`
+    and max) of the ``gated`` per-position values ``kl_all``, each with the bound's
+    statistic in its details, the max with its worst prompt, and
+    :data:`SLICED_POINT_STATS` broken down by slice ``groups``."""
     summary = fm.kl_summary(kl_all)
     bound_summary = fm.kl_summary(bound_all)
     slice_summaries = {
         key: fm.kl_summary(pooled(results, idx, gated)) for key, idx in groups.items()
     }
     worst = int(np.argmax([float(getattr(r.positions, gated).max()) for r in results]))
+    out = []
     for stat in (*fm.KL_PERCENTILES, "max"):
         name = f"fidelity.kl_{stat}"
         details = dict(kl_details)
         details["bound"] = bound_summary[stat]
         if stat == "max":
-            details["worst_prompt"] = ids[worst]
+            details["worst_prompt"] = results[worst].meta.id
         out.append(
             Measurement(
                 name=name,

@@ -119,16 +119,17 @@ def score_pack(
             sample_ids, sample_lps = sample_ids[:, :0], sample_lps[:, :0]
         _check_ids_fit(pack, rows.shape[-1], ids, sample_ids)
         positions = fm.score_positions(
-            pack.output_ids(j),
-            ids,
-            lps,
-            tail,
+            fm.BaselineReference(
+                pack.output_ids(j),
+                ids,
+                lps,
+                tail,
+                full_logprobs=base_rows.get(j),
+                sample_ids=sample_ids,
+                sample_logprobs=sample_lps,
+            ),
             rows,
-            base_full_logprobs=base_rows.get(j),
-            base_sample_ids=sample_ids,
-            base_sample_logprobs=sample_lps,
-            cand_returned=returned,
-            cand_bound=scores.unreturned_bound,
+            served=None if returned is None else fm.ServedRows(returned, scores.unreturned_bound),
             cga_k=CGA_K,
             logprob_dtype=LOGPROB_DTYPES[pack.logprob_dtype],
         )

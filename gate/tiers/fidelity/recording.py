@@ -22,6 +22,8 @@ from gate.models.backends.capabilities import exact_full_rows
 from gate.progress import task as progress_task
 from gate.store.reference import (
     PackEntry,
+    PackLayout,
+    PackOrigin,
     PackPrompt,
     PromptLike,
     ReferencePack,
@@ -79,7 +81,63 @@ def record(
         )
     outputs = [list(o) for o in outputs]
     generated = [len(o) for o in outputs]
-    truncated = [False] * len(prompts)
+    rows_by_prompt, truncated = _settle_outputs(backend, prompt_ids, outputs, settings, progress)
+    vocab = next((int(r.shape[-1]) for r in rows_by_prompt.values()), None)
+    m = settings.tail_samples if vocab is None or settings.top_k < vocab else 0
+    # a served baseline's rows are exact only in its returned top-k: no sampled tail
+    no_tail = NO_TAIL_SERVED if m and not exact_full_rows(backend) else None
+    m = 0 if no_tail else m
+    entries = []
+    for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
+        out = np.asarray(outputs[i], dtype=np.int64)
+        meta = PackPrompt(
+            id=prompt.id,
+            category=prompt.category,
+            length=prompt.length,
+            n_prompt=len(ids),
+            n_output=int(out.size),
+            truncated=truncated[i],
+            n_generated=generated[i],
+        )
+        rows = rows_by_prompt[i] if out.size else None
+        entries.append(_pack_entry(meta, np.asarray(ids), out, rows, settings, m=m, index=i))
+    layout = PackLayout(
+        k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+        logprob_dtype=settings.logprob_dtype,
+        m=m,
+        sample_seed=settings.tail_seed if m else None,
+        no_tail_samples=no_tail,
+    )
+    return write_pack(path, entries, layout, _pack_origin(backend, prompts, vocab))
+
+
+def _pack_origin(backend: Backend, prompts: Sequence[PromptLike], vocab: int | None) -> PackOrigin:
+    """The baseline's tokenizer, prompt set, model (source, recipe, family) and vocabulary."""
+    provenance = backend.provenance()
+    document = provenance.to_document()
+    return PackOrigin(
+        tokenizer_sha256=provenance.tokenizer_identity(),
+        prompt_set_sha256=prompt_set_sha256(prompts),
+        model={
+            key: document[key] for key in ("source", "recipe", "model_family") if key in document
+        },
+        vocab_size=vocab,
+    )
+
+
+def _settle_outputs(
+    backend: Backend,
+    prompt_ids: Sequence[Sequence[int]],
+    outputs: list[list[int]],
+    settings: FidelitySettings,
+    progress: Progress | None,
+) -> tuple[dict[int, np.ndarray], list[bool]]:
+    """Score ``outputs`` teacher-forced and cut each, in place, before the first position
+    where the baseline's argmax differs from the generated token (or its row is not
+    finite), re-scoring until no output is cut (at most :data:`_MAX_RECORD_ROUNDS`
+    rounds). Returns the last round's rows by prompt and which outputs were cut."""
+    truncated = [False] * len(outputs)
     rows_by_prompt: dict[int, np.ndarray] = {}
     for round_ in range(1, _MAX_RECORD_ROUNDS + 1):
         requests = [ScoreRequest(c, o) for c, o in zip(prompt_ids, outputs, strict=True)]
@@ -103,71 +161,40 @@ def record(
                 outputs[i] = outputs[i][:cut]
                 truncated[i] = changed = True
         if not changed:
-            break
-    else:  # pragma: no cover - needs a scorer whose argmax keeps moving
-        raise DataError(
-            "the baseline's teacher-forced argmax did not settle while recording",
-            "record on a deterministic device (CPU, or CUDA with deterministic kernels)",
-        )
-    vocab = next((int(r.shape[-1]) for r in rows_by_prompt.values()), None)
-    m = settings.tail_samples if vocab is None or settings.top_k < vocab else 0
-    # a served baseline's rows are exact only in its returned top-k: no sampled tail
-    no_tail = NO_TAIL_SERVED if m and not exact_full_rows(backend) else None
-    m = 0 if no_tail else m
-    entries = []
-    for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
-        out = np.asarray(outputs[i], dtype=np.int64)
-        if out.size:
-            rows = rows_by_prompt[i]
-            top_ids, top_lps = fm.topk_of_rows(rows, settings.top_k)
-            tail = fm.tail_logmass(rows, top_ids)
-            rng = np.random.default_rng([settings.tail_seed, i])
-            sample_ids = np.sort(fm.draw_tail_samples(rows, top_ids, m, rng), axis=-1)
-            sample_lps = np.take_along_axis(rows, sample_ids, axis=-1)
-        else:
-            top_ids = np.zeros((0, settings.top_k), dtype=np.int64)
-            top_lps = np.zeros((0, settings.top_k), dtype=np.float32)
-            tail = np.zeros((0,), dtype=np.float32)
-            sample_ids = np.zeros((0, m), dtype=np.int64)
-            sample_lps = np.zeros((0, m), dtype=np.float32)
-        meta = PackPrompt(
-            id=prompt.id,
-            category=prompt.category,
-            length=prompt.length,
-            n_prompt=len(ids),
-            n_output=int(out.size),
-            truncated=truncated[i],
-            n_generated=generated[i],
-        )
-        entries.append(
-            PackEntry(
-                meta,
-                np.asarray(ids),
-                out,
-                top_ids,
-                top_lps,
-                np.asarray(tail),
-                sample_ids,
-                sample_lps,
-            )
-        )
-    provenance = backend.provenance()
-    document = provenance.to_document()
-    return write_pack(
-        path,
-        entries,
-        k=settings.top_k,
-        max_new_tokens=settings.max_new_tokens,
-        tokenizer_sha256=provenance.tokenizer_identity(),
-        prompt_set_sha256=prompt_set_sha256(prompts),
-        model={
-            key: document[key] for key in ("source", "recipe", "model_family") if key in document
-        },
-        logprob_dtype=settings.logprob_dtype,
-        m=m,
-        sample_seed=settings.tail_seed if m else None,
-        vocab_size=vocab,
-        no_tail_samples=no_tail,
+            return rows_by_prompt, truncated
+    raise DataError(  # pragma: no cover - needs a scorer whose argmax keeps moving
+        "the baseline's teacher-forced argmax did not settle while recording",
+        "record on a deterministic device (CPU, or CUDA with deterministic kernels)",
+    )
+
+
+def _pack_entry(
+    meta: PackPrompt,
+    prompt_ids: np.ndarray,
+    out: np.ndarray,
+    rows: np.ndarray | None,
+    settings: FidelitySettings,
+    *,
+    m: int,
+    index: int,
+) -> PackEntry:
+    """Prompt ``index``'s entry: per output position the top-k of its ``rows``, the log
+    tail mass and ``m`` tail tokens drawn with the generator seeded ``[tail_seed, index]``,
+    sorted by id, with their log-probs (empty arrays for an output cut to nothing)."""
+    if rows is not None:
+        top_ids, top_lps = fm.topk_of_rows(rows, settings.top_k)
+        tail = fm.tail_logmass(rows, top_ids)
+        rng = np.random.default_rng([settings.tail_seed, index])
+        sample_ids = np.sort(fm.draw_tail_samples(rows, top_ids, m, rng), axis=-1)
+        sample_lps = np.take_along_axis(rows, sample_ids, axis=-1)
+    else:
+        top_ids = np.zeros((0, settings.top_k), dtype=np.int64)
+        top_lps = np.zeros((0, settings.top_k), dtype=np.float32)
+        tail = np.zeros((0,), dtype=np.float32)
+        sample_ids = np.zeros((0, m), dtype=np.int64)
+        sample_lps = np.zeros((0, m), dtype=np.float32)
+    return PackEntry(
+        meta, prompt_ids, out, top_ids, top_lps, np.asarray(tail), sample_ids, sample_lps
     )
 
 
