@@ -306,7 +306,9 @@ def calibrate(
 
 
 def _load_settings(given: LoadSettings, config: RunConfig | None) -> LoadSettings:
-    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``."""
-    if config is None:
-        return given
-    return given.over(config.run.settings())
+    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``
+    (the one override rule, :func:`gate.session.run_config.command_line_over`)."""
+    from gate.session.run_config import CandidateOverrides, RunDefaults, command_line_over
+
+    defaults = config.run if config is not None else RunDefaults()
+    return command_line_over(CandidateOverrides(load=given), defaults).load

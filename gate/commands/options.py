@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from gate.errors import UsageError
 from gate.models.load_settings import LoadSettings, load_setting_options
-from gate.models.spec import DEVICE_RE
+from gate.models.spec import check_device_name
 from gate.session.options import DEFAULT_STORE
 from gate.tiers.spec import DEFAULT_TIERS, tiers_help
 
@@ -115,8 +115,13 @@ def load_settings(
 ) -> LoadSettings:
     """The :class:`~gate.models.load_settings.LoadSettings` the command line gives (a bad
     ``--device`` is a one-line :class:`~gate.errors.UsageError`, exit 4)."""
-    if device is not None and not DEVICE_RE.match(device):
-        raise UsageError(f"unknown --device {device!r}", "pass --device auto, cpu, cuda or cuda:N")
+    if device is not None:
+        try:
+            check_device_name(device)
+        except ValueError:
+            raise UsageError(
+                f"unknown --device {device!r}", "pass --device auto, cpu, cuda or cuda:N"
+            ) from None
     return LoadSettings(device=device, dtype=dtype, trust_remote_code=trust_remote_code or None)
 
 

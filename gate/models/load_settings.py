@@ -30,14 +30,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gate.models.spec import DEVICE_RE, DTYPES, ModelSpec
+from gate.models.spec import DEFAULT_DEVICE, DTYPES, ModelSpec, check_device_name
 
 #: How a setting is given: a text from a fixed list, a device name, a switch.
 LoadKind = Literal["choice", "device", "flag"]
 #: Key of a field's :class:`LoadOption` in its ``dataclasses.field`` metadata.
 _OPTION = "gate.models.load_settings.option"
-#: The device of a model when nothing names one: the GPU when CUDA is present, else the CPU.
-DEFAULT_DEVICE = "auto"
 
 
 @dataclass(frozen=True)
@@ -103,8 +101,8 @@ class LoadSettings:
     )
 
     def __post_init__(self) -> None:
-        if self.device is not None and not DEVICE_RE.match(self.device):
-            raise ValueError(f"unknown device {self.device!r}: choose auto, cpu, cuda or cuda:N")
+        if self.device is not None:
+            check_device_name(self.device)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
 
