@@ -13,12 +13,14 @@ from rich.table import Table
 from gate.commands.options import (
     TIERS_HELP,
     color_option,
+    engine_options,
+    engine_settings,
     load_options,
     load_settings,
     model_trust_options,
     store_option,
 )
-from gate.commands.run import engine_options, runtime_option
+from gate.commands.run import runtime_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import ModelProvenance, environment
@@ -280,7 +282,6 @@ def record(
     its top-k log-probs only), says so, and the KL against it is the top-k +
     tail-bucket lower bound.
     """
-    from gate.commands.run import engine_override
     from gate.session.runner import parse_tiers
 
     given = CandidateOverrides(
@@ -288,7 +289,7 @@ def record(
         recipe=recipe,
         tiers=parse_tiers(tiers),
         model_slug=model_slug,
-        engine=engine_override(engine),
+        engine=engine_settings(**engine),
         runtime=runtime,
         load=load_settings(device, dtype, trust_remote_code),
     )
