@@ -95,8 +95,11 @@ def settings_options(
     return decorate
 
 
-def collect(param: str, names: tuple[str, ...], build: Callable[..., Any]) -> Callable[[F], F]:
-    """Hand a click command's callback ``param=build(**given)`` for the options ``names``.
+def collect(
+    param: str, names: tuple[str, ...], build: Callable[..., Any], keep: tuple[str, ...] = ()
+) -> Callable[[F], F]:
+    """Hand a click command's callback ``param=build(**given)`` for the options ``names``
+    (and ``keep``, which ``build`` reads and the callback still takes).
 
     Put it right below ``@click.command``: the command keeps its options (and its
     ``--help``), and its body receives the group as one typed object built once.
@@ -106,6 +109,7 @@ def collect(param: str, names: tuple[str, ...], build: Callable[..., Any]) -> Ca
         @functools.wraps(command)
         def collected(*args: Any, **kwargs: Any) -> Any:
             given = {name: kwargs.pop(name) for name in names}
+            given.update({name: kwargs[name] for name in keep})
             return command(*args, **{param: build(**given)}, **kwargs)
 
         return collected  # type: ignore[return-value]

@@ -28,8 +28,6 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import ExitCode, UsageError
-from gate.models.engine_settings import EngineSettings
-from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.session.options import SessionOptions
 from gate.session.run_config import CandidateOverrides, RunConfig
@@ -63,34 +61,12 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     return given or store
 
 
-def candidate_overrides(
-    *,
-    candidate: str | None,
-    recipe: str | None,
-    against: tuple[str, ...],
-    tiers: str | None,
-    calibration: Path | None,
-    model_slug: str | None,
-    runtime: str | None,
-    only: str | None,
-    load: LoadSettings,
-    engine: EngineSettings | None,
-) -> CandidateOverrides:
-    """What ``gate run``'s command line says about the candidates, typed once."""
+def candidate_overrides(*, tiers: str | None, **given: Any) -> CandidateOverrides:
+    """What ``gate run``'s command line says about the candidates, typed once (``tiers``
+    parsed; the rest as :class:`~gate.session.run_config.CandidateOverrides` names it)."""
     from gate.session.runner import parse_tiers
 
-    return CandidateOverrides(
-        candidate=candidate,
-        recipe=recipe,
-        against=against,
-        tiers=parse_tiers(tiers),
-        calibration=calibration,
-        model_slug=model_slug,
-        engine=engine,
-        runtime=runtime,
-        only=only,
-        load=load,
-    )
+    return CandidateOverrides(tiers=parse_tiers(tiers), **given)
 
 
 def shared_options(*, store: Path, **given: Any) -> SessionOptions:
@@ -266,17 +242,29 @@ def run(
     """
     from gate.workflows.plan import plan_run
 
-    if matrix and (config is None or overrides.candidate is not None):
+    if matrix:
+        return _print_matrix(config, overrides, shared, reports)
+    plan = plan_run(config, overrides, shared, reports)
+    return _gate(plan, dry_run=dry_run, localize=localize, json_out=reports.json)
+
+
+def _print_matrix(
+    config: Path | None,
+    overrides: CandidateOverrides,
+    shared: SessionOptions,
+    reports: ReportTargets,
+) -> int:
+    """``--matrix``: print the candidates of ``config`` as a CI matrix (the run config only:
+    no store, no thresholds, no model library)."""
+    from gate.workflows.matrix import matrix_json
+    from gate.workflows.plan import plan_run
+
+    if config is None or overrides.candidate is not None:
         raise UsageError(
             "--matrix lists the [[candidates]] of --config", "gate run --config gate.toml --matrix"
         )
-    plan = plan_run(config, overrides, shared, reports)
-    if matrix:  # the run config only: no store, no thresholds, no model library
-        from gate.workflows.matrix import matrix_json
-
-        click.echo(matrix_json(plan.candidates))
-        return int(ExitCode.OK)
-    return _gate(plan, dry_run=dry_run, localize=localize, json_out=reports.json)
+    click.echo(matrix_json(plan_run(config, overrides, shared, reports).candidates))
+    return int(ExitCode.OK)
 
 
 def _gate(plan: RunPlan, *, dry_run: bool, localize: bool, json_out: Path | None) -> int:
