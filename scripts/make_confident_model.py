@@ -96,7 +96,7 @@ def reply_entropy(model: torch.nn.Module, data: list[tuple[torch.Tensor, ...]]) 
 
 def own_greedy_entropy(path: Path, prompts: list[str], max_new_tokens: int) -> float:
     """Mean entropy of a saved model on its own fresh greedy replies (the gate's scorer)."""
-    backend = load_backend(ModelSpec.parse(str(path)))
+    backend = load_backend(ModelSpec.parse(str(path), device="cpu"))
     contexts = [backend.encode_prompt(p) for p in prompts]
     replies = backend.generate(contexts, max_new_tokens=max_new_tokens, batch_size=16)
     requests = [ScoreRequest(c, r) for c, r in zip(contexts, replies, strict=True) if r]
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     start = time.monotonic()
 
-    teacher = load_backend(ModelSpec.parse("demo"))
+    teacher = load_backend(ModelSpec.parse("demo", device="cpu"))
     prompts = [p.text for p in load_prompt_set(None)]
     contexts = [teacher.encode_prompt(p) for p in prompts]
     replies = teacher.generate(contexts, max_new_tokens=args.max_new_tokens, batch_size=16)

@@ -90,7 +90,7 @@ def build(recipe: str, base: Any) -> Candidate:
         path = checkpoints.find(name)
         if path is None:
             raise SystemExit(f"no {name} checkpoint: run scripts/make_compressed_checkpoints.py")
-        backend = load_backend(ModelSpec.parse(str(path)))
+        backend = load_backend(ModelSpec.parse(str(path), device="cpu"))
         return Candidate(backend, backend, lambda: None)
     model = base.model
     default = model.config._attn_implementation
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     family = dict(PANEL)
     recipes = args.recipes or [r for r, _ in PANEL] + SWEEPS
-    base = load_backend(ModelSpec.parse("demo"))
+    base = load_backend(ModelSpec.parse("demo", device="cpu"))
     pack = load_pack(PACK)
     rows = [measure("none", base, pack, args.limit, args.ppl_tokens)]
     for recipe in recipes:

@@ -487,7 +487,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         os.environ["LLAMA_ARG_REPACK"] = "0"
     llama = require("this benchmark")
     perplexity = llama.root / "bin" / "llama-perplexity"
-    spec = ModelSpec.parse(args.model)
+    spec = ModelSpec.parse(args.model, device="cpu")
     builds = [b.strip().lower() for b in args.builds.split(",") if b.strip()]
     if "f16" not in builds:
         builds.insert(0, "f16")

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         top_k=args.top_k,
         tail_samples=args.tail_samples,
     )
-    base = load_backend(ModelSpec.parse(args.model))
+    base = load_backend(ModelSpec.parse(args.model, device="cpu"))
     with tempfile.TemporaryDirectory(prefix="gate-kl-") as tmp:
         path = tier.record(base, tier.load_prompts(settings), settings, Path(tmp) / "ref.st")
         pack = load_pack(path)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "candidates": {},
     }
     for recipe in [r for r in args.recipes.split(",") if r]:
-        cand = load_backend(ModelSpec.parse(args.model), recipe)
+        cand = load_backend(ModelSpec.parse(args.model, device="cpu"), recipe)
         exact_scores, by_seed = _score(cand, pack, requests, base_rows, settings, seeds)
         exact = _read(exact_scores, pack, exact=True)
         estimates = {seed: _read(scores, pack, exact=False) for seed, scores in by_seed.items()}

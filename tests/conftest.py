@@ -147,7 +147,7 @@ def tiny_backend(tiny_model_dir: Path) -> HFBackend:
     from gate.models.backends.loading import load_backend
     from gate.models.spec import ModelSpec
 
-    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
+    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +161,7 @@ def demo_backend() -> HFBackend:
 
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")
-    return load_backend(ModelSpec.parse("demo"))
+    return load_backend(ModelSpec.parse("demo", device="cpu"))
 
 
 # ---------------------------------------------- the model behind the fake OpenAI servers
@@ -177,7 +177,7 @@ def local(tiny_model_dir: Path) -> HFBackend:
     from gate.models.spec import ModelSpec
 
     torch.set_num_threads(1)
-    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"))
+    return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,20 @@ from rich.table import Table
 from gate.commands.options import (
     TIERS_HELP,
     color_option,
+    engine_options,
+    engine_settings,
     load_options,
     load_settings,
     model_trust_options,
     store_option,
 )
-from gate.commands.run import engine_options, runtime_option
+from gate.commands.run import runtime_option
 from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import ModelProvenance, environment
 from gate.report.console import fmt_number, make_console
+from gate.session.options import SessionOptions
+from gate.session.run_config import CandidateOverrides
 from gate.store.baseline import BaselineStore, check_names
 from gate.store.measurements_file import load_measurements
 
@@ -277,36 +282,64 @@ def record(
     its top-k log-probs only), says so, and the KL against it is the top-k +
     tail-bucket lower bound.
     """
-    from gate.commands.run import effective_store, engine_override
+    from gate.session.runner import parse_tiers
+
+    given = CandidateOverrides(
+        candidate=model,
+        recipe=recipe,
+        tiers=parse_tiers(tiers),
+        model_slug=model_slug,
+        engine=engine_settings(**engine),
+        runtime=runtime,
+        load=load_settings(device, dtype, trust_remote_code),
+    )
+    trust = SessionOptions(
+        allow_pickle=allow_pickle, allow_incomplete_weights=allow_incomplete_weights
+    )
+    return _record(given, trust, label=label, ref=ref, config=config, store=store)
+
+
+def _record(
+    given: CandidateOverrides,
+    trust: SessionOptions,
+    *,
+    label: str,
+    ref: str | None,
+    config: Path | None,
+    store: Path,
+) -> int:
+    """Record ``given.candidate`` (else ``[run].baseline`` of ``config``): the command line
+    over ``[run]`` (:func:`~gate.session.run_config.command_line_over`), its inputs checked
+    before any model loads, then one record session."""
+    from gate.commands.run import effective_store
     from gate.session.inputs import prepare_session
-    from gate.session.options import SessionOptions
-    from gate.session.run_config import RunDefaults, load_run_config
-    from gate.session.runner import parse_tiers, run_session
+    from gate.session.run_config import RunDefaults, command_line_over, load_run_config
+    from gate.session.runner import run_session
 
     run_config = load_run_config(config) if config is not None else None
     defaults = run_config.run if run_config is not None else RunDefaults()
-    model = model or defaults.baseline
+    model = given.candidate or defaults.baseline
     if model is None:
         raise UsageError(
             "no model to record",
             "give --model MODEL, or set baseline = ... under [run] of the --config file",
         )
+    layered = command_line_over(given, defaults)
     target = effective_store(store, run_config)
-    _check_before_recording(target, label, ref, model_slug or defaults.model_slug)
-    options = SessionOptions(
-        recipe=recipe,
+    _check_before_recording(target, label, ref, layered.model_slug)
+    options = replace(
+        trust,
+        recipe=given.recipe,
         store=target,
         thresholds=defaults.thresholds,
         label=label,
-        model_slug=model_slug or defaults.model_slug,
+        model_slug=layered.model_slug,
         config=config,
         ref=ref,
-        calibration=defaults.calibration,
-        allow_pickle=allow_pickle,
-        allow_incomplete_weights=allow_incomplete_weights,
-        engine=engine_override(engine),
-        runtime=runtime,
-        load=load_settings(device, dtype, trust_remote_code).over(defaults.settings()),
+        calibration=layered.calibration,
+        engine=given.engine,
+        runtime=given.runtime,
+        load=layered.load,
     )
     if options.engine is not None and options.engine.paired:
         raise UsageError(
@@ -315,8 +348,7 @@ def record(
         )
     # bad input fails here, before any model loads; the session reads nothing again
     inputs = prepare_session("record", model, options, run_config=run_config)
-    code = run_session(inputs, tiers=parse_tiers(tiers) or defaults.tiers)
-    return int(code)
+    return int(run_session(inputs, tiers=layered.tiers))
 
 
 def _check_before_recording(

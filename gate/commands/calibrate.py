@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,10 +11,12 @@ import click
 
 from gate.commands.options import (
     F,
+    collect,
+    collect_load,
+    engine_settings,
     file_option,
     json_option,
     load_options,
-    load_settings,
     thresholds_option,
 )
 from gate.errors import ConfigError, ExitCode
@@ -24,6 +25,7 @@ from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 if TYPE_CHECKING:
     from gate.session.run_config import RunConfig
+    from gate.workflows.calibrate import CalibrationRequest, CheckedCalibration
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
@@ -40,20 +42,66 @@ def _sizes(text: str | None) -> tuple[int, ...] | None:
     return sizes
 
 
-def _g(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if math.isinf(value):
-        return "none"
-    return f"{value:.3g}"
-
-
 def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
     """An option of type ``kind`` whose ``default`` ``--help`` shows."""
     return click.option(name, type=kind, default=default, show_default=True, help=text)
 
 
+def calibration_request(
+    *,
+    out: Path,
+    log: Path | None,
+    config: Path | None,
+    tiers: str,
+    batch_sizes: str | None,
+    load: LoadSettings,
+    **given: Any,
+) -> CalibrationRequest:
+    """The calibration ``gate calibrate``'s command line asks for, typed once: the run config
+    parsed once, the tiers and batch sizes read, the load settings over ``[run]``'s and the
+    sessions' log beside ``out`` unless ``--log`` names one."""
+    from gate.session.run_config import load_run_config
+    from gate.session.runner import parse_tiers
+    from gate.workflows.calibrate import CalibrationRequest
+
+    run_config = load_run_config(config) if config is not None else None  # parsed once
+    return CalibrationRequest(
+        tiers=parse_tiers(tiers) or DEFAULT_CALIBRATION_TIERS,
+        batch_sizes=_sizes(batch_sizes),
+        config=run_config,
+        load=_load_settings(load, run_config),
+        log=log if log is not None else out.with_name(out.name + ".log"),
+        **given,
+    )
+
+
+#: The parameters :func:`calibration_request` collects (``out`` is also the command's).
+_REQUEST_PARAMS = (
+    "model",
+    "recipe",
+    "tiers",
+    "log",
+    "repeats",
+    "batch_sizes",
+    "order_seeds",
+    "tail_seeds",
+    "dtype_control",
+    "config",
+    "thresholds",
+    "model_slug",
+    "margin",
+    "quantile",
+    "power",
+    "allow_pickle",
+    "load",
+    "engine",
+)
+
+
 @click.command("calibrate")
+@collect_load
+@collect("engine", ("serve", "endpoint", "served_model", "api_key_env"), engine_settings)
+@collect("request", _REQUEST_PARAMS, calibration_request, keep=("out",))
 @click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
 @click.option(
     "--recipe",
@@ -119,34 +167,7 @@ def _shown(name: str, kind: Any, default: float, text: str) -> Callable[[F], F]:
     is_flag=True,
     help="Check every input, print the sessions that would run and exit 0; loads nothing.",
 )
-def calibrate(
-    model: str,
-    recipe: str | None,
-    tiers: str,
-    out: Path,
-    json_out: Path | None,
-    log: Path | None,
-    repeats: int,
-    batch_sizes: str | None,
-    order_seeds: int,
-    tail_seeds: int,
-    dtype_control: str | None,
-    serve: str | None,
-    endpoint: str | None,
-    served_model: str | None,
-    api_key_env: str | None,
-    config: Path | None,
-    thresholds: Path | None,
-    model_slug: str | None,
-    margin: float,
-    quantile: float,
-    power: float | None,
-    allow_pickle: bool,
-    device: str | None,
-    dtype: str | None,
-    trust_remote_code: bool | None,
-    dry_run: bool,
-) -> int:
+def calibrate(request: CalibrationRequest, out: Path, json_out: Path | None, dry_run: bool) -> int:
     """Measure the noise floor of MODEL on this machine and write thresholds derived from it.
 
     Records the model into a temporary store (your baseline store is never
@@ -174,139 +195,84 @@ def calibrate(
       gate calibrate --model demo --endpoint http://127.0.0.1:8000/v1 --out cal.toml
       gate run --config gate.toml --thresholds cal.toml --dry-run   # the sample-size plan
     """
-    from gate.gating.calibration.plan import describe_plans, plan_sample_sizes
-    from gate.gating.calibration.reader import read_calibration
-    from gate.gating.thresholds import load_thresholds
-    from gate.metrics.registry import all_metrics
-    from gate.models.engine_settings import engine_from_options
-    from gate.session.run_config import load_run_config
-    from gate.session.runner import parse_tiers
-    from gate.store.atomic import write_atomic
-    from gate.store.writable import check_writable, writing
-    from gate.workflows.calibrate import CalibrationRequest, check_calibration, run_calibration
+    from gate.store.writable import check_writable
+    from gate.workflows.calibrate import check_calibration
 
-    given = {"serve": serve, "endpoint": endpoint}
-    engine = engine_from_options(
-        {**given, "served_model": served_model, "api_key_env": api_key_env}
-    )
-    log_path = log if log is not None else out.with_name(out.name + ".log")
-    run_config = load_run_config(config) if config is not None else None  # parsed once
-    request = CalibrationRequest(
-        model=model,
-        recipe=recipe,
-        tiers=parse_tiers(tiers) or DEFAULT_CALIBRATION_TIERS,
-        repeats=repeats,
-        batch_sizes=_sizes(batch_sizes),
-        order_seeds=order_seeds,
-        tail_seeds=tail_seeds,
-        dtype_control=dtype_control,
-        engine=engine,
-        config=run_config,
-        thresholds=thresholds,
-        model_slug=model_slug,
-        margin=margin,
-        quantile=quantile,
-        power=power,
-        allow_pickle=allow_pickle,
-        load=_load_settings(load_settings(device, dtype, trust_remote_code), run_config),
-        log=log_path,
-    )
     checked = check_calibration(request)
     check_writable(out, "--out")
-    check_writable(log_path, "--log")
+    assert request.log is not None  # calibration_request names one
+    check_writable(request.log, "--log")
     if json_out is not None:
         check_writable(json_out, "--json")
     if dry_run:
-        click.echo(
-            f"gate calibrate --dry-run: {model}, tiers {', '.join(request.tiers)}; "
-            "nothing was loaded or measured"
-        )
-        click.echo(f"  declared bounds: {checked.thresholds.source}")
-        click.echo(f"  settings: {json.dumps(dict(checked.tables))}")
-        for ref, seed in checked.tail_refs:
-            click.echo(f"  record {ref}: fidelity with tail_seed {seed}")
-        for pert in checked.perturbations:
-            extra = f" {json.dumps(dict(pert.overrides))}" if pert.overrides else ""
-            kind = " (control)" if pert.control else ""
-            click.echo(f"  run {pert.source}{kind}: {', '.join(pert.tiers)}{extra}")
-        click.echo(f"  {checked.sessions} sessions; writes {out}, log {log_path}")
-        click.echo("gate: dry run OK (exit 0)")
+        for line in _dry_run_lines(checked, out):
+            click.echo(line)
         return int(ExitCode.OK)
+    _calibrate(checked, out, json_out)
+    return int(ExitCode.OK)
+
+
+def _dry_run_lines(checked: CheckedCalibration, out: Path) -> list[str]:
+    """What ``--dry-run`` prints: the sessions that would run and what they would write."""
+    request = checked.request
+    lines = [
+        f"gate calibrate --dry-run: {request.model}, tiers {', '.join(request.tiers)}; "
+        "nothing was loaded or measured",
+        f"  declared bounds: {checked.thresholds.source}",
+        f"  settings: {json.dumps(dict(checked.tables))}",
+    ]
+    lines += [f"  record {ref}: fidelity with tail_seed {seed}" for ref, seed in checked.tail_refs]
+    for pert in checked.perturbations:
+        extra = f" {json.dumps(dict(pert.overrides))}" if pert.overrides else ""
+        kind = " (control)" if pert.control else ""
+        lines.append(f"  run {pert.source}{kind}: {', '.join(pert.tiers)}{extra}")
+    lines.append(f"  {checked.sessions} sessions; writes {out}, log {request.log}")
+    lines.append("gate: dry run OK (exit 0)")
+    return lines
+
+
+def _calibrate(checked: CheckedCalibration, out: Path, json_out: Path | None) -> None:
+    """Run the calibration of ``checked``, write the thresholds to ``out`` (and the JSON
+    document to ``json_out``) and print the report and the sample-size plan."""
+    from gate.gating.calibration.plan import describe_plans, plan_sample_sizes
+    from gate.gating.calibration.reader import read_calibration
+    from gate.gating.calibration.writer import render_thresholds
+    from gate.gating.thresholds import load_thresholds
+    from gate.metrics.registry import all_metrics
+    from gate.report.calibration import calibration_document, calibration_lines
+    from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
+    from gate.workflows.calibrate import run_calibration
+
+    request = checked.request
+    log_path = request.log
+    assert log_path is not None  # calibration_request names one
     with writing("--log", log_path):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_path.write_text("", encoding="utf-8")
     result = run_calibration(checked)
-    from gate.gating.calibration.writer import render_thresholds
-
     specs = all_metrics()
     text = render_thresholds(checked.thresholds, result.record, specs)
     with writing("--out", out):
         write_atomic(out, text.encode("utf-8"))
     written = load_thresholds(out)  # what gate run will read, checked
-    record = result.record
-    click.echo(
-        f"gate calibrate: {model} on {record.hardware}, {len(record.sources)} noise sources: "
-        + ", ".join(record.sources)
-    )
-    header = (
-        f"{'metric':24} {'noise max':>10} {'(source)':<20} {'Q':>9} {'warn':>9} {'critical':>9}"
-        f" {'rule':>9} {'spread':>9} {'n':>5} {'MDE':>9} {'n needed':>9}"
-    )
-    click.echo(header)
-    for name, cal in record.metrics.items():
-        if cal.warn is None:
-            continue
-        sources = cal.noise_sources
-        worst = max(sources, key=lambda s: sources[s]) if sources else "-"
-        click.echo(
-            f"{name:24} {_g(sources.get(worst)):>10} {worst[:20]:<20} {_g(cal.noise):>9}"
-            f" {_g(cal.warn):>9} {_g(cal.critical):>9} {cal.rule:>9} {_g(cal.spread):>9}"
-            f" {cal.n:>5} {_g(cal.mde):>9} {cal.needed_n if cal.needed_n else '-':>9}"
-        )
-    blocked = [s for s, c in result.session_codes.items() if c == ExitCode.BLOCKED]
-    if blocked:
-        click.echo(
-            "noise crossed a declared critical bound in: "
-            + ", ".join(blocked)
-            + " (the bounds above are raised past it)"
-        )
+    for line in calibration_lines(request.model, result.record, result.session_codes):
+        click.echo(line)
     calibration = read_calibration(written.calibration, str(out))
     plans = plan_sample_sizes(written, calibration, specs, request.tiers)
     for line in describe_plans(plans, calibration):
         click.echo(line)
     if json_out is not None:
-        doc = {
-            "kind": "gate-calibration",
-            "model": model,
-            "thresholds": str(out),
-            "hardware": record.hardware,
-            "created": record.created,
-            "sources": list(record.sources),
-            "session_exit_codes": dict(result.session_codes),
-            "metrics": {
-                name: {
-                    "noise": cal.summary(),
-                    "sources": cal.noise_sources,
-                    "warn": cal.warn,
-                    "critical": cal.critical,
-                    "rule": cal.rule,
-                    "test": cal.test,
-                    "spread": cal.spread,
-                    "n": cal.n,
-                    "mde": cal.mde if cal.mde is None or math.isfinite(cal.mde) else None,
-                    "needed_n": cal.needed_n,
-                }
-                for name, cal in record.metrics.items()
-            },
-        }
+        doc = calibration_document(request.model, str(out), result.record, result.session_codes)
         with writing("--json", json_out):
             write_atomic(json_out, (json.dumps(doc, indent=2) + "\n").encode())
     click.echo(f"gate: wrote {out} (sessions' reports: {log_path})")
-    return int(ExitCode.OK)
 
 
 def _load_settings(given: LoadSettings, config: RunConfig | None) -> LoadSettings:
-    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``."""
-    if config is None:
-        return given
-    return given.over(config.run.settings())
+    """The command line's device, dtype and trust over the ``[run]`` keys of ``--config``
+    (the one override rule, :func:`gate.session.run_config.command_line_over`)."""
+    from gate.session.run_config import CandidateOverrides, RunDefaults, command_line_over
+
+    defaults = config.run if config is not None else RunDefaults()
+    return command_line_over(CandidateOverrides(load=given), defaults).load

@@ -12,12 +12,15 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gate.commands.options import file_option, thresholds_option
 from gate.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gate.gating.rule_power import PairedTest, ToleranceRule
 
 #: The flip rate assumed when none is given or measured (answers lost plus gained, over n).
 ASSUMED_FLIP_RATE = 0.10
@@ -41,22 +44,15 @@ def _drops(text: str) -> tuple[float, ...]:
 
 
 def check_inputs(
-    *,
-    n: int,
-    baseline: float,
-    tolerance: float,
-    relative: bool,
-    baseline_n: int | None,
-    drops: Sequence[float],
-    flip_rate: float | None,
-    alpha: float,
-    power: float,
+    rule: ToleranceRule, paired: PairedTest, drops: Sequence[float], power: float
 ) -> None:
-    """One :class:`UsageError` (exit 4) for the first option out of range."""
+    """One :class:`UsageError` (exit 4) for the first option out of range (``drops``: every
+    drop asked about)."""
+    n, baseline, tolerance, relative = rule.n, rule.baseline, rule.tolerance, rule.relative
     if n < 1:
         raise UsageError(f"--n {n} must be at least 1", "give the benchmark's item count")
-    if baseline_n is not None and baseline_n < 1:
-        raise UsageError(f"--baseline-n {baseline_n} must be at least 1", "or leave it out")
+    if rule.baseline_n is not None and rule.baseline_n < 1:
+        raise UsageError(f"--baseline-n {rule.baseline_n} must be at least 1", "or leave it out")
     _open_unit("--baseline", baseline)
     if not (math.isfinite(tolerance) and tolerance > 0.0):
         raise UsageError(f"--tolerance {tolerance:g} must be > 0", "e.g. --tolerance 0.08")
@@ -76,7 +72,8 @@ def check_inputs(
                 f"drop {d:g} puts the candidate's accuracy at {baseline - d:g}, outside (0, 1)",
                 "give drops as fractions of accuracy smaller than the baseline",
             )
-    if flip_rate is not None and not 0.0 < flip_rate <= 1.0:
+    flip_rate, alpha = paired.flip_rate, paired.alpha
+    if not 0.0 < flip_rate <= 1.0:
         raise UsageError(f"--flip-rate {flip_rate:g} is outside (0, 1]", "e.g. --flip-rate 0.1")
     if not 0.0 < alpha < 0.5:
         raise UsageError(f"--alpha {alpha:g} is outside (0, 0.5)", "e.g. --alpha 0.01")
@@ -189,10 +186,9 @@ def power(
       gate power --n 1319 --baseline 0.78 --tolerance 0.08 --baseline-n 1319
       gate power --tolerance 0.08 --samples base/samples_gsm8k_*.jsonl cand/samples_gsm8k_*.jsonl
     """
-    from gate.gating.rule_power import PairedTest, ToleranceRule, exact, table
+    from gate.gating.rule_power import PairedTest, ToleranceRule
     from gate.gating.thresholds import load_thresholds
-    from gate.store.atomic import write_atomic
-    from gate.store.writable import check_writable, writing
+    from gate.store.writable import check_writable
 
     if json_out is not None:
         check_writable(json_out, "--json")
@@ -200,68 +196,88 @@ def power(
     alpha = limits.alpha if alpha is None else alpha
     target = limits.power if target is None else target
     source = "--flip-rate" if flip_rate is not None else "assumed"
-    counted: dict[str, Any] | None = None
-    if samples is not None:
-        if flip_rate is not None:
-            raise UsageError("--flip-rate and --samples both given", "give one of them")
-        counted = _count_flips(samples, filter_name)
-        if counted["flip_rate"] == 0.0:
-            raise UsageError(
-                f"the samples show no flips in {counted['n']} documents",
-                "give --flip-rate for the build you expect",
-            )
-        flip_rate = counted["flip_rate"]
-        source = "samples"
+    counted = _counted(samples, filter_name, flip_rate)
+    if counted is not None:
+        flip_rate, source = counted["flip_rate"], "samples"
         n = counted["n"] if n is None else n
         baseline = counted["baseline"] if baseline is None else baseline
     if n is None or baseline is None:
         raise UsageError("--n and --baseline are required", "or give --samples BASE CAND")
     rate = ASSUMED_FLIP_RATE if flip_rate is None else flip_rate
     drops = _drops(drops_text)
-    check_inputs(
-        n=n,
-        baseline=baseline,
-        tolerance=tolerance,
-        relative=relative,
-        baseline_n=baseline_n,
-        drops=(drop, *drops),
-        flip_rate=rate,
-        alpha=alpha,
-        power=target,
-    )
     rule = ToleranceRule(n, baseline, tolerance, relative, two_sided, baseline_n)
     paired = PairedTest(n, rate, alpha)
-    rows = table(rule, paired, drops, power=target)
-    k_lo, k_hi = rule.fail_counts(exact(baseline))
-    doc: dict[str, Any] = {
+    check_inputs(rule, paired, (drop, *drops), target)
+    doc = _document(rule, paired, drops, drop=drop, power=target, source=source, counted=counted)
+    _print(doc)
+    if json_out is not None:
+        _write_json(json_out, doc)
+    return int(ExitCode.OK)
+
+
+def _counted(
+    samples: tuple[Path, Path] | None, filter_name: str | None, flip_rate: float | None
+) -> dict[str, Any] | None:
+    """The flips counted in two lm-eval samples files (``None``: no ``--samples``); with
+    ``--flip-rate`` too, or no flip at all, a :class:`UsageError`."""
+    if samples is None:
+        return None
+    if flip_rate is not None:
+        raise UsageError("--flip-rate and --samples both given", "give one of them")
+    counted = _count_flips(samples, filter_name)
+    if counted["flip_rate"] == 0.0:
+        raise UsageError(
+            f"the samples show no flips in {counted['n']} documents",
+            "give --flip-rate for the build you expect",
+        )
+    return counted
+
+
+def _document(
+    rule: ToleranceRule,
+    paired: PairedTest,
+    drops: Sequence[float],
+    *,
+    drop: float,
+    power: float,
+    source: str,
+    counted: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The ``gate.power`` document: the rule's figures, the paired test's and the table over
+    ``drops`` (what is printed, and written with ``--json``)."""
+    from gate.gating.rule_power import exact, table
+
+    rows = table(rule, paired, drops, power=power)
+    k_lo, k_hi = rule.fail_counts(exact(rule.baseline))
+    return {
         "kind": "gate.power",
         "rule": {
-            "n": n,
-            "baseline": baseline,
-            "tolerance": tolerance,
-            "mode": "relative" if relative else "absolute",
-            "sided": "two" if two_sided else "one",
-            "baseline_n": baseline_n,
-            "baseline_noise": "exact" if baseline_n is None else "binomial",
+            "n": rule.n,
+            "baseline": rule.baseline,
+            "tolerance": rule.tolerance,
+            "mode": "relative" if rule.relative else "absolute",
+            "sided": "two" if rule.two_sided else "one",
+            "baseline_n": rule.baseline_n,
+            "baseline_noise": "exact" if rule.baseline_n is None else "binomial",
             "fails_at_or_below": k_lo,
             "fails_at_or_above": k_hi,
             "drop": drop,
             "detection": rule.detection(drop),
             "false_alarm": rule.false_alarm,
-            "mde": rule.mde(target),
+            "mde": rule.mde(power),
         },
         "paired": {
             "test": "mcnemar",
-            "alpha": alpha,
-            "power": target,
-            "flip_rate": rate,
+            "alpha": paired.alpha,
+            "power": power,
+            "flip_rate": paired.flip_rate,
             "flip_rate_source": source,
             "counted": counted,
             "drop": drop,
             "detection": paired.detection(drop),
             "false_alarm": paired.detection(0.0),
-            "n_needed": paired.n_needed(drop, target),
-            "mde": _finite(paired.mde(target)),
+            "n_needed": paired.n_needed(drop, power),
+            "mde": _finite(paired.mde(power)),
         },
         "table": [
             {
@@ -273,11 +289,15 @@ def power(
             for r in rows
         ],
     }
-    _print(doc)
-    if json_out is not None:
-        with writing("--json", json_out):
-            write_atomic(json_out, (json.dumps(doc, indent=2) + "\n").encode())
-    return int(ExitCode.OK)
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``--json`` ``path`` (atomically; an OS error is one line, exit 4)."""
+    from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
+
+    with writing("--json", path):
+        write_atomic(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
 def _count_flips(samples: tuple[Path, Path], filter_name: str | None) -> dict[str, Any]:

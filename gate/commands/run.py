@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gate.commands.options import (
     TIERS_HELP,
+    collect,
+    collect_engine,
+    collect_load,
+    collect_reports,
     dir_option,
+    engine_options,
     explicit_store,
     file_option,
     json_option,
     load_options,
-    load_settings,
+    measurements_option,
     model_trust_options,
     report_options,
     store_option,
@@ -23,36 +28,14 @@ from gate.commands.options import (
     thresholds_option,
 )
 from gate.errors import ExitCode, UsageError
-from gate.models.engine_settings import EngineSettings, OptionKind, engine_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.options import SessionOptions
 from gate.session.run_config import CandidateOverrides, RunConfig
 
+if TYPE_CHECKING:
+    from gate.workflows.plan import RunPlan
+
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-#: The click type of each kind of engine setting.
-_CLICK_TYPES: dict[OptionKind, Any] = {
-    "text": str,
-    "texts": str,
-    "count": click.IntRange(min=1),
-    "seconds": click.FloatRange(min=0, min_open=True),
-    "file": click.Path(dir_okay=False, path_type=Path),
-}
-
-
-def engine_options(command: _F) -> _F:
-    """The serving-engine options of ``gate run`` (docs/serving.md), one per field of
-    :class:`~gate.models.engine_settings.EngineSettings`, keyword-named as the field."""
-    for name, option in reversed(engine_setting_options()):
-        command = click.option(
-            option.flag,
-            name,
-            type=_CLICK_TYPES[option.kind],
-            multiple=option.kind == "texts",  # one per replica
-            help=option.help,
-        )(command)
-    return command
-
 
 #: ``--engine``: the engine that runs a ``gguf-*`` recipe's file (docs/gguf.md).
 RUNTIME_HELP = (
@@ -70,14 +53,6 @@ def runtime_option(command: _F) -> _F:
     )(command)
 
 
-def engine_override(given: dict[str, Any]) -> EngineSettings | None:
-    """The engine the command line names (``None``: none); the one reader of engine options
-    (:func:`gate.models.engine_settings.engine_from_options`)."""
-    from gate.models.engine_settings import engine_from_options
-
-    return engine_from_options(given)
-
-
 def effective_store(store: Path, config: RunConfig | None) -> Path:
     """``--store`` / ``$GATE_STORE`` when given, else ``[run].store``, else the default."""
     given = explicit_store(store)
@@ -86,7 +61,46 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     return given or store
 
 
+def candidate_overrides(*, tiers: str | None, **given: Any) -> CandidateOverrides:
+    """What ``gate run``'s command line says about the candidates, typed once (``tiers``
+    parsed; the rest as :class:`~gate.session.run_config.CandidateOverrides` names it)."""
+    from gate.session.runner import parse_tiers
+
+    return CandidateOverrides(tiers=parse_tiers(tiers), **given)
+
+
+def shared_options(*, store: Path, **given: Any) -> SessionOptions:
+    """The session options ``gate run`` gives every candidate's session (``--store`` only
+    when the user gave it: else the config's, :func:`gate.workflows.plan.plan_run`)."""
+    return SessionOptions(store=explicit_store(store), **given)
+
+
+#: The parameters :func:`candidate_overrides` collects (besides ``load`` and ``engine``).
+_CANDIDATE_PARAMS = ("candidate", "recipe", "against", "tiers", "calibration", "model_slug")
+#: The parameters :func:`shared_options` collects.
+_SHARED_PARAMS = (
+    "store",
+    "thresholds",
+    "strict",
+    "verbose",
+    "history",
+    "allow_hardware_mismatch",
+    "paired_latency",
+    "allow_pickle",
+    "allow_incomplete_weights",
+)
+
+
 @click.command("run")
+@collect_load
+@collect_engine
+@collect(
+    "overrides",
+    (*_CANDIDATE_PARAMS, "runtime", "only", "load", "engine"),
+    candidate_overrides,
+)
+@collect("shared", _SHARED_PARAMS, shared_options)
+@collect_reports("json", "html", "junit", "markdown", "measurements")
 @click.option(
     "--candidate",
     help="Model id, local directory, .gguf file, or 'demo' (without it: every candidate of --config).",
@@ -131,12 +145,7 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
 @engine_options
 @store_option
 @report_options
-@file_option(
-    "--measurements",
-    "measurements_out",
-    help="Also write what the run measured here: a measurements file that `gate compare` "
-    "re-gates against another baseline or thresholds file without measuring again.",
-)
+@measurements_option
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -163,36 +172,13 @@ def effective_store(store: Path, config: RunConfig | None) -> Path:
     "carry the loss and the repaired build, gated (with --json, also <name>.localize.json).",
 )
 def run(
-    candidate: str | None,
-    recipe: str | None,
-    against: tuple[str, ...],
-    tiers: str | None,
-    json_out: Path | None,
+    overrides: CandidateOverrides,
+    shared: SessionOptions,
+    reports: ReportTargets,
     config: Path | None,
-    calibration: Path | None,
-    thresholds: Path | None,
-    strict: bool,
-    model_slug: str | None,
-    verbose: bool,
-    history: Path | None,
-    allow_hardware_mismatch: bool,
-    paired_latency: bool,
-    allow_pickle: bool,
-    allow_incomplete_weights: bool,
-    device: str | None,
-    dtype: str | None,
-    trust_remote_code: bool | None,
-    store: Path,
-    html_out: Path | None,
-    junit_out: Path | None,
-    markdown_out: Path | None,
-    measurements_out: Path | None,
     dry_run: bool,
     matrix: bool,
-    only: str | None,
     localize: bool,
-    runtime: str | None,
-    **engine: Any,
 ) -> int:
     """Measure a candidate build (or every candidate of --config) and gate it against baselines.
 
@@ -254,57 +240,46 @@ def run(
     recorded the baseline. --baseline-serve/--baseline-endpoint time the
     baseline build's engine beside the candidate (paired latency).
     """
-    from gate.report.console import make_console
-    from gate.session.runner import parse_tiers
-    from gate.workflows.multirun import execute_plan
-    from gate.workflows.plan import check_plan, describe_plan, plan_run
+    from gate.workflows.plan import plan_run
 
-    overrides = CandidateOverrides(
-        candidate=candidate,
-        recipe=recipe,
-        against=against,
-        tiers=parse_tiers(tiers),
-        calibration=calibration,
-        model_slug=model_slug,
-        engine=engine_override(engine),
-        runtime=runtime,
-        only=only,
-        load=load_settings(device, dtype, trust_remote_code),
-    )
-    shared = SessionOptions(
-        store=explicit_store(store),
-        thresholds=thresholds,
-        strict=strict,
-        verbose=verbose,
-        history=history,
-        allow_hardware_mismatch=allow_hardware_mismatch,
-        paired_latency=paired_latency,
-        allow_pickle=allow_pickle,
-        allow_incomplete_weights=allow_incomplete_weights,
-    )
-    targets = ReportTargets(
-        json=json_out,
-        html=html_out,
-        junit=junit_out,
-        markdown=markdown_out,
-        measurements=measurements_out,
-    )
-    if matrix and (config is None or candidate is not None):
+    if matrix:
+        return _print_matrix(config, overrides, shared, reports)
+    plan = plan_run(config, overrides, shared, reports)
+    return _gate(plan, dry_run=dry_run, localize=localize, json_out=reports.json)
+
+
+def _print_matrix(
+    config: Path | None,
+    overrides: CandidateOverrides,
+    shared: SessionOptions,
+    reports: ReportTargets,
+) -> int:
+    """``--matrix``: print the candidates of ``config`` as a CI matrix (the run config only:
+    no store, no thresholds, no model library)."""
+    from gate.workflows.matrix import matrix_json
+    from gate.workflows.plan import plan_run
+
+    if config is None or overrides.candidate is not None:
         raise UsageError(
             "--matrix lists the [[candidates]] of --config", "gate run --config gate.toml --matrix"
         )
-    plan = plan_run(config, overrides, shared, targets)
-    if matrix:  # the run config only: no store, no thresholds, no model library
-        from gate.workflows.matrix import matrix_json
+    click.echo(matrix_json(plan_run(config, overrides, shared, reports).candidates))
+    return int(ExitCode.OK)
 
-        click.echo(matrix_json(plan.candidates))
-        return int(ExitCode.OK)
+
+def _gate(plan: RunPlan, *, dry_run: bool, localize: bool, json_out: Path | None) -> int:
+    """Check every input of every candidate of ``plan`` before any model loads, then (unless
+    ``dry_run``: print what would run) gate them; a blocked ``--localize`` build is localized."""
+    from gate.report.console import make_console
+    from gate.workflows.multirun import execute_plan
+    from gate.workflows.plan import check_plan, describe_plan
+
     checked = check_plan(plan)  # every input of every candidate, before any model loads
     if dry_run:
         for line in describe_plan(plan, checked):
             click.echo(line)
         return int(ExitCode.OK)
-    if localize and candidate is None:
+    if localize and not plan.single:
         raise UsageError(
             "--localize localizes one --candidate build",
             "gate run --candidate MODEL --recipe RECIPE --localize",

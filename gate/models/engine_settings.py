@@ -1,7 +1,7 @@
 """The serving-engine settings of a gate session, declared once: :class:`EngineSettings`.
 
 Each field is one engine setting, typed (numbers as numbers). Its
-:class:`EngineOption` metadata says how a user gives it, and from that one
+:class:`~gate.config_options.SettingOption` says how a user gives it, and from that one
 declaration come
 
 * the ``gate run`` option (``--serve``, ``--request-timeout``; :mod:`gate.commands.run`);
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from gate.config import build_dataclass
+from gate.config_options import SettingOption, option_of, setting, setting_options
 from gate.errors import ConfigError
 from gate.models.backends.openai_client import (
     DEFAULT_MAX_CONCURRENCY,
@@ -41,36 +41,8 @@ from gate.models.backends.openai_client import (
 )
 from gate.models.masking import mask_command, mask_url
 
-#: How a setting's value is read: text, repeatable text (one value per replica), a count
-#: (int >= 1), seconds (float > 0), a file.
-OptionKind = Literal["text", "texts", "count", "seconds", "file"]
-#: Key of a field's :class:`EngineOption` in its ``dataclasses.field`` metadata.
-_OPTION = "gate.models.engine_settings.option"
 #: Seconds a started server has to answer ``/health`` when nothing says otherwise.
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
-
-
-@dataclass(frozen=True)
-class EngineOption:
-    """How one engine setting is given on the command lines."""
-
-    #: The ``gate run`` option (``--request-timeout``); pytest's is ``--gate-`` + the rest.
-    flag: str
-    kind: OptionKind
-    #: Help text of the ``gate run`` option.
-    help: str
-    #: Help text of the pytest option.
-    pytest_help: str
-
-    @property
-    def pytest_flag(self) -> str:
-        """The pytest option of the suites (``--gate-request-timeout``)."""
-        return "--gate-" + self.flag.removeprefix("--")
-
-
-def _option(flag: str, kind: OptionKind, help: str, pytest_help: str) -> dict[str, EngineOption]:
-    """The ``metadata`` of a field of :class:`EngineSettings`: its :class:`EngineOption`."""
-    return {_OPTION: EngineOption(flag=flag, kind=kind, help=help, pytest_help=pytest_help)}
 
 
 @dataclass(frozen=True)
@@ -87,118 +59,94 @@ class EngineSettings:
     mode on).
     """
 
-    serve: str | tuple[str, ...] | None = field(
-        default=None,
-        metadata=_option(
-            "--serve",
-            "texts",
-            "Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves; "
-            "repeat it for replicas of the same build.",
-            "engine: start this server command, gate what it serves (repeatable: replicas)",
-        ),
+    serve: str | tuple[str, ...] | None = setting(
+        None,
+        flag="--serve",
+        kind="texts",
+        help="Start this engine command (e.g. vLLM's OpenAI server) and gate what it serves; "
+        "repeat it for replicas of the same build.",
+        pytest_help="engine: start this server command, gate what it serves (repeatable: replicas)",
     )
-    endpoint: str | tuple[str, ...] | None = field(
-        default=None,
-        metadata=_option(
-            "--endpoint",
-            "texts",
-            "Gate the model behind this running OpenAI-compatible server (URL .../v1); "
-            "repeat it for replicas of the same build.",
-            "engine: OpenAI base URL of a running server (repeatable: replicas)",
-        ),
+    endpoint: str | tuple[str, ...] | None = setting(
+        None,
+        flag="--endpoint",
+        kind="texts",
+        help="Gate the model behind this running OpenAI-compatible server (URL .../v1); "
+        "repeat it for replicas of the same build.",
+        pytest_help="engine: OpenAI base URL of a running server (repeatable: replicas)",
     )
-    served_model: str | None = field(
-        default=None,
-        metadata=_option(
-            "--served-model",
-            "text",
-            "Served model name at the engine (default: the first it lists).",
-            "engine: served model name (default: the first)",
-        ),
+    served_model: str | None = setting(
+        None,
+        flag="--served-model",
+        kind="text",
+        help="Served model name at the engine (default: the first it lists).",
+        pytest_help="engine: served model name (default: the first)",
     )
-    api_key_env: str | None = field(
-        default=None,
-        metadata=_option(
-            "--api-key-env",
-            "text",
-            "Environment variable holding the engine's API key (never the key).",
-            "engine: environment variable with the API key",
-        ),
+    api_key_env: str | None = setting(
+        None,
+        flag="--api-key-env",
+        kind="text",
+        help="Environment variable holding the engine's API key (never the key).",
+        pytest_help="engine: environment variable with the API key",
     )
-    max_concurrency: int = field(
-        default=DEFAULT_MAX_CONCURRENCY,
-        metadata=_option(
-            "--max-concurrency",
-            "count",
-            "Engine requests in flight at once (default 8).",
-            "engine: requests in flight at once",
-        ),
+    max_concurrency: int = setting(
+        DEFAULT_MAX_CONCURRENCY,
+        flag="--max-concurrency",
+        kind="count",
+        help="Engine requests in flight at once (default 8).",
+        pytest_help="engine: requests in flight at once",
     )
-    request_timeout_s: float = field(
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        metadata=_option(
-            "--request-timeout",
-            "seconds",
-            "Seconds per engine response.",
-            "engine: seconds to wait for a response",
-        ),
+    request_timeout_s: float = setting(
+        DEFAULT_REQUEST_TIMEOUT_S,
+        flag="--request-timeout",
+        kind="seconds",
+        help="Seconds per engine response.",
+        pytest_help="engine: seconds to wait for a response",
     )
-    served_logprobs: int = field(
-        default=DEFAULT_SERVED_LOGPROBS,
-        metadata=_option(
-            "--served-logprobs",
-            "count",
-            "Log-probs asked per position for the fidelity rows (default 64; the vocabulary"
-            " size makes a served KL exact; the server's --max-logprobs must allow it).",
-            "engine: log-probs asked per position for the fidelity rows",
-        ),
+    served_logprobs: int = setting(
+        DEFAULT_SERVED_LOGPROBS,
+        flag="--served-logprobs",
+        kind="count",
+        help="Log-probs asked per position for the fidelity rows (default 64; the vocabulary"
+        " size makes a served KL exact; the server's --max-logprobs must allow it).",
+        pytest_help="engine: log-probs asked per position for the fidelity rows",
     )
-    scoring_api: ScoringApi = field(
-        default="auto",
-        metadata=_option(
-            "--scoring-api",
-            "text",
-            "How the engine scores teacher-forced tokens: auto (default), prompt_logprobs or"
-            " echo (vLLM, SGLang), forced or positions (llama-server); docs/serving.md.",
-            "engine: how served scoring asks for log-probs (auto, prompt_logprobs, echo, forced,"
-            " positions)",
-        ),
+    scoring_api: ScoringApi = setting(
+        "auto",
+        flag="--scoring-api",
+        kind="text",
+        help="How the engine scores teacher-forced tokens: auto (default), prompt_logprobs or"
+        " echo (vLLM, SGLang), forced or positions (llama-server); docs/serving.md.",
+        pytest_help="engine: how served scoring asks for log-probs (auto, prompt_logprobs, echo, forced,"
+        " positions)",
     )
-    startup_timeout_s: float = field(
-        default=DEFAULT_STARTUP_TIMEOUT_S,
-        metadata=_option(
-            "--startup-timeout",
-            "seconds",
-            "Seconds a --serve server has.",
-            "engine: seconds a started server has",
-        ),
+    startup_timeout_s: float = setting(
+        DEFAULT_STARTUP_TIMEOUT_S,
+        flag="--startup-timeout",
+        kind="seconds",
+        help="Seconds a --serve server has.",
+        pytest_help="engine: seconds a started server has",
     )
-    server_log: Path | None = field(
-        default=None,
-        metadata=_option(
-            "--server-log",
-            "file",
-            "Log file of a --serve server.",
-            "engine: the started server's log file",
-        ),
+    server_log: Path | None = setting(
+        None,
+        flag="--server-log",
+        kind="file",
+        help="Log file of a --serve server.",
+        pytest_help="engine: the started server's log file",
     )
-    baseline_serve: str | None = field(
-        default=None,
-        metadata=_option(
-            "--baseline-serve",
-            "text",
-            "Engine command of the baseline build (paired latency A/B).",
-            "engine of the baseline build timed beside the candidate (paired latency)",
-        ),
+    baseline_serve: str | None = setting(
+        None,
+        flag="--baseline-serve",
+        kind="text",
+        help="Engine command of the baseline build (paired latency A/B).",
+        pytest_help="engine of the baseline build timed beside the candidate (paired latency)",
     )
-    baseline_endpoint: str | None = field(
-        default=None,
-        metadata=_option(
-            "--baseline-endpoint",
-            "text",
-            "Endpoint of the baseline build (paired latency A/B).",
-            "endpoint of the baseline build timed beside the candidate (paired latency)",
-        ),
+    baseline_endpoint: str | None = setting(
+        None,
+        flag="--baseline-endpoint",
+        kind="text",
+        help="Endpoint of the baseline build (paired latency A/B).",
+        pytest_help="endpoint of the baseline build timed beside the candidate (paired latency)",
     )
 
     def __post_init__(self) -> None:
@@ -291,23 +239,16 @@ def _items(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
-def engine_setting_options() -> tuple[tuple[str, EngineOption], ...]:
+def engine_setting_options() -> tuple[tuple[str, SettingOption], ...]:
     """``(field name, option)`` of every engine setting, in declaration (``--help``) order."""
-    return tuple(
-        (item.name, item.metadata[_OPTION])
-        for item in dataclasses.fields(EngineSettings)
-        if _OPTION in item.metadata
-    )
+    return setting_options(EngineSettings)
 
 
-def _option_of(name: str) -> EngineOption:
-    for item in dataclasses.fields(EngineSettings):
-        if item.name == name:
-            return item.metadata[_OPTION]  # type: ignore[no-any-return]
-    raise KeyError(f"{name!r} is not an engine setting")
+def _option_of(name: str) -> SettingOption:
+    return option_of(EngineSettings, name)
 
 
-def _number(text: str, option: EngineOption) -> int | float:
+def _number(text: str, option: SettingOption) -> int | float:
     """An engine number given as text (``--gate-max-concurrency 4``)."""
     try:
         return int(text) if option.kind == "count" else float(text)
@@ -360,9 +301,7 @@ def engine_from_options(
 
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT_S",
-    "EngineOption",
     "EngineSettings",
-    "OptionKind",
     "engine_from_options",
     "engine_setting_options",
 ]

@@ -2,8 +2,8 @@
 
 Three settings: the device (``auto``, ``cpu``, ``cuda``, ``cuda:N``), the dtype
 the weights are loaded in, and whether the model's own code may run
-(``trust_remote_code``). Each field is one setting, and its :class:`LoadOption`
-metadata says how a user gives it. From that one declaration come
+(``trust_remote_code``). Each field is one setting, and its
+:class:`~gate.config_options.SettingOption` says how a user gives it. From that one declaration come
 
 * the option of ``gate run``, ``gate baseline record``, ``gate calibrate`` and
   ``gate demo`` (``--device``, ``--dtype``, ``--trust-remote-code``;
@@ -26,42 +26,11 @@ Nothing here imports torch: whether CUDA is present is asked by
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from gate.models.spec import DEVICE_RE, DTYPES, ModelSpec
-
-#: How a setting is given: a text from a fixed list, a device name, a switch.
-LoadKind = Literal["choice", "device", "flag"]
-#: Key of a field's :class:`LoadOption` in its ``dataclasses.field`` metadata.
-_OPTION = "gate.models.load_settings.option"
-#: The device of a model when nothing names one: the GPU when CUDA is present, else the CPU.
-DEFAULT_DEVICE = "auto"
-
-
-@dataclass(frozen=True)
-class LoadOption:
-    """How one load setting is given on the command lines."""
-
-    #: The command option (``--device``); pytest's is ``--gate-`` + the rest.
-    flag: str
-    kind: LoadKind
-    #: Help text of the command option.
-    help: str
-    #: The values a ``choice`` takes.
-    choices: tuple[str, ...] = ()
-
-    @property
-    def pytest_flag(self) -> str:
-        """The pytest option of the suites (``--gate-device``)."""
-        return "--gate-" + self.flag.removeprefix("--")
-
-
-def _option(
-    flag: str, kind: LoadKind, help: str, choices: tuple[str, ...] = ()
-) -> dict[str, LoadOption]:
-    return {_OPTION: LoadOption(flag=flag, kind=kind, help=help, choices=choices)}
+from gate.config_options import SettingOption, setting, setting_options, toml_keys
+from gate.models.spec import DEFAULT_DEVICE, DTYPES, ModelSpec, check_device_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,36 +44,27 @@ class LoadSettings:
     and a CUDA device without CUDA is refused before anything loads (exit 4).
     """
 
-    device: str | None = field(
-        default=None,
-        metadata=_option(
-            "--device",
-            "device",
-            "Where an in-process model runs: auto (the GPU when CUDA is present, spread over "
-            "several when it does not fit one; else the CPU), cpu, cuda or cuda:N.",
-        ),
+    device: str | None = setting(
+        flag="--device",
+        kind="device",
+        help="Where an in-process model runs: auto (the GPU when CUDA is present, spread over "
+        "several when it does not fit one; else the CPU), cpu, cuda or cuda:N.",
     )
-    dtype: str | None = field(
-        default=None,
-        metadata=_option(
-            "--dtype",
-            "choice",
-            "Load the weights in this dtype (default auto: the checkpoint's own).",
-            DTYPES,
-        ),
+    dtype: str | None = setting(
+        flag="--dtype",
+        kind="choice",
+        help="Load the weights in this dtype (default auto: the checkpoint's own).",
+        choices=DTYPES,
     )
-    trust_remote_code: bool | None = field(
-        default=None,
-        metadata=_option(
-            "--trust-remote-code",
-            "flag",
-            "Run the model repository's own Python code when loading it (trusted models only).",
-        ),
+    trust_remote_code: bool | None = setting(
+        flag="--trust-remote-code",
+        kind="flag",
+        help="Run the model repository's own Python code when loading it (trusted models only).",
     )
 
     def __post_init__(self) -> None:
-        if self.device is not None and not DEVICE_RE.match(self.device):
-            raise ValueError(f"unknown device {self.device!r}: choose auto, cpu, cuda or cuda:N")
+        if self.device is not None:
+            check_device_name(self.device)
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}: choose one of {', '.join(DTYPES)}")
 
@@ -143,24 +103,18 @@ class LoadSettings:
         return {n: getattr(self, n) for n in load_setting_names() if getattr(self, n) is not None}
 
 
-def load_setting_options() -> tuple[tuple[str, LoadOption], ...]:
+def load_setting_options() -> tuple[tuple[str, SettingOption], ...]:
     """``(field name, option)`` of every load setting, in declaration (``--help``) order."""
-    return tuple(
-        (item.name, item.metadata[_OPTION])
-        for item in dataclasses.fields(LoadSettings)
-        if _OPTION in item.metadata
-    )
+    return setting_options(LoadSettings)
 
 
 def load_setting_names() -> tuple[str, ...]:
     """The field names of :class:`LoadSettings` (the ``gate.toml`` keys)."""
-    return tuple(name for name, _ in load_setting_options())
+    return toml_keys(LoadSettings)
 
 
 __all__ = [
     "DEFAULT_DEVICE",
-    "LoadKind",
-    "LoadOption",
     "LoadSettings",
     "load_setting_names",
     "load_setting_options",

@@ -26,7 +26,22 @@ DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 
 #: A device name: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
 DEVICE_RE = re.compile(r"^(cpu|auto|cuda(:\d+)?)$")
+#: The device of a model when nothing names one: the GPU when CUDA is present, else the CPU.
+DEFAULT_DEVICE = "auto"
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def check_device_name(device: str) -> str:
+    """``device`` when it names a device (:data:`DEVICE_RE`); else ``ValueError`` saying so.
+
+    The one check of a device name: the command line, ``gate.toml``'s ``device`` keys, a
+    judge's ``device`` and :class:`ModelSpec` all call it, each turning the ``ValueError``
+    into its own error. Whether the device exists here is
+    :func:`gate.hw.devices.check_device`'s question, asked only before a model loads.
+    """
+    if not DEVICE_RE.match(device):
+        raise ValueError(f"unknown device {device!r}: choose auto, cpu, cuda or cuda:N")
+    return device
 
 
 def demo_model_dir() -> Path:
@@ -38,7 +53,8 @@ def demo_model_dir() -> Path:
 class ModelSpec:
     """Where a model comes from and how it is placed.
 
-    ``device`` is ``cpu``, ``cuda`` (GPU 0), ``cuda:N`` or ``auto``; ``auto`` is
+    ``device`` is ``cpu``, ``cuda`` (GPU 0), ``cuda:N`` or ``auto`` (the default,
+    :data:`DEFAULT_DEVICE`); ``auto`` is
     the GPU when torch sees CUDA, placed with accelerate's sequential device map
     (GPU 0 while the model fits it, then the next GPUs), and the CPU when it sees
     none (:func:`gate.hw.devices.resolve_device`). ``dtype`` ``auto`` keeps the
@@ -48,7 +64,7 @@ class ModelSpec:
     source: str
     revision: str | None = None
     dtype: str = "auto"
-    device: str = "cpu"
+    device: str = DEFAULT_DEVICE
     trust_remote_code: bool = False
     allow_pickle: bool = False
 
@@ -57,10 +73,10 @@ class ModelSpec:
             raise ConfigError("empty model name", "give a Hugging Face id, a directory or 'demo'")
         if self.dtype not in DTYPES:
             raise ConfigError(f"unknown dtype {self.dtype!r}", f"choose one of {', '.join(DTYPES)}")
-        if not DEVICE_RE.match(self.device):
-            raise ConfigError(
-                f"unknown device {self.device!r}", "pass --device auto, cpu, cuda or cuda:N"
-            )
+        try:
+            check_device_name(self.device)
+        except ValueError as error:
+            raise ConfigError(str(error), "pass --device auto, cpu, cuda or cuda:N") from None
 
     @classmethod
     def parse(cls, text: str, **opts: Any) -> ModelSpec:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+from gate.config_options import setting
 from gate.errors import GateError
 from gate.report.results import Results
 from gate.store.atomic import write_atomic
@@ -27,15 +28,43 @@ from gate.store.writable import check_writable, writing
 
 @dataclass(frozen=True)
 class ReportTargets:
-    """Where each report goes; ``None`` skips it."""
+    """Where each report goes; ``None`` skips it. Each field declares its options
+    (``--json``, ``--gate-json``; :mod:`gate.config_options`)."""
 
-    json: Path | None = None
-    html: Path | None = None
-    junit: Path | None = None
-    markdown: Path | None = None
+    json: Path | None = setting(
+        flag="--json",
+        kind="file",
+        help="Also write the results JSON here.",
+        pytest_help="write the results JSON here",
+    )
+    html: Path | None = setting(
+        flag="--html",
+        kind="file",
+        help="Also write the self-contained HTML report here.",
+        pytest_help="write the self-contained HTML report here",
+    )
+    junit: Path | None = setting(
+        flag="--junit",
+        kind="file",
+        help="Also write a JUnit XML report here (one test case per metric).",
+        pytest_help="write the JUnit XML report here",
+    )
+    markdown: Path | None = setting(
+        flag="--markdown",
+        kind="file",
+        help="Also write the markdown report (PR comment) here.",
+        pytest_help="write the markdown report (PR comment) here",
+    )
     #: What the run measured, as the measurements file ``gate compare`` re-gates (``gate
     #: run --measurements``; written by the session, not by :func:`write_reports`).
-    measurements: Path | None = None
+    measurements: Path | None = setting(
+        flag="--measurements",
+        kind="file",
+        help="Also write what the run measured here: a measurements file that `gate compare` "
+        "re-gates against another baseline or thresholds file without measuring again.",
+        pytest_help="run mode: write what the run measured here (a measurements file gate "
+        "compare reads)",
+    )
 
     @property
     def any(self) -> bool:

@@ -17,68 +17,62 @@ This module imports neither pytest nor a model library.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
-from gate.models.engine_settings import (
-    OptionKind,
-    engine_from_options,
-    engine_setting_options,
-)
-from gate.models.load_settings import LoadSettings, load_setting_options
+from gate.config_options import PATH_KINDS, DeclaredSetting, declared_settings
+from gate.models.engine_settings import EngineSettings, engine_from_options
+from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
-from gate.session.options import (
-    SESSION_FIELDS,
-    Kind,
-    OptionField,
-    SessionOptions,
-)
+from gate.session.options import SESSION_FIELDS, SessionOptions
 from gate.session.request import SessionRequest
 
-#: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets` (by name).
-REPORT_ROWS: tuple[OptionField, ...] = (
-    OptionField("json", "path", "write the results JSON here", option="--gate-json"),
-    OptionField("html", "path", "write the self-contained HTML report here", option="--gate-html"),
-    OptionField("junit", "path", "write the JUnit XML report here", option="--gate-junit"),
-    OptionField(
-        "markdown", "path", "write the markdown report (PR comment) here", option="--gate-markdown"
-    ),
-    OptionField(
-        "measurements",
-        "path",
-        "run mode: write what the run measured here (a measurements file gate compare reads)",
-        option="--gate-measurements",
-    ),
-)
-#: The pytest kind of an engine setting's kind (text otherwise; a repeatable one appends).
-_ROW_KINDS: dict[OptionKind, Kind] = {"file": "path", "texts": "append"}
+#: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets`.
+REPORT_ROWS: tuple[DeclaredSetting, ...] = declared_settings(ReportTargets)
 #: The engine rows (text as given; numbers are read by
 #: :func:`gate.models.engine_settings.engine_from_options`).
-ENGINE_ROWS: tuple[OptionField, ...] = tuple(
-    OptionField(
-        name,
-        _ROW_KINDS.get(option.kind, "str"),
-        option.pytest_help,
-        option=option.pytest_flag,
-    )
-    for name, option in engine_setting_options()
-)
+ENGINE_ROWS: tuple[DeclaredSetting, ...] = declared_settings(EngineSettings)
 #: The load rows (``--gate-device``, ``--gate-dtype``, ``--gate-trust-remote-code``).
-LOAD_ROWS: tuple[OptionField, ...] = tuple(
-    OptionField(
-        name,
-        "flag" if option.kind == "flag" else "str",
-        option.help,
-        option=option.pytest_flag,
-    )
-    for name, option in load_setting_options()
-)
+LOAD_ROWS: tuple[DeclaredSetting, ...] = declared_settings(LoadSettings)
 
 
-def _ordered() -> tuple[OptionField, ...]:
+def dest(row: DeclaredSetting) -> str:
+    """The attribute of pytest's ``config.option`` (``gate_<name>``)."""
+    return f"gate_{row.name}"
+
+
+def pytest_attrs(row: DeclaredSetting) -> dict[str, Any]:
+    """Keyword arguments of ``parser.addoption`` for ``row``: the one pytest renderer of a
+    declared setting (a switch is ``store_true``, a repeatable one appends, every other
+    value is text, read by :func:`from_pytest`)."""
+    attrs: dict[str, Any] = {"dest": dest(row), "help": row.spec.pytest_text}
+    if row.kind == "flag":
+        attrs.update(action="store_true", default=False)
+    elif row.kind == "texts":
+        attrs.update(action="append", default=[])
+    else:
+        attrs["default"] = row.spec.fallback
+    if row.kind != "flag":  # GATE_BASELINE, not the dest's GATE_AGAINST
+        attrs["metavar"] = row.option.lstrip("-").replace("-", "_").upper()
+    return attrs
+
+
+def from_pytest(row: DeclaredSetting, raw: Any) -> Any:
+    """The field value of pytest's parsed ``raw`` value of ``row``."""
+    if row.kind == "flag":
+        return bool(raw)
+    if row.kind == "texts":
+        return tuple(str(item) for item in raw or ())
+    if raw is None or raw == "":
+        return None
+    return Path(raw) if row.kind in PATH_KINDS else str(raw)
+
+
+def _ordered() -> tuple[DeclaredSetting, ...]:
     """Every row in ``--help`` order: the session fields, with the report rows where
     :attr:`SessionOptions.reports` is and the engine rows where ``engine`` is."""
     by_name = {row.name: row for row in SESSION_FIELDS}
-    rows: list[OptionField] = []
+    rows: list[DeclaredSetting] = []
     for item in dataclasses.fields(SessionOptions):
         if item.name == "reports":
             rows += REPORT_ROWS
@@ -92,13 +86,13 @@ def _ordered() -> tuple[OptionField, ...]:
 
 
 #: Every ``--gate-*`` option besides ``--gate-model``/``--gate-mode``, in ``--help`` order.
-PYTEST_ROWS: tuple[OptionField, ...] = _ordered()
+PYTEST_ROWS: tuple[DeclaredSetting, ...] = _ordered()
 
 
 def add_options(group: Any) -> None:
     """Declare the ``--gate-*`` options on ``group`` (a pytest ``OptionGroup``)."""
     for row in PYTEST_ROWS:
-        row.add_to(group)
+        group.addoption(row.option, **pytest_attrs(row))
 
 
 def _load(given: dict[str, Any]) -> LoadSettings:
@@ -116,8 +110,8 @@ def request_from_pytest(option: Any) -> SessionRequest | None:
     if not model:
         return None
 
-    def value(row: OptionField) -> Any:
-        return row.from_pytest(getattr(option, row.dest))
+    def value(row: DeclaredSetting) -> Any:
+        return from_pytest(row, getattr(option, dest(row)))
 
     reports = ReportTargets(**{row.name: value(row) for row in REPORT_ROWS})
     options = SessionOptions(
@@ -135,5 +129,8 @@ __all__ = [
     "PYTEST_ROWS",
     "REPORT_ROWS",
     "add_options",
+    "dest",
+    "from_pytest",
+    "pytest_attrs",
     "request_from_pytest",
 ]

@@ -419,18 +419,45 @@ def build_candidates(config: RunConfig | None, overrides: CandidateOverrides) ->
     if overrides.only is not None:
         chosen = [only_candidate(chosen, overrides.only, config.source)]
     engine_given = overrides.engine is not None or overrides.runtime is not None
-    return [
-        replace(
-            c,
-            against=overrides.against or c.against,
-            tiers=overrides.tiers or c.tiers,
-            calibration=overrides.calibration or c.calibration,
-            engine=overrides.engine if engine_given else c.engine,
-            runtime=overrides.runtime if engine_given else c.runtime,
-            load=overrides.load.over(c.load),
+    resolved: list[Candidate] = []
+    for c in chosen:
+        given = command_line_over(overrides, c)
+        resolved.append(
+            replace(
+                c,
+                against=given.against,
+                tiers=given.tiers,
+                calibration=given.calibration,
+                engine=overrides.engine if engine_given else c.engine,
+                runtime=overrides.runtime if engine_given else c.runtime,
+                load=given.load,
+            )
         )
-        for c in chosen
-    ]
+    return resolved
+
+
+def command_line_over(
+    overrides: CandidateOverrides, below: Candidate | RunDefaults
+) -> CandidateOverrides:
+    """The one override rule: the command line over ``[[candidates]]`` over ``[run]``.
+
+    ``below`` is a candidate already resolved over ``[run]``
+    (:meth:`RunConfig.resolve`), or ``[run]`` itself for a model the command line
+    names (``gate run --candidate``, ``gate baseline record``, ``gate calibrate``).
+    What the command line gives (``against``, ``tiers``, ``calibration``,
+    ``model_slug``; each of the load settings) wins; what it leaves out is
+    ``below``'s. The engine is not layered here: a command-line engine replaces the
+    config's whole (:func:`build_candidates`).
+    """
+    load = below.load if isinstance(below, Candidate) else below.settings()
+    return replace(
+        overrides,
+        against=overrides.against or below.against,
+        tiers=overrides.tiers or below.tiers,
+        calibration=overrides.calibration or below.calibration,
+        model_slug=overrides.model_slug or below.model_slug,
+        load=overrides.load.over(load),
+    )
 
 
 def only_candidate(candidates: list[Candidate], name: str, source: str) -> Candidate:
@@ -453,18 +480,19 @@ def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
     engine, runtime = split_engine(defaults.engine)
     if overrides.engine is not None or overrides.runtime is not None:
         engine, runtime = overrides.engine, overrides.runtime
+    given = command_line_over(overrides, defaults)
     return Candidate(
         name=ModelSpec.parse(model).slug,
         model=model,
         recipe=overrides.recipe,
-        against=overrides.against or defaults.against,
-        tiers=overrides.tiers or defaults.tiers,
-        calibration=overrides.calibration or defaults.calibration,
-        model_slug=overrides.model_slug or defaults.model_slug or baseline_slug,
+        against=given.against,
+        tiers=given.tiers,
+        calibration=given.calibration,
+        model_slug=given.model_slug or baseline_slug,
         engine=engine,
         runtime=runtime,
         runs_on=defaults.runs_on or DEFAULT_RUNS_ON,
-        load=overrides.load.over(defaults.settings()),
+        load=given.load,
     )
 
 
@@ -487,6 +515,7 @@ __all__ = [
     "build_candidates",
     "built_run_config",
     "canonical_recipe",
+    "command_line_over",
     "load_run_config",
     "only_candidate",
     "parse_run_config",

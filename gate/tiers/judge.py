@@ -60,8 +60,7 @@ from gate.judge.template import default_template, load_template
 from gate.measurement import JudgedOutput, Measurement, OutputSet
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.models.load_settings import DEFAULT_DEVICE
-from gate.models.spec import DEVICE_RE
+from gate.models.spec import DEFAULT_DEVICE, check_device_name
 
 TIER = "judge"
 #: Judge names: what reports and cache counters call a judge.
@@ -113,10 +112,11 @@ class JudgeConfig:
             raise ValueError(f"judge {self.name!r}: concurrency must be >= 1")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError(f"judge {self.name!r}: max_output_tokens must be >= 1")
-        if self.device is not None and not DEVICE_RE.match(self.device):
-            raise ValueError(
-                f"judge {self.name!r}: unknown device {self.device!r} (auto, cpu, cuda or cuda:N)"
-            )
+        if self.device is not None:
+            try:
+                check_device_name(self.device)
+            except ValueError as error:
+                raise ValueError(f"judge {self.name!r}: {error}") from None
         if self.device is not None and self.endpoint is not None:
             raise ValueError(
                 f"judge {self.name!r}: device is for an in-process judge, not an endpoint"
