@@ -162,7 +162,7 @@ def verdict_lines(config: Path, changed: Path | None, root: Path) -> list[str]:
     except OSError as exc:
         raise UsageError(
             f"cannot read {changed}: {exc.strerror or exc}",
-            "pass --changed a file of changed paths (git diff --name-only > FILE)",
+            "pass --changed a readable file of changed paths, one per line",
         ) from None
     hits = touched(paths, globs)
     lines += [f"changed: {path}" for path in hits]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -77,21 +78,7 @@ def latency(
     (UNDERPOWERED included), 4 on bad input, 5 when the history is too short to
     test anything.
     """
-    if window < 2 or not 0.0 < alpha < 0.5 or permutations < 99:
-        raise UsageError(
-            "bad audit settings", "--window >= 2, 0 < --alpha < 0.5, --permutations >= 99"
-        )
-    from gate.report import plots  # matplotlib: only when the audit runs
-
-    if plot_path is not None and plot_path.suffix.lower() not in plots.DRIFT_PLOT_SUFFIXES:
-        raise UsageError(f"cannot write a plot to {plot_path}", "use a .png or .svg file name")
-    if plot_path is not None:
-        check_writable(plot_path, "--plot")  # before the (slow) permutation tests
-    if not history_dir.is_dir():
-        raise UsageError(f"history directory {history_dir} not found", "pass --history DIR")
-    files = history.histories(history_dir)
-    if not files:
-        raise DataError(f"no *.jsonl history in {history_dir}", "gated runs append to it")
+    files = _check_audit_inputs(history_dir, window, alpha, plot_path, permutations)
     thresholds: Thresholds = load_thresholds(thresholds_path)
     click.echo(f"bounds: {thresholds.source}")
     specs = all_metrics()
@@ -123,14 +110,13 @@ def latency(
             for note in d.notes:
                 click.echo(f"               ({note})")
         if plot_path is not None and drifts:
-            out = (
+            _plot(
+                drifts,
                 plot_path
                 if len(files) == 1
-                else plot_path.with_stem(f"{plot_path.stem}-{path.stem}")
+                else plot_path.with_stem(f"{plot_path.stem}-{path.stem}"),
+                path.stem,
             )
-            with writing("--plot", out):
-                plots.save_drift_plot(drifts, out, title=f"latency history {path.stem}")
-            click.echo(f"  plot: {out}")
     if not tested:
         raise NothingMeasuredError(
             "the latency history is too short to audit", "at least 4 runs per metric are needed"
@@ -143,3 +129,35 @@ def latency(
         )
     click.echo(verdict)
     return int(ExitCode.BLOCKED if worst == Severity.CRITICAL else ExitCode.OK)
+
+
+def _check_audit_inputs(
+    history_dir: Path, window: int, alpha: float, plot_path: Path | None, permutations: int
+) -> list[Path]:
+    """The audit's settings and plot path checked (before the slow permutation tests);
+    returns the history files (none: DataError, exit 4)."""
+    if window < 2 or not 0.0 < alpha < 0.5 or permutations < 99:
+        raise UsageError(
+            "bad audit settings", "--window >= 2, 0 < --alpha < 0.5, --permutations >= 99"
+        )
+    from gate.report import plots  # matplotlib: only when the audit runs
+
+    if plot_path is not None and plot_path.suffix.lower() not in plots.DRIFT_PLOT_SUFFIXES:
+        raise UsageError(f"cannot write a plot to {plot_path}", "use a .png or .svg file name")
+    if plot_path is not None:
+        check_writable(plot_path, "--plot")
+    if not history_dir.is_dir():
+        raise UsageError(f"history directory {history_dir} not found", "pass --history DIR")
+    files = history.histories(history_dir)
+    if not files:
+        raise DataError(f"no *.jsonl history in {history_dir}", "gated runs append to it")
+    return files
+
+
+def _plot(drifts: Sequence[drift.MetricDrift], out: Path, stem: str) -> None:
+    """One history's drift plot, written to ``out``."""
+    from gate.report import plots
+
+    with writing("--plot", out):
+        plots.save_drift_plot(drifts, out, title=f"latency history {stem}")
+    click.echo(f"  plot: {out}")

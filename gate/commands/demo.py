@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gate.commands.options import dir_option, load_options, load_settings
 from gate.errors import ExitCode, UsageError
 from gate.workflows.demo import DEFAULT_TIERS as DEMO_TIERS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gate.models.load_settings import LoadSettings
+    from gate.workflows.demo import DemoModel, DemoResult
 
 
 def _split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -126,8 +132,6 @@ def demo(
       gate demo --model smollm2   # a real LLM: about 13 min on a 2-core CPU, 20 the first time (README)
       gate demo --model smollm2 --panel speculative   # speculative decoding (docs/speculative.md)
     """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from gate.report.console import make_console
     from gate.session.runner import parse_tiers
     from gate.store.writable import check_writable_dir
@@ -152,35 +156,9 @@ def demo(
 
         recipe_list = _split(recipes, paper_panel.panel_recipes())
     console = make_console()
-    with Progress(
-        TextColumn("[bold]gate demo[/]"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} candidates"),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        redirect_stdout=True,
-        redirect_stderr=True,
-    ) as progress:
-        task = progress.add_task("", total=len(recipe_list))
-
-        def start(recipe: str) -> None:
-            progress.update(task, description=f"gating {recipe}")
-            console.rule(f"[bold]candidate: {model.name} + {recipe}")
-
-        def done(result: panel.CandidateResult) -> None:
-            progress.advance(task)
-
-        result = panel.run_demo(
-            recipe_list,
-            tier_list,
-            json_dir=json_dir,
-            store=store,
-            model=model,
-            on_start=start,
-            on_done=done,
-            load=load,
-        )
+    result = _run_panel(
+        console, model, recipe_list, tier_list, json_dir=json_dir, store=store, load=load
+    )
     console.print(panel.summary_table(result.candidates, model.baseline_ref))
     if panel_name == "paper":
         _paper_table(result.candidates, json_dir)
@@ -193,3 +171,49 @@ def demo(
             "the control approved (exit 0)"
         )
     return int(result.exit_code)
+
+
+def _run_panel(
+    console: Console,
+    model: DemoModel,
+    recipes: tuple[str, ...],
+    tiers: tuple[str, ...],
+    *,
+    json_dir: Path | None,
+    store: Path | None,
+    load: LoadSettings,
+) -> DemoResult:
+    """The panel's sessions under one progress bar (candidates done of all)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gate.workflows import demo as panel
+
+    with Progress(
+        TextColumn("[bold]gate demo[/]"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} candidates"),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        redirect_stdout=True,
+        redirect_stderr=True,
+    ) as progress:
+        task = progress.add_task("", total=len(recipes))
+
+        def start(recipe: str) -> None:
+            progress.update(task, description=f"gating {recipe}")
+            console.rule(f"[bold]candidate: {model.name} + {recipe}")
+
+        def done(result: panel.CandidateResult) -> None:
+            progress.advance(task)
+
+        return panel.run_demo(
+            recipes,
+            tiers,
+            json_dir=json_dir,
+            store=store,
+            model=model,
+            on_start=start,
+            on_done=done,
+            load=load,
+        )

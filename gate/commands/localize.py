@@ -26,6 +26,9 @@ from gate.localize.request import DEFAULT_RESOLVE, LocalizeOutputs, LocalizeRequ
 from gate.metrics.catalog import fidelity as fidelity_catalog
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from gate.models.stack import RecipeStack
     from gate.session.run_config import RunConfig
     from gate.workflows.plan import RunPlan
 
@@ -153,21 +156,13 @@ def _localize(
     from gate.data.calibration import calibration_for
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
     from gate.models.backends.loading import load_backend
-    from gate.models.recipes import Recipe
     from gate.models.stack import parse_stack
     from gate.report.console import make_console
-    from gate.report.localize import console_table, html_page, png_bytes, summary_lines
-    from gate.store.atomic import write_atomic
+    from gate.report.localize import console_table, summary_lines
     from gate.store.reference import load_pack
-    from gate.store.writable import writing
 
     started = time.perf_counter()
-    bounds: dict[str, dict[str | None, float]] = {}
-    for signal, metric in SIGNAL_METRICS.items():
-        threshold = bounds_source.for_metric(metric)
-        if threshold is not None:
-            bounds[signal] = {None: threshold.bound.critical}
-            bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
+    bounds = _signal_bounds(bounds_source, SIGNAL_METRICS)
     candidate = request.candidate
     stack = parse_stack(request.recipe)
     parsed = stack.weights  # a stack is localized on its weight part
@@ -199,12 +194,8 @@ def _localize(
         settings=LocalizeSettings(resolve=request.resolve, limit=request.limit),
     )
     del base, cand
+    result = _repair_as_stack(result, stack)
     repair = result.repair
-    if stack.composed and repair is not None and repair.recipe not in (None, "none"):
-        assert repair.recipe is not None
-        whole = stack.with_weights(Recipe.parse(repair.recipe))
-        repair = replace(repair, recipe=str(whole))
-        result = replace(result, repair=repair)
     if request.gate_repair and repair is not None and repair.recipe not in (None, "none"):
         assert repair.recipe is not None
         progress.note(f"localize: gating the repaired build {repair.recipe} (--tiers fidelity)")
@@ -217,18 +208,52 @@ def _localize(
     for line in summary_lines(result):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"total: {total:.1f} s (model loads and the repaired build's gate run included)")
-    json_out, html_out, png_out = request.outputs.json, request.outputs.html, request.outputs.png
-    if json_out is not None:
-        with writing("the localize JSON", json_out):
-            write_atomic(json_out, (json.dumps(result.to_document(), indent=2) + "\n").encode())
-    if html_out is not None:
-        with writing("the localize HTML report", html_out):
-            write_atomic(html_out, html_page(result).encode())
-    if png_out is not None:
-        with writing("the sensitivity plot", png_out):
-            write_atomic(png_out, png_bytes(result))
+    _write_outputs(result, request.outputs)
     sys.stdout.flush()
     return int(ExitCode.OK)
+
+
+def _signal_bounds(
+    bounds_source: Any, signal_metrics: Mapping[str, str]
+) -> dict[str, dict[str | None, float]]:
+    """Each localize signal's critical bound, whole (key ``None``) and per category, from
+    the thresholds of the metric it stands for."""
+    bounds: dict[str, dict[str | None, float]] = {}
+    for signal, metric in signal_metrics.items():
+        threshold = bounds_source.for_metric(metric)
+        if threshold is not None:
+            bounds[signal] = {None: threshold.bound.critical}
+            bounds[signal].update({k: b.critical for k, b in threshold.categories.items()})
+    return bounds
+
+
+def _repair_as_stack(result: Any, stack: RecipeStack) -> Any:
+    """A stack's repair: the repaired weight part with the stack's other parts kept."""
+    from gate.models.recipes import Recipe
+
+    repair = result.repair
+    if not stack.composed or repair is None or repair.recipe in (None, "none"):
+        return result
+    whole = stack.with_weights(Recipe.parse(repair.recipe))
+    return replace(result, repair=replace(repair, recipe=str(whole)))
+
+
+def _write_outputs(result: Any, outputs: Any) -> None:
+    """The localize JSON, HTML report and sensitivity plot that ``outputs`` asks for."""
+    from gate.report.localize import html_page, png_bytes
+    from gate.store.atomic import write_atomic
+    from gate.store.writable import writing
+
+    if outputs.json is not None:
+        with writing("the localize JSON", outputs.json):
+            document = json.dumps(result.to_document(), indent=2) + "\n"
+            write_atomic(outputs.json, document.encode())
+    if outputs.html is not None:
+        with writing("the localize HTML report", outputs.html):
+            write_atomic(outputs.html, html_page(result).encode())
+    if outputs.png is not None:
+        with writing("the sensitivity plot", outputs.png):
+            write_atomic(outputs.png, png_bytes(result))
 
 
 def localize_blocked(plan: Any, json_out: Path | None) -> None:
