@@ -193,6 +193,28 @@ def test_no_module_of_the_package_is_in_an_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def _part(module: str) -> str:
+    """The top-level part of a module: ``gate.session.plugin`` -> ``gate.session``; a face
+    (``gate.cli``) is its own part."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_top_level_parts_import_each_other_even_through_others() -> None:
+    """Every arrow between the parts (``gate.models``, ``gate.store``, ``gate.cli`` ...)
+    points down: the graph of parts, every import counted, has no cycle."""
+    modules = all_modules()
+    edges: dict[str, set[str]] = {_part(name): set() for name in modules if name != "gate"}
+    for imp in all_imports():
+        if imp.target not in modules or imp.target == "gate" or imp.source == "gate":
+            continue
+        source, target = _part(imp.source), _part(imp.target)
+        if source != target:
+            edges[source].add(target)
+    assert len(edges) > 10 and any(edges.values())  # the walk saw the package
+    cycle = find_cycle(edges)
+    assert cycle is None, "the parts import each other: " + " -> ".join(cycle or [])
+
+
 def test_the_walk_sees_imports_inside_functions_and_from_imports_of_submodules() -> None:
     imports = {(i.source, i.target) for i in all_imports()}
     # a function-level import (ModelSpec is imported where it is needed in the plugin)

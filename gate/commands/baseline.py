@@ -18,6 +18,7 @@ from gate.commands.options import (
     load_options,
     load_settings,
     model_trust_options,
+    session_option,
     store_option,
 )
 from gate.commands.run import runtime_option
@@ -25,7 +26,7 @@ from gate.errors import ExitCode, UsageError
 from gate.metrics.registry import get_metric
 from gate.provenance import ModelProvenance, environment
 from gate.report.console import fmt_number, make_console
-from gate.session.options import SessionOptions
+from gate.session.options import DEFAULT_LABEL, SessionOptions
 from gate.session.run_config import CandidateOverrides
 from gate.store.baseline import BaselineStore, check_names
 from gate.store.measurements_file import load_measurements
@@ -224,14 +225,15 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
     "--model",
     help="Model id, local directory, .gguf file, or 'demo' (default: [run].baseline of --config).",
 )
-@click.option("--label", default="fp16", show_default=True, help="Label of the new baseline.")
+@session_option(
+    "label", default=DEFAULT_LABEL, show_default=True, help="Label of the new baseline."
+)
 @click.option("--tiers", help=TIERS_HELP)
-@click.option("--recipe", help="Compression recipe applied before measuring (default: none).")
-@click.option("--model-slug", help="Store slug (default: derived from --model).")
-@click.option("--ref", help="Also point this ref at the new baseline (e.g. fp16).")
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False, path_type=Path),
+@session_option("recipe", help="Compression recipe applied before measuring (default: none).")
+@session_option("model_slug", help="Store slug (default: derived from --model).")
+@session_option("ref", help="Also point this ref at the new baseline (e.g. fp16).")
+@session_option(
+    "config",
     help="Run config (gate.toml): records [run].baseline with its [run] and [tiers] settings.",
 )
 @model_trust_options

@@ -17,6 +17,7 @@ from gate.commands.options import (
     file_option,
     json_option,
     load_options,
+    session_option,
     thresholds_option,
 )
 from gate.errors import ConfigError, ExitCode
@@ -103,8 +104,8 @@ _REQUEST_PARAMS = (
 @collect("engine", ("serve", "endpoint", "served_model", "api_key_env"), engine_settings)
 @collect("request", _REQUEST_PARAMS, calibration_request, keep=("out",))
 @click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
-@click.option(
-    "--recipe",
+@session_option(
+    "recipe",
     help="The build calibrated, recorded and re-run with this recipe or stack (default: none;"
     " the speculative tier needs a spec-* part).",
 )
@@ -148,9 +149,9 @@ _REQUEST_PARAMS = (
 @click.option("--endpoint", metavar="URL", help="Engine control: a running server's /v1 URL.")
 @click.option("--served-model", help="The model name the server serves (default: its only one).")
 @click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
-@file_option("--config", help="Run config whose [tiers.<name>] settings the runs use.")
+@session_option("config", help="Run config whose [tiers.<name>] settings the runs use.")
 @thresholds_option
-@click.option("--model-slug", help="Store slug of the temporary baselines (default: the model's).")
+@session_option("model_slug", help="Store slug of the temporary baselines (default: the model's).")
 @_shown("--margin", float, 2.0, "warn = max(declared warn, MARGIN x the noise quantile).")
 @_shown(
     "--quantile", float, 0.95, "Quantile of the noise degradations (the higher order statistic)."
@@ -160,7 +161,7 @@ _REQUEST_PARAMS = (
     type=float,
     help="Power of the MDE and of the sample sizes (default: [gate] power of --thresholds).",
 )
-@click.option("--allow-pickle", is_flag=True, help="Load a pickle-only checkpoint (trusted only).")
+@session_option("allow_pickle", help="Load a pickle-only checkpoint (trusted only).")
 @load_options
 @click.option(
     "--dry-run",

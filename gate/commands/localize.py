@@ -18,6 +18,7 @@ from gate.commands.options import (
     json_option,
     load_options,
     load_settings,
+    session_option,
     store_option,
     thresholds_option,
 )
@@ -289,10 +290,10 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
 
 @click.command("localize")
 @click.option("--candidate", required=True, help="Model id, local path, or 'demo'.")
-@click.option("--recipe", help="The candidate's weight recipe (e.g. quanto-int2, bnb-nf4).")
+@session_option("recipe", help="The candidate's weight recipe (e.g. quanto-int2, bnb-nf4).")
 @click.option("--against", metavar="REF", help="Baseline ref (default: latest).")
 @store_option
-@file_option("--config", help="Run config (gate.toml): [run] defaults and [tiers.fidelity].")
+@session_option("config", help="Run config (gate.toml): [run] defaults and [tiers.fidelity].")
 @thresholds_option
 @json_option
 @file_option("--html", "html_out", help="Also write the HTML report (with the plot) here.")
@@ -315,7 +316,7 @@ def localize_blocked(plan: Any, json_out: Path | None) -> None:
     is_flag=True,
     help="Propose the repaired build without gating it.",
 )
-@click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
+@session_option("model_slug", help="Store slug of the baselines (default: from --candidate).")
 @load_options
 @click.option("--dry-run", is_flag=True, help="Check the inputs and exit 0; loads no model.")
 def localize_command(

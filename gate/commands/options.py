@@ -22,13 +22,19 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from gate.config_options import OptionKind, SettingOption, option_of, setting_options
+from gate.config_options import (
+    OptionKind,
+    SettingOption,
+    option_of,
+    setting_default,
+    setting_options,
+)
 from gate.errors import UsageError
 from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings, load_setting_names
 from gate.models.spec import check_device_name
 from gate.report.outputs import ReportTargets
-from gate.session.options import DEFAULT_STORE
+from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.tiers.spec import DEFAULT_TIERS, tiers_help
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -61,12 +67,13 @@ _CLICK_TYPES: dict[OptionKind, Any] = {
 }
 
 
-def click_option(spec: SettingOption, param: str) -> Callable[[F], F]:
+def click_option(spec: SettingOption, param: str, **extra: Any) -> Callable[[F], F]:
     """The click option of a declared setting (parameter ``param``): the one click renderer.
 
     A switch is given or not (``None``: not given), a choice is one of its values, a
     device name is text checked by :func:`load_settings`, a repeatable text is given once
-    per value; every other kind is typed by :data:`_CLICK_TYPES`.
+    per value; every other kind is typed by :data:`_CLICK_TYPES`. ``extra`` are the
+    click attributes a command adds to it (``metavar``, ``envvar``, ``show_default``).
     """
     attrs: dict[str, Any] = {"help": spec.help}
     if spec.kind == "flag":
@@ -77,7 +84,22 @@ def click_option(spec: SettingOption, param: str) -> Callable[[F], F]:
         attrs["metavar"] = "DEVICE"
     else:
         attrs.update(type=_CLICK_TYPES[spec.kind], multiple=spec.kind == "texts")
+    attrs.update(extra)
     return click.option(spec.flag, param, **attrs)
+
+
+def session_option(name: str, help: str, **extra: Any) -> Callable[[F], F]:
+    """The click option of the session setting ``name`` (a
+    :class:`~gate.session.options.SessionOptions` field), worded by its command: the flag,
+    the kind and the default are the declaration's (a switch's default is the field's
+    ``False``), the help is the command's own (``gate run --recipe`` and ``gate baseline
+    record --recipe`` say what the recipe does in each)."""
+    from dataclasses import replace
+
+    spec = option_of(SessionOptions, name)
+    if spec.kind == "flag":
+        extra.setdefault("default", setting_default(SessionOptions, name))
+    return click_option(replace(spec, help=help), name, **extra)
 
 
 def settings_options(
@@ -133,17 +155,16 @@ def collect_reports(*names: str) -> Callable[[F], F]:
 
 
 json_option = settings_options(ReportTargets, ("json",), "_out")
-thresholds_option = file_option(
-    "--thresholds",
+thresholds_option = session_option(
+    "thresholds",
     help="thresholds.toml (default: ./thresholds.toml, else the packaged defaults).",
 )
-strict_option = click.option(
-    "--strict",
-    is_flag=True,
+strict_option = session_option(
+    "strict",
     help="Treat warnings (underpowered verdicts included) as failures (exit 1).",
 )
-store_option = dir_option(
-    "--store",
+store_option = session_option(
+    "store",
     default=DEFAULT_STORE,
     envvar="GATE_STORE",
     show_default=True,

@@ -14,15 +14,14 @@ from gate.commands.options import (
     collect_engine,
     collect_load,
     collect_reports,
-    dir_option,
     engine_options,
     explicit_store,
-    file_option,
     json_option,
     load_options,
     measurements_option,
     model_trust_options,
     report_options,
+    session_option,
     store_option,
     strict_option,
     thresholds_option,
@@ -105,38 +104,35 @@ _SHARED_PARAMS = (
     "--candidate",
     help="Model id, local directory, .gguf file, or 'demo' (without it: every candidate of --config).",
 )
-@click.option("--recipe", help="Compression recipe applied at load time (e.g. bnb-nf4).")
-@click.option(
-    "--against",
-    multiple=True,
+@session_option("recipe", help="Compression recipe applied at load time (e.g. bnb-nf4).")
+@session_option(
+    "against",
     metavar="REF",
     help="Baseline ref to compare with (repeatable; default: latest).",
 )
 @click.option("--tiers", help=TIERS_HELP)
 @json_option
-@file_option(
-    "--config",
+@session_option(
+    "config",
     help="Run config (gate.toml): [run] defaults, [[candidates]], [tiers.<name>] settings.",
 )
-@file_option(
-    "--calibration",
+@session_option(
+    "calibration",
     help="Calibration texts (JSONL with 'text') for prune-wanda (default: packaged set).",
 )
 @thresholds_option
 @strict_option
-@click.option("--model-slug", help="Store slug of the baselines (default: from --candidate).")
+@session_option("model_slug", help="Store slug of the baselines (default: from --candidate).")
 @click.option("--verbose", "-v", is_flag=True, help="List every tier test.")
-@dir_option(
-    "--history", help="Append the latency figures to the latency history in this directory."
+@session_option(
+    "history", help="Append the latency figures to the latency history in this directory."
 )
-@click.option(
-    "--allow-hardware-mismatch",
-    is_flag=True,
+@session_option(
+    "allow_hardware_mismatch",
     help="Compare latency with a baseline from other hardware (a warning instead of exit 4).",
 )
-@click.option(
-    "--paired-latency",
-    is_flag=True,
+@session_option(
+    "paired_latency",
     help="Time the baseline build in this session too, alternating runs (noisy runners).",
 )
 @model_trust_options
