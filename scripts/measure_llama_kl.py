@@ -141,6 +141,15 @@ class KldFile:
         return self.tokens[c * self.n_ctx : (c + 1) * self.n_ctx]
 
 
+def _pack_reference(pack: Any, j: int) -> fm.BaselineReference:
+    """Prompt ``j`` of the baseline's reference pack: its tokens, top-k and tail samples."""
+    ids, lps, tail = pack.topk(j)
+    sample_ids, sample_lps = pack.samples(j)
+    return fm.BaselineReference(
+        pack.output_ids(j), ids, lps, tail, sample_ids=sample_ids, sample_logprobs=sample_lps
+    )
+
+
 def read_kld(path: Path) -> KldFile:
     """``_logits_``, ``n_ctx`` (u32), ``n_vocab``, ``n_chunk`` (i32), ``n_ctx * n_chunk`` tokens (i32),
     then per chunk ``per_chunk`` rows of ``nv = 2 * ceil(n_vocab / 2) + 4`` uint16."""
@@ -301,17 +310,8 @@ def score_build(
     for j, rows, answer in tier.scored_rows(
         cand, requests, batch_size=settings.batch_size, top_k=1
     ):
-        ids, lps, tail = pack.topk(j)
-        sample_ids, sample_lps = pack.samples(j)
         positions = fm.score_positions(
-            fm.BaselineReference(
-                pack.output_ids(j),
-                ids,
-                lps,
-                tail,
-                sample_ids=sample_ids,
-                sample_logprobs=sample_lps,
-            ),
+            _pack_reference(pack, j),
             rows,
             served=(
                 fm.ServedRows(answer.returned, answer.unreturned_bound)
@@ -361,17 +361,8 @@ def score_rows_of(
         vocab = pack.vocab_size or rows.shape[-1]
         full = np.full((rows.shape[0], vocab), -np.inf, dtype=np.float32)
         full[:, : rows.shape[-1]] = rows
-        ids, lps, tail = pack.topk(j)
-        sample_ids, sample_lps = pack.samples(j)
         positions = fm.score_positions(
-            fm.BaselineReference(
-                pack.output_ids(j),
-                ids,
-                lps,
-                tail,
-                sample_ids=sample_ids,
-                sample_logprobs=sample_lps,
-            ),
+            _pack_reference(pack, j),
             full,
             cga_k=tier.CGA_K,
             logprob_dtype=dtype,
