@@ -212,7 +212,7 @@ DEMO_MODELS: Mapping[str, DemoModel] = {
 #: ``[tiers.speculative]`` of the speculative panels: SmolLM2's sized for a 2-core CPU
 #: (a quanto int4 draft or target costs about 0.2 s a token there: docs/speculative.md).
 SPECULATIVE_SETTINGS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
-    MODEL: {"speculative": {"limit": 8, "max_new_tokens": 32, "speed_prompts": 4}},
+    MODEL: {"speculative": {"limit": 4, "max_new_tokens": 16, "speed_prompts": 2}},
     "smollm2": {"speculative": {"limit": 8, "max_new_tokens": 24, "speed_prompts": 2}},
 }
 #: The speculative panel's baseline build: the model as the target, drafted by its own
