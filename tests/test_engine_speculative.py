@@ -21,6 +21,8 @@ from tests.engine_support import engine_env, engine_python, vllm_command
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[1]
+
 NGRAM = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -30,8 +32,11 @@ NGRAM = {
 
 
 def test_served_ngram_speculation_records_through_the_cli(
-    engine_cache: Path, tmp_path: Path
+    engine_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # this checkout's suites (an editable install shared by several checkouts may map
+    # gate.suites to another one)
+    monkeypatch.setattr("gate.session.runner.suites_dir", lambda: REPO / "suites")
     command = vllm_command(
         engine_python(), "--dtype", "float32", "--speculative-config", json.dumps(NGRAM)
     )
@@ -57,7 +62,7 @@ def test_served_ngram_speculation_records_through_the_cli(
         cwd=tmp_path,
         env=engine_env(engine_cache),
     )
-    assert done.returncode == ExitCode.OK, done.stderr[-3000:]
+    assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
     recorded = sorted((tmp_path / "store").rglob("*.json"))
     found = {}
     for path in recorded:
