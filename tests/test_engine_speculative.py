@@ -59,6 +59,8 @@ def test_served_ngram_speculation_records_through_the_cli(
         str(tmp_path / "store"),
         "--config",
         str(tmp_path / "gate.toml"),
+        "--server-log",
+        str(tmp_path / "logs" / "server.log"),
         cwd=tmp_path,
         env=engine_env(engine_cache),
     )
@@ -84,5 +86,7 @@ def test_served_ngram_speculation_records_through_the_cli(
     assert len(details["position_rates"]) == NGRAM["num_speculative_tokens"]
     assert details["speculation"]["method"] == "ngram"
     assert "speculative.speedup" in found
-    plain_log = [p for p in tmp_path.rglob("*.plain.log")]
-    assert plain_log, "the plain server's log is kept beside the speculative one's"
+    # the plain server's log beside the build's: it ran without speculation
+    plain_log = (tmp_path / "logs" / "server.plain.log").read_text(encoding="utf-8")
+    assert "'speculative_config'" not in plain_log
+    assert "'speculative_config'" in (tmp_path / "logs" / "server.log").read_text(encoding="utf-8")
