@@ -319,6 +319,15 @@ class GatePlugin:
             factory = self._engine_opener(model, engines.candidate, server_log_path(options))
         elif options.runtime is not None:  # --engine llama.cpp: the recipe's file, served
             factory = self._made_engine(model, options, server_log_path(options))
+        plain_build = None
+        if engines.candidate is not None:  # a speculating server's plain twin, started on demand
+            from gate.models.served_speculation import plain_engine
+
+            plain = plain_engine(engines.candidate)
+            if plain is not None:
+                log = server_log_path(options)
+                log = log.with_name(f"{log.stem}.plain{log.suffix}")
+                plain_build = self._engine_opener(model, plain, log)
         if engines.baseline is not None:
             paired_build = self._engine_opener(
                 model, engines.baseline, server_log_path(options, baseline=True)
@@ -333,6 +342,7 @@ class GatePlugin:
             baselines=inputs.baselines,
             build_loader=load,
             paired_build=paired_build,
+            plain_build=plain_build,
         )
         return GateState(run=run, inputs=inputs)
 

@@ -73,6 +73,9 @@ class GateRun:
     build_loader: Callable[[str, str | None], Backend] | None = None
     #: The baseline build's own engine for the paired latency mode (``None``: load it).
     paired_build: Callable[[], Backend] | None = None
+    #: A served build's server without its speculative options (the speculative tier), opened
+    #: on first call (``None``: not served, or its command does not speculate).
+    plain_build: Callable[[], Backend] | None = None
     _backend: Backend | None = field(default=None, repr=False)
     #: The build's activity reading at the start of the current tier test.
     _activity_at_start: Reading | None = field(default=None, repr=False)

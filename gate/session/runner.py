@@ -30,6 +30,7 @@ from gate.session.run import MODES, Mode
 from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 
 if TYPE_CHECKING:
+    from gate.models.engine_settings import EngineSettings
     from gate.session.inputs import SessionInputs
 
 
@@ -76,15 +77,25 @@ def select_tiers(
     return selected, tuple(t for t in wanted if t not in present)
 
 
-def check_tiers_fit(tiers: Sequence[str], recipe: str | None) -> None:
+def check_tiers_fit(
+    tiers: Sequence[str], recipe: str | None, engine: EngineSettings | None = None
+) -> None:
     """Tiers that need a kind of build get one, each refusal one line (exit 4): the
-    speculative tier needs a ``spec-*`` part, and the latency tier does not time one (its
-    per-step clock does not see speculative steps; ``speculative.speedup`` does)."""
+    speculative tier needs a ``spec-*`` part (served, ``engine``: a ``--serve`` command that
+    speculates), and the latency tier does not time one (its per-step clock does not see
+    speculative steps; ``speculative.speedup`` does)."""
     from gate.metrics.catalog.latency import TIER as LATENCY
     from gate.metrics.catalog.speculative import TIER as SPECULATIVE
     from gate.models.stack import parse_stack
 
-    if SPECULATIVE in tiers:
+    if SPECULATIVE in tiers and engine is not None:
+        from gate.models.serve import parse_command
+        from gate.models.served_speculation import require_served_speculation
+
+        commands = engine.serve_commands
+        serve = parse_command(commands[0]) if commands and not engine.endpoints else None
+        require_served_speculation(serve, engine.replicas)
+    elif SPECULATIVE in tiers:
         from gate.tiers.speculative import require_speculative
 
         require_speculative(recipe)
@@ -165,7 +176,7 @@ def run_request(
 
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
-    check_tiers_fit(selected, request.options.recipe)
+    check_tiers_fit(selected, request.options.recipe, request.options.engine)
     for tier in missing:
         print(
             f"gate: tier {tier!r} unavailable (no suite {root / tier_spec(tier).suite})",

@@ -72,6 +72,16 @@ class Speculates(Protocol):
         ...
 
 
+class TimesPairs(Protocol):
+    """A build timed with and without speculation (in process, or two servers)."""
+
+    def timed_pair(
+        self, prompt: Sequence[int], *, max_new_tokens: int, speculative_first: bool
+    ) -> tuple[float, float]:
+        """Tokens/s ``(with speculation, without)``, timed back to back."""
+        ...
+
+
 @dataclass(frozen=True)
 class SpeculativeSettings:
     """``[tiers.speculative]`` settings (built with :func:`gate.tiers.registry.build_settings`)."""
@@ -209,7 +219,7 @@ def _acceptance(ids: Sequence[str], traces: Sequence[SpeculativeTrace]) -> list[
 
 
 def _speedup(
-    backend: Speculates, prompts: Sequence[Sequence[int]], settings: SpeculativeSettings
+    backend: TimesPairs, prompts: Sequence[Sequence[int]], settings: SpeculativeSettings
 ) -> Measurement:
     with_spec: list[float] = []
     without: list[float] = []

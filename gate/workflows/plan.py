@@ -205,7 +205,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
                 raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         tiers, _ = select_tiers(candidate.tiers)
         try:
-            check_tiers_fit(tiers, candidate.recipe)
+            check_tiers_fit(tiers, candidate.recipe, engines.candidate)
         except GateError as exc:
             raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         require_a_bound(
