@@ -24,10 +24,10 @@ from gate.tiers.judge_outputs import generate_outputs, prompts_of
 
 
 def _beside_the_build(gate_run: GateRun) -> str:
-    """Where an in-process judge runs unless its ``[[judges]]`` entry says: on the device of
-    the build in process (``--device``), else (a served build) ``auto``."""
-    device = getattr(gate_run.backend, "device", None)
-    return "auto" if device is None else str(device)
+    """Where an in-process judge runs unless its ``[[judges]]`` entry says: where the build
+    runs in process (the session's ``--device``, ``auto`` by default), else (a served
+    build) ``auto``."""
+    return gate_run.in_process_device or "auto"
 
 
 pytestmark = pytest.mark.judge

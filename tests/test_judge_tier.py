@@ -468,3 +468,34 @@ def test_results_json_round_trips_the_panel_as_a_typed_record(tmp_path: Path) ->
     elo_entry["details"] = {**elo_entry["details"], **panel.to_details()}
     old = Results.from_document(older)
     assert old.judge == results.judge and old.to_document() == doc
+
+
+@pytest.mark.parametrize(
+    ("load", "engine", "expected"),
+    [
+        (None, None, "auto"),  # the one default
+        ("cpu", None, "cpu"),
+        ("cpu", "http://127.0.0.1:9/v1", None),  # served: the judge goes to `auto`
+    ],
+)
+def test_the_session_says_where_its_build_runs_in_process(
+    tmp_path: Path, load: str | None, engine: str | None, expected: str | None
+) -> None:
+    """The judge suite places a local judge at ``GateRun.in_process_device``: the session's
+    one ``--device`` setting for a build in process, nothing for a served one."""
+    from types import SimpleNamespace
+
+    from gate.models.engine_settings import EngineSettings
+    from gate.models.load_settings import LoadSettings
+    from gate.session.options import SessionOptions
+    from gate.session.plugin import GatePlugin
+    from gate.session.request import SessionRequest
+
+    options = SessionOptions(
+        store=tmp_path,
+        load=LoadSettings(device=load),
+        engine=None if engine is None else EngineSettings(endpoint=engine),
+    )
+    plugin = GatePlugin(SimpleNamespace(), SessionRequest("record", "demo", options))  # type: ignore[arg-type]
+    state = plugin._build_state()
+    assert state.run.in_process_device == expected

@@ -319,6 +319,7 @@ class GatePlugin:
             factory = self._engine_opener(model, engines.candidate, server_log_path(options))
         elif options.runtime is not None:  # --engine llama.cpp: the recipe's file, served
             factory = self._made_engine(model, options, server_log_path(options))
+        served = engines.candidate is not None or options.runtime is not None
         plain_build = None
         if engines.candidate is not None:  # a speculating server's plain twin, started on demand
             from gate.models.served_speculation import plain_engine
@@ -343,6 +344,7 @@ class GatePlugin:
             build_loader=load,
             paired_build=paired_build,
             plain_build=plain_build,
+            in_process_device=None if served else options.load.effective_device,
         )
         return GateState(run=run, inputs=inputs)
 

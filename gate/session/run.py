@@ -76,6 +76,10 @@ class GateRun:
     #: A served build's server without its speculative options (the speculative tier), opened
     #: on first call (``None``: not served, or its command does not speculate).
     plain_build: Callable[[], Backend] | None = None
+    #: Where the build runs when it runs in process (the session's one ``--device``
+    #: setting, ``auto`` by default); ``None`` for a served build. An in-process judge
+    #: runs there unless its ``[[judges]]`` entry names a device.
+    in_process_device: str | None = None
     _backend: Backend | None = field(default=None, repr=False)
     #: The build's activity reading at the start of the current tier test.
     _activity_at_start: Reading | None = field(default=None, repr=False)
