@@ -34,6 +34,8 @@ FOREIGN: dict[str, str] = {
     "--no-props": "llama-server",
     "--parallel": "llama-server",
     "--port": "the serving engine",
+    "--speculative-config": "vLLM's server",
+    "--spec-type": "llama-server",
 }
 
 

@@ -23,13 +23,13 @@ from gate.metrics.catalog import speculative as catalog
 from gate.metrics.speculative import PlainReference
 from gate.metrics.speculative_served import (
     EngineDrafts,
-    acceptance_length,
-    acceptance_rate,
+    counted_acceptance_length,
+    counted_acceptance_rate,
+    counted_position_rates,
     delta,
     engine_acceptance_length,
     exports_counters,
     llama_counters,
-    position_rates,
     vllm_counters,
 )
 from gate.models.engine_settings import EngineSettings
@@ -223,19 +223,19 @@ def test_vllm_counters_from_a_real_metrics_endpoint() -> None:
     assert vllm_counters(before) == EngineDrafts(0, 0, drafts=0, accepted_per_position=(0,) * 4)
     counts = delta(vllm_counters(before), vllm_counters(after), tokens=128)
     assert counts == EngineDrafts(32, 17, drafts=8, accepted_per_position=(7, 4, 4, 2), tokens=128)
-    assert acceptance_length(counts) == pytest.approx(128 / 111)
+    assert counted_acceptance_length(counts) == pytest.approx(128 / 111)
     assert engine_acceptance_length(counts) == pytest.approx(1 + 17 / 8)
-    assert acceptance_rate(counts) == pytest.approx(17 / 32)
-    assert position_rates([counts]) == pytest.approx([7 / 8, 4 / 8, 4 / 8, 2 / 8])
+    assert counted_acceptance_rate(counts) == pytest.approx(17 / 32)
+    assert counted_position_rates([counts]) == pytest.approx([7 / 8, 4 / 8, 4 / 8, 2 / 8])
 
 
 def test_llama_server_counters_from_a_real_answer() -> None:
     answer = json.loads((HERE / "llama-server-answer.json").read_text(encoding="utf-8"))
     counts = llama_counters(answer["timings"])
     assert counts == EngineDrafts(23, 17, tokens=32)
-    assert acceptance_length(counts) == pytest.approx(32 / 15)
+    assert counted_acceptance_length(counts) == pytest.approx(32 / 15)
     assert engine_acceptance_length(counts) is None  # llama-server reports no step count
-    assert position_rates([counts]) == []
+    assert counted_position_rates([counts]) == []
     assert llama_counters({"predicted_n": 5}) == EngineDrafts(0, 0, tokens=5)
 
 
@@ -254,7 +254,7 @@ def test_in_process_definition_agrees_with_the_counts() -> None:
     tokens = sum(s.accepted + 1 for s in steps)
     trace = SpeculativeTrace(tuple(range(tokens)), steps)
     counts = EngineDrafts(12, 7, drafts=3, accepted_per_position=(2, 2, 2, 1), tokens=tokens)
-    assert acceptance_length(counts) == pytest.approx(in_process(trace))
+    assert counted_acceptance_length(counts) == pytest.approx(in_process(trace))
 
 
 # -- the tier on a fake pair -----------------------------------------------------------------

@@ -131,7 +131,7 @@ def llama_counters(timings: Mapping[str, object]) -> EngineDrafts:
     )
 
 
-def acceptance_length(counts: EngineDrafts) -> float:
+def counted_acceptance_length(counts: EngineDrafts) -> float:
     """``T / (T - A)``: tokens per target forward pass (module doc); a request that generated
     nothing is a ValueError."""
     if not counts.tokens:
@@ -146,12 +146,12 @@ def engine_acceptance_length(counts: EngineDrafts) -> float | None:
     return 1.0 + counts.accepted / counts.drafts
 
 
-def acceptance_rate(counts: EngineDrafts) -> float | None:
+def counted_acceptance_rate(counts: EngineDrafts) -> float | None:
     """``A / draft tokens``; ``None`` when nothing was proposed."""
     return counts.accepted / counts.draft_tokens if counts.draft_tokens else None
 
 
-def position_rates(counts: Sequence[EngineDrafts]) -> list[float]:
+def counted_position_rates(counts: Sequence[EngineDrafts]) -> list[float]:
     """``sum accepted_j / sum D`` per draft position (vLLM's); empty when any request lacks
     the per-position counts or the step count (llama-server), or nothing was drafted."""
     if not counts or any(c.drafts is None for c in counts):
@@ -172,12 +172,12 @@ __all__ = [
     "DRAFTS",
     "DRAFT_TOKENS",
     "EngineDrafts",
-    "acceptance_length",
-    "acceptance_rate",
+    "counted_acceptance_length",
+    "counted_acceptance_rate",
+    "counted_position_rates",
     "delta",
     "engine_acceptance_length",
     "exports_counters",
     "llama_counters",
-    "position_rates",
     "vllm_counters",
 ]

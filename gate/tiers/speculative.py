@@ -153,15 +153,23 @@ def measure(backend: Speculates, settings: SpeculativeSettings) -> list[Measurem
         found = divergence(pid, plain.tokens, trace.tokens, plain.margins, plain.noise)
         if found is not None:
             divergences.append(found)
-    out = _lossless(ids, divergences, noise) + _acceptance(ids, traces)
+    out = lossless_measurements(ids, divergences, noise) + _acceptance(ids, traces)
     if settings.speed_prompts:
-        out.append(_speedup(backend, [p for _, p in encoded[: settings.speed_prompts]], settings))
+        out.append(
+            speedup_measurement(
+                backend, [p for _, p in encoded[: settings.speed_prompts]], settings
+            )
+        )
     return out
 
 
-def _lossless(
+def lossless_measurements(
     ids: Sequence[str], divergences: Sequence[Divergence], noise: float
 ) -> list[Measurement]:
+    """``speculative.lossless`` (the share of prompts whose tokens never left the plain
+    build's) and ``speculative.confident_divergences`` (prompts that left them where the
+    target's top-2 margin exceeds ``noise``), every divergence listed in the details; in
+    process and served alike."""
     diverged = {d.prompt_id for d in divergences}
     confident = [d for d in divergences if not d.within_noise]
     listed = [d.to_dict() for d in divergences]
@@ -218,9 +226,11 @@ def _acceptance(ids: Sequence[str], traces: Sequence[SpeculativeTrace]) -> list[
     return out
 
 
-def _speedup(
+def speedup_measurement(
     backend: TimesPairs, prompts: Sequence[Sequence[int]], settings: SpeculativeSettings
 ) -> Measurement:
+    """``speculative.speedup``: tokens/s with over without speculation, each prompt timed
+    back to back in alternating order; the geometric mean with its t-interval."""
     with_spec: list[float] = []
     without: list[float] = []
     for i, prompt in enumerate(track(prompts, "speculative: timed with and without")):

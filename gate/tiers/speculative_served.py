@@ -35,14 +35,14 @@ from gate.metrics.catalog import speculative as catalog
 from gate.metrics.speculative import Divergence, PlainReference, divergence
 from gate.metrics.speculative_served import (
     EngineDrafts,
-    acceptance_length,
-    acceptance_rate,
+    counted_acceptance_length,
+    counted_acceptance_rate,
+    counted_position_rates,
     engine_acceptance_length,
-    position_rates,
 )
 from gate.models.served_speculation import ServedSpeculation
 from gate.progress import track
-from gate.tiers.speculative import SpeculativeSettings, _lossless, _speedup
+from gate.tiers.speculative import SpeculativeSettings, lossless_measurements, speedup_measurement
 
 
 class ServedSpeculates(Protocol):
@@ -92,12 +92,12 @@ def measure_served(build: ServedSpeculates, settings: SpeculativeSettings) -> li
             divergences.append(found)
     out = [
         replace(m, details={**m.details, "noise_definition": NOISE_DEFINITION})
-        for m in _lossless(ids, divergences, noise)
+        for m in lossless_measurements(ids, divergences, noise)
     ]
     out += acceptance(ids, counts, build.speculation)
     if settings.speed_prompts:
         prompts = [p for _, p in encoded[: settings.speed_prompts]]
-        out.append(_speedup(build, prompts, settings))
+        out.append(speedup_measurement(build, prompts, settings))
     return out
 
 
@@ -114,8 +114,8 @@ def acceptance(
     """``speculative.acceptance_length`` and ``speculative.acceptance_rate`` from the engine's
     counts, one sample per prompt (paired with a baseline's prompts)."""
     kept = [(pid, c) for pid, c in zip(ids, counts, strict=True) if c.tokens]
-    lengths = tuple(acceptance_length(c) for _, c in kept)
-    rates = position_rates(counts)
+    lengths = tuple(counted_acceptance_length(c) for _, c in kept)
+    rates = counted_position_rates(counts)
     engine_lengths = [engine_acceptance_length(c) for c in counts]
     drafts = [c.drafts for c in counts]
     details = {
@@ -140,7 +140,7 @@ def acceptance(
                 details=details,
             )
         )
-    rated = [(pid, acceptance_rate(c)) for pid, c in zip(ids, counts, strict=True)]
+    rated = [(pid, counted_acceptance_rate(c)) for pid, c in zip(ids, counts, strict=True)]
     proposed = [(pid, float(r)) for pid, r in rated if r is not None]
     if proposed:
         values = tuple(r for _, r in proposed)
