@@ -1,15 +1,19 @@
 """Speculative decoding gated on SmolLM2-135M-Instruct, the real model (in process).
 
 One load of SmolLM2 serves every test (the module fixture): the target as
-loaded, and self-drafts made from copies of it (``spec-draft:quanto-int4``,
-``spec-draft:quanto-int2``), as the loader makes them for an untouched target.
+loaded, and self-drafts made from copies of it, as the loader makes them for an
+untouched target: a good one (``spec-draft:prune-magnitude:0.3``, acceptance
+length about 1.9) and a poor one (``spec-draft:prune-magnitude:0.7``, about 1).
+Both keep dense float weights, so the module stays quick on a CPU; the quantized
+self-drafts of the issue (``quanto-int4`` passes, ``quanto-int2`` is blocked) are
+gated through the CLI in docs/speculative.md and by ``gate demo --model smollm2
+--panel speculative``, where optimum-quanto's CPU kernels cost 0.2 s a token.
 
 * the verification steps gate counts (from transformers' assisted generation)
   equal those of an independent greedy speculative loop written here with full
-  forward passes and no cache (with a magnitude-pruned self-draft, whose dense
-  weights keep the loop's many passes quick);
-* the int4 self-draft against a baseline recorded with it passes (lossless,
-  the same acceptance length); the int2 self-draft is blocked on
+  forward passes and no cache;
+* the good self-draft against a baseline recorded with it passes (lossless,
+  the same acceptance length); the poor self-draft is blocked on
   ``speculative.acceptance_length`` with its tokens still lossless;
 * a build whose verification step accepts the draft unchecked (a test fixture:
   a forward hook that makes the target agree with every draft token) is
@@ -48,10 +52,10 @@ SMALL = SpeculativeSettings(limit=3, max_new_tokens=12, speed_prompts=0)
 @dataclass(frozen=True)
 class Builds:
     target: HFBackend
-    int4: SpeculativeBackend
-    int2: SpeculativeBackend
-    #: A fast self-draft (dense float weights) for the loop written out below.
-    pruned: SpeculativeBackend
+    #: A self-draft the target mostly agrees with (30 % of its weights pruned).
+    good: SpeculativeBackend
+    #: A self-draft the target rejects (70 % pruned).
+    poor: SpeculativeBackend
 
 
 def _speculative(target: HFBackend, draft: str) -> SpeculativeBackend:
@@ -71,9 +75,8 @@ def builds() -> Builds:
     target = load_backend(ModelSpec.parse("smollm2"), None)
     return Builds(
         target,
-        _speculative(target, "quanto-int4"),
-        _speculative(target, "quanto-int2"),
         _speculative(target, "prune-magnitude:0.3"),
+        _speculative(target, "prune-magnitude:0.7"),
     )
 
 
@@ -120,7 +123,7 @@ def _reference_loop(
 
 
 def test_counted_steps_equal_an_independent_speculative_loop(builds: Builds) -> None:
-    backend = builds.pruned  # dense weights: the written-out loop's many passes stay quick
+    backend = builds.good
     for text in ("What is 17 + 25?", "Name three colours of the rainbow."):
         prompt = backend.encode_prompt(text)
         trace = backend.speculate(prompt, max_new_tokens=16)
@@ -139,36 +142,36 @@ def _verdicts(candidate: list[Measurement], baseline: list[Measurement]) -> dict
 
 
 @pytest.fixture(scope="module")
-def baseline_int4(builds: Builds) -> list[Measurement]:
-    return measure(builds.int4, SMALL)
+def baseline_good(builds: Builds) -> list[Measurement]:
+    return measure(builds.good, SMALL)
 
 
 def _value(measurements: list[Measurement], name: str) -> float:
     return next(m.value for m in measurements if m.name == name)
 
 
-def test_the_same_self_draft_passes(builds: Builds, baseline_int4: list[Measurement]) -> None:
-    again = measure(builds.int4, SMALL)
-    verdicts = _verdicts(again, baseline_int4)
+def test_the_same_self_draft_passes(builds: Builds, baseline_good: list[Measurement]) -> None:
+    again = measure(builds.good, SMALL)
+    verdicts = _verdicts(again, baseline_good)
     assert _value(again, catalog.LOSSLESS) == 1.0
     assert _value(again, catalog.ACCEPTANCE_LENGTH) == _value(
-        baseline_int4, catalog.ACCEPTANCE_LENGTH
+        baseline_good, catalog.ACCEPTANCE_LENGTH
     )
     assert _value(again, catalog.ACCEPTANCE_LENGTH) > 1.2
     assert all(v.severity is not Severity.CRITICAL for v in verdicts.values()), verdicts
 
 
-def test_an_int2_self_draft_is_blocked_on_acceptance_and_stays_lossless(
-    builds: Builds, baseline_int4: list[Measurement]
+def test_a_poor_self_draft_is_blocked_on_acceptance_and_stays_lossless(
+    builds: Builds, baseline_good: list[Measurement]
 ) -> None:
-    int2 = measure(builds.int2, SMALL)
-    verdicts = _verdicts(int2, baseline_int4)
+    poor = measure(builds.poor, SMALL)
+    verdicts = _verdicts(poor, baseline_good)
     assert verdicts[catalog.ACCEPTANCE_LENGTH].severity is Severity.CRITICAL
-    assert _value(int2, catalog.ACCEPTANCE_LENGTH) < _value(
-        baseline_int4, catalog.ACCEPTANCE_LENGTH
+    assert _value(poor, catalog.ACCEPTANCE_LENGTH) < _value(
+        baseline_good, catalog.ACCEPTANCE_LENGTH
     )
     assert verdicts[catalog.CONFIDENT_DIVERGENCES].severity is not Severity.CRITICAL
-    assert _value(int2, catalog.CONFIDENT_DIVERGENCES) == 0.0
+    assert _value(poor, catalog.CONFIDENT_DIVERGENCES) == 0.0
 
 
 @pytest.fixture
@@ -199,10 +202,10 @@ def rubber_stamp(builds: Builds) -> Iterator[None]:
 
 
 def test_a_verification_that_accepts_the_draft_unchecked_is_blocked(
-    builds: Builds, baseline_int4: list[Measurement], rubber_stamp: None
+    builds: Builds, baseline_good: list[Measurement], rubber_stamp: None
 ) -> None:
-    broken = measure(builds.int2, SMALL)
-    verdicts = _verdicts(broken, baseline_int4)
+    broken = measure(builds.poor, SMALL)
+    verdicts = _verdicts(broken, baseline_good)
     counted = next(m for m in broken if m.name == catalog.CONFIDENT_DIVERGENCES)
     assert counted.value >= 1.0, counted.details
     assert verdicts[catalog.CONFIDENT_DIVERGENCES].severity is Severity.CRITICAL
