@@ -15,7 +15,7 @@
 # is never changed by it: updating it is `bash scripts/lock.sh
 # --upgrade-package NAME`, a reviewed change. Other arguments go to pytest.
 #
-# pytest runs one worker per core and one more (pytest-xdist, --dist loadgroup): the tests
+# pytest runs one worker per core (pytest-xdist, --dist loadgroup): the tests
 # that use the real serving engine share the session's servers and run on one
 # worker; every other test file runs whole on one worker (tests/conftest.py).
 set -euo pipefail
@@ -129,9 +129,7 @@ if [ -n "$LLAMA_CPP_PID" ] && ! wait "$LLAMA_CPP_PID"; then
   cat "$LLAMA_CPP_LOG"
 fi
 rm -f "$LLAMA_CPP_LOG"
-# One worker per core and one more: the engine tests wait much of their time (servers
-# starting, GuideLLM's fixed measuring windows), which the extra worker fills.
-WORKERS=${GATE_TEST_WORKERS:-$(($(nproc) + 1))}
+WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
 XDIST=()
 [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
 step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 \
