@@ -25,10 +25,10 @@ is refused where the run is planned (:func:`require_speculative`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from gate.errors import ConfigError
 from gate.measurement import Measurement
@@ -112,6 +112,10 @@ class SpeculativeSettings:
             raise ValueError(f"min_speedup must be positive, got {self.min_speedup}")
 
 
+#: What a speculative run counted per prompt (a trace in process, engine counts served).
+R = TypeVar("R")
+
+
 def require_speculative(recipe: str | None) -> None:
     """The tier needs a build with a ``spec-*`` part: else one line, exit 4."""
     from gate.models.stack import parse_stack
@@ -132,6 +136,60 @@ def _prompts(settings: SpeculativeSettings) -> list[tuple[str, str]]:
     return [(str(p.id), str(p.text)) for p in found]
 
 
+class ComparesPlain(Protocol):
+    """A build that encodes prompts and generates them without speculation too (in
+    process: :class:`Speculates`; served: the plain server beside the speculative one)."""
+
+    def encode_prompt(self, text: str, *, chat: bool = True) -> list[int]:
+        """Token ids of a user prompt through the chat template."""
+        ...
+
+    def plain_reference(self, prompt: Sequence[int], *, max_new_tokens: int) -> PlainReference:
+        """Greedy tokens without speculation, their top-2 margins and the noise."""
+        ...
+
+
+@dataclass(frozen=True)
+class PromptRuns(Generic[R]):
+    """Every prompt of the tier generated with and without speculation: its id, what the
+    speculative run counted (``R``: a trace in process, the engine's counts served), the
+    divergences from the plain tokens and the largest noise seen."""
+
+    ids: list[str]
+    records: list[R]
+    divergences: list[Divergence]
+    noise: float
+    prompts: list[Sequence[int]]
+
+    def speed_prompts(self, settings: SpeculativeSettings) -> list[Sequence[int]]:
+        """The prompts the speed-up times (the first ``speed_prompts``)."""
+        return self.prompts[: settings.speed_prompts]
+
+
+def run_prompts(
+    build: ComparesPlain,
+    settings: SpeculativeSettings,
+    label: str,
+    speculate: Callable[[Sequence[int]], tuple[Sequence[int], R]],
+) -> PromptRuns[R]:
+    """The tier's one loop over its prompts: ``speculate`` (tokens and what it counted),
+    then the plain reference, each divergence found against it; in process and served."""
+    runs: PromptRuns[R] = PromptRuns([], [], [], 0.0, [])
+    noise = 0.0
+    encoded = [(pid, build.encode_prompt(text)) for pid, text in _prompts(settings)]
+    for pid, prompt in track(encoded, label):
+        tokens, record = speculate(prompt)
+        plain = build.plain_reference(prompt, max_new_tokens=settings.max_new_tokens)
+        noise = max(noise, plain.noise)
+        runs.ids.append(pid)
+        runs.records.append(record)
+        runs.prompts.append(prompt)
+        found = divergence(pid, plain.tokens, tokens, plain.margins, plain.noise)
+        if found is not None:
+            runs.divergences.append(found)
+    return PromptRuns(runs.ids, runs.records, runs.divergences, noise, runs.prompts)
+
+
 def measure(backend: Speculates, settings: SpeculativeSettings) -> list[Measurement]:
     """The tier's measurements on ``backend`` (module doc)."""
     if not isinstance(backend, Speculates):
@@ -139,27 +197,16 @@ def measure(backend: Speculates, settings: SpeculativeSettings) -> list[Measurem
             "the speculative tier needs an in-process build with a spec-* recipe",
             "add a spec-* part to the recipe",
         )
-    ids: list[str] = []
-    traces: list[SpeculativeTrace] = []
-    divergences: list[Divergence] = []
-    noise = 0.0
-    encoded = [(pid, backend.encode_prompt(text)) for pid, text in _prompts(settings)]
-    for pid, prompt in track(encoded, "speculative: with and without the drafter"):
+
+    def speculated(prompt: Sequence[int]) -> tuple[Sequence[int], SpeculativeTrace]:
         trace = backend.speculate(prompt, max_new_tokens=settings.max_new_tokens)
-        plain = backend.plain_reference(prompt, max_new_tokens=settings.max_new_tokens)
-        noise = max(noise, plain.noise)
-        ids.append(pid)
-        traces.append(trace)
-        found = divergence(pid, plain.tokens, trace.tokens, plain.margins, plain.noise)
-        if found is not None:
-            divergences.append(found)
-    out = lossless_measurements(ids, divergences, noise) + _acceptance(ids, traces)
+        return trace.tokens, trace
+
+    runs = run_prompts(backend, settings, "speculative: with and without the drafter", speculated)
+    out = lossless_measurements(runs.ids, runs.divergences, runs.noise)
+    out += _acceptance(runs.ids, runs.records)
     if settings.speed_prompts:
-        out.append(
-            speedup_measurement(
-                backend, [p for _, p in encoded[: settings.speed_prompts]], settings
-            )
-        )
+        out.append(speedup_measurement(backend, runs.speed_prompts(settings), settings))
     return out
 
 

@@ -32,7 +32,7 @@ from typing import Protocol
 
 from gate.measurement import Measurement
 from gate.metrics.catalog import speculative as catalog
-from gate.metrics.speculative import Divergence, PlainReference, divergence
+from gate.metrics.speculative import PlainReference
 from gate.metrics.speculative_served import (
     EngineDrafts,
     counted_acceptance_length,
@@ -41,8 +41,12 @@ from gate.metrics.speculative_served import (
     engine_acceptance_length,
 )
 from gate.models.served_speculation import ServedSpeculation
-from gate.progress import track
-from gate.tiers.speculative import SpeculativeSettings, lossless_measurements, speedup_measurement
+from gate.tiers.speculative import (
+    SpeculativeSettings,
+    lossless_measurements,
+    run_prompts,
+    speedup_measurement,
+)
 
 
 class ServedSpeculates(Protocol):
@@ -74,30 +78,21 @@ class ServedSpeculates(Protocol):
 
 def measure_served(build: ServedSpeculates, settings: SpeculativeSettings) -> list[Measurement]:
     """The tier's measurements on a served build (module doc)."""
-    from gate.tiers.speculative import _prompts
 
-    ids: list[str] = []
-    counts: list[EngineDrafts] = []
-    divergences: list[Divergence] = []
-    noise = 0.0
-    encoded = [(pid, build.encode_prompt(text)) for pid, text in _prompts(settings)]
-    for pid, prompt in track(encoded, "speculative: served with and without speculation"):
-        tokens, counted = build.speculate(prompt, max_new_tokens=settings.max_new_tokens)
-        plain = build.plain_reference(prompt, max_new_tokens=settings.max_new_tokens)
-        noise = max(noise, plain.noise)
-        ids.append(pid)
-        counts.append(counted)
-        found = divergence(pid, plain.tokens, tokens, plain.margins, plain.noise)
-        if found is not None:
-            divergences.append(found)
+    def speculated(prompt: Sequence[int]) -> tuple[Sequence[int], EngineDrafts]:
+        return build.speculate(prompt, max_new_tokens=settings.max_new_tokens)
+
+    runs = run_prompts(
+        build, settings, "speculative: served with and without speculation", speculated
+    )
+    ids, counts = runs.ids, runs.records
     out = [
         replace(m, details={**m.details, "noise_definition": NOISE_DEFINITION})
-        for m in lossless_measurements(ids, divergences, noise)
+        for m in lossless_measurements(ids, runs.divergences, runs.noise)
     ]
     out += acceptance(ids, counts, build.speculation)
     if settings.speed_prompts:
-        prompts = [p for _, p in encoded[: settings.speed_prompts]]
-        out.append(speedup_measurement(build, prompts, settings))
+        out.append(speedup_measurement(build, runs.speed_prompts(settings), settings))
     return out
 
 
