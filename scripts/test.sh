@@ -17,7 +17,9 @@
 #
 # pytest runs one worker per core (pytest-xdist, --dist loadgroup): the tests
 # that use the real serving engine share the session's servers and run on one
-# worker; every other test file runs whole on one worker (tests/conftest.py).
+# worker; every other test file runs whole on one worker (tests/conftest.py). The
+# groups go out longest first, in the order tests/xdist_groups.py sorts them
+# (--no-loadscope-reorder: xdist would otherwise sort them by their number of tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -131,7 +133,7 @@ fi
 rm -f "$LLAMA_CPP_LOG"
 WORKERS=${GATE_TEST_WORKERS:-$(nproc)}
 XDIST=()
-[ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
+[ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup --no-loadscope-reorder)
 step pytest "$VPY" -m pytest tests -q -p no:randomly --benchmark-disable --durations=30 \
   "${XDIST[@]}" "${PYTEST_ARGS[@]}"
 

@@ -5,7 +5,10 @@ given and the plain one gate writes from it). ``gate baseline record --serve CMD
 --tiers speculative`` on the demo model, CMD carrying ``--speculative-config``
 with vLLM's n-gram proposer: the tier runs end to end, the served tokens equal
 the plain server's (lossless 1), and the engine's own counters say the drafter
-helped (acceptance length above 1). Figures are printed (run with ``-s``).
+helped (acceptance length above 1). CMD carries an API key and a Hugging Face
+token (as tests/test_engine_secrets.py's commands do): nothing gate writes or
+prints holds either, both servers' logs included, and the baseline records the
+command with the values masked. Figures are printed (run with ``-s``).
 llama-server's speculation: tests/test_llama_server_speculative.py (a file of its
 own, so the two servers' tests run on two workers).
 """
@@ -18,8 +21,17 @@ from pathlib import Path
 import pytest
 
 from gate.errors import ExitCode
+from gate.models.masking import MASK
 from tests.cli_support import run_gate
 from tests.engine_support import engine_env, engine_python, vllm_command
+from tests.secrets_support import (
+    HF_TOKEN,
+    KEY,
+    KEY_VARIABLE,
+    baseline_document,
+    leaks,
+    recorded_command,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -36,7 +48,9 @@ def test_served_ngram_speculation_records_through_the_cli(
     engine_cache: Path, tmp_path: Path
 ) -> None:
     command = vllm_command(
-        engine_python(), "--dtype", "float32", "--speculative-config", json.dumps(NGRAM)
+        engine_python(),
+        *("--dtype", "float32", "--speculative-config", json.dumps(NGRAM)),
+        *("--api-key", KEY, f"--hf-token={HF_TOKEN}"),
     )
     (tmp_path / "gate.toml").write_text(
         "[tiers.speculative]\nlimit = 4\nmax_new_tokens = 32\nspeed_prompts = 2\n",
@@ -59,10 +73,22 @@ def test_served_ngram_speculation_records_through_the_cli(
         str(tmp_path / "gate.toml"),
         "--server-log",
         str(tmp_path / "logs" / "server.log"),
+        "--api-key-env",
+        KEY_VARIABLE,
         cwd=tmp_path,
-        env=engine_env(engine_cache),
+        env={
+            **engine_env(engine_cache),
+            KEY_VARIABLE: KEY,
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        },
     )
     assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
+    # no secret anywhere: the store, both servers' logs, gate's cache, the console
+    assert leaks(tmp_path, done) == []
+    provenance = baseline_document(tmp_path / "store")["provenance"]
+    served = recorded_command(provenance)
+    assert served[served.index("--api-key") + 1] == MASK and f"--hf-token={MASK}" in served
+    assert provenance["api_key_env"] == KEY_VARIABLE
     recorded = sorted((tmp_path / "store").rglob("*.json"))
     found = {}
     for path in recorded:

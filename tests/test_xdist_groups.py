@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: scripts/test.sh's distribution options (checked against the script below).
+DISTRIBUTION = ("--dist", "loadgroup", "--no-loadscope-reorder")
 
 CONFTEST = """
 import json, os
@@ -53,7 +55,7 @@ import pytest
 
 {mark}
 
-@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("case", range({cases}))
 def test_case({fixture}, case, request):
     from conftest import _log
     _log("test", request.node.nodeid)
@@ -64,13 +66,16 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text(CONFTEST)
+    # the light files hold the most tests: xdist's own order (by number of tests) would
+    # hand them out first
     for name in ("alpha", "beta", "gamma"):
-        (suite / f"test_{name}.py").write_text(MODULE.format(mark="", fixture="module_fixture"))
+        module = MODULE.format(mark="", fixture="module_fixture", cases=6)
+        (suite / f"test_{name}.py").write_text(module)
     for name in ("engine_one", "engine_two"):  # two files sharing the session's server
-        module = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="served")
+        module = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="served", cases=4)
         (suite / f"test_{name}.py").write_text(module)
     # an engine file with a server of its own (a module fixture): whole on one worker too
-    own = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="module_fixture")
+    own = MODULE.format(mark="pytestmark = pytest.mark.engine", fixture="module_fixture", cases=2)
     (suite / "test_engine_own.py").write_text(own)
     (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    engine: uses a server\n")
     log = tmp_path / "groups.jsonl"
@@ -84,8 +89,7 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
             "pytest",
             "-n",
             "2",
-            "--dist",
-            "loadgroup",
+            *DISTRIBUTION,
             "-q",
             "-p",
             "no:cacheprovider",
@@ -102,7 +106,7 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     tests = [(name, worker) for kind, name, worker in rows if kind == "test"]
-    assert len(tests) == 24 and len({worker for _, worker in tests}) == 2  # both workers used
+    assert len(tests) == 28 and len({worker for _, worker in tests}) == 2  # both workers used
     workers_of: dict[str, set[str]] = {}
     for nodeid, worker in tests:
         workers_of.setdefault(nodeid.split("::", 1)[0], set()).add(worker)
@@ -117,3 +121,16 @@ def test_files_and_the_engine_group_run_whole_on_one_worker(tmp_path: Path) -> N
         "test_engine_own",
         "test_gamma",
     ], builds
+    # the longest first: the engine group opens one worker, the file with a server of its
+    # own the other; on each worker the light files come after them
+    first_on = {worker: nodeid.split("::", 1)[0] for nodeid, worker in reversed(tests)}
+    assert sorted(first_on.values()) == ["test_engine_one.py", "test_engine_own.py"], first_on
+    rank = {"test_engine_one.py": 0, "test_engine_two.py": 0, "test_engine_own.py": 1}
+    for worker in first_on:
+        ranks = [rank.get(n.split("::", 1)[0], 2) for n, w in tests if w == worker]
+        assert ranks == sorted(ranks), (worker, tests)
+
+
+def test_the_suite_script_distributes_as_checked_here() -> None:
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert f'-n "$WORKERS" {" ".join(DISTRIBUTION)})' in script

@@ -21,36 +21,46 @@ BASELINE_GROUP = "shared-baseline"
 SHARED_BASELINES = {"smollm2_fidelity_base"}
 
 
+#: The order in which the groups are handed out (scripts/test.sh passes
+#: ``--no-loadscope-reorder``, so xdist keeps the collection's order instead of
+#: sorting the groups by their number of tests, which put the one-test files that
+#: start servers of their own last, on one worker, while the other one idled).
+ORDER_ENGINE_GROUP, ORDER_BASELINE_GROUP, ORDER_ENGINE_FILE, ORDER_SLOW_FILE, ORDER_REST = range(5)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group the tests for ``--dist loadgroup``: the engine tests that share the
     session's servers in one group, the files that share a recorded baseline in one,
     every other test with the rest of its file (its
     module fixtures, a baseline recorded or a server started for the module, built
-    once). The engine group first, then the files holding an engine or ``slow``
-    test, then the rest: xdist hands the groups out in this order as workers free
-    up, and the long ones early leave short ones to even out the two workers' ends."""
+    once). The longest first (a greedy longest-first schedule on two workers): the
+    engine group, the shared baseline's group, the files holding an engine test (a
+    server of their own), those holding a ``slow`` test, then the rest: xdist hands
+    the groups out in this order as workers free up, and the short ones at the end
+    even out the two workers' ends."""
     if not config.pluginmanager.hasplugin("xdist"):
         return  # (an xdist worker sees ``--dist no``: the groups are marked whatever it says)
-    heavy_files = {
-        item.nodeid.split("::", 1)[0]
-        for item in items
-        if item.get_closest_marker("slow") or item.get_closest_marker("engine")
-    }
+    engine_files = {_file(item) for item in items if item.get_closest_marker("engine")}
+    slow_files = {_file(item) for item in items if item.get_closest_marker("slow")}
     sharing = {
-        item.nodeid.split("::", 1)[0]
-        for item in items
-        if SHARED_BASELINES & set(getattr(item, "fixturenames", ()))
+        _file(item) for item in items if SHARED_BASELINES & set(getattr(item, "fixturenames", ()))
     }
     order: dict[str, int] = {}
     for item in items:
         engine = item.get_closest_marker("engine") is not None
-        file = item.nodeid.split("::", 1)[0]
+        file = _file(item)
         if engine and SHARED_SERVERS & set(getattr(item, "fixturenames", ())):
-            group, order[item.nodeid] = ENGINE_GROUP, 0
+            group, order[item.nodeid] = ENGINE_GROUP, ORDER_ENGINE_GROUP
         elif file in sharing:  # the whole file, beside the others sharing its baseline
-            group, order[item.nodeid] = BASELINE_GROUP, 1
+            group, order[item.nodeid] = BASELINE_GROUP, ORDER_BASELINE_GROUP
+        elif file in engine_files:
+            group, order[item.nodeid] = file, ORDER_ENGINE_FILE
         else:
-            group, order[item.nodeid] = file, 1 if file in heavy_files else 2
+            group, order[item.nodeid] = file, ORDER_SLOW_FILE if file in slow_files else ORDER_REST
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: order[item.nodeid])
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
