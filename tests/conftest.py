@@ -245,9 +245,10 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def smollm2_fidelity_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A store holding SmolLM2's fidelity baseline (ref ``base``, recorded in process with
-    ``[tiers.fidelity] limit = 24, max_new_tokens = 32``), its run config and a work folder:
-    recorded once for the llama.cpp test files, which tests/xdist_groups.py keeps on one
-    worker (``SHARED_BASELINES``)."""
+    ``[tiers.fidelity] limit = 24, max_new_tokens = 32``), its run config, a run config
+    gating the first 8 of its prompts (``config_first8``: the checks that need no more)
+    and a work folder: recorded once for the llama.cpp test files, which
+    tests/xdist_groups.py keeps on one worker (``SHARED_BASELINES``)."""
     from tests.cli_support import run_gate
     from tests.gguf_support import smollm2_file
     from tests.llama_cpp_support import built_llama_cpp
@@ -263,4 +264,6 @@ def smollm2_fidelity_base(tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         "--config", str(config), "--store", str(store), cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return {"root": root, "config": config, "store": store}
+    first8 = root / "first8.toml"
+    first8.write_text("[tiers.fidelity]\nlimit = 8\nmax_new_tokens = 32\n", encoding="utf-8")
+    return {"root": root, "config": config, "config_first8": first8, "store": store}

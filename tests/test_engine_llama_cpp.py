@@ -271,21 +271,12 @@ def test_another_models_tokenizer_is_refused_in_one_line(llama_served: HTTPBacke
 # ------------------------------------------------------------------ the command line
 
 
-#: The command-line tests' fidelity settings: the first 8 of the baseline's 24 prompts
-#: (the 24 are tests/test_llama_cpp_gate.py's, which measures llama.cpp's loss on them).
-SHORT_FIDELITY = "[tiers.fidelity]\nlimit = 8\nmax_new_tokens = 32\n"
-
-
 @pytest.fixture(scope="module")
-def smollm2_store(
-    smollm2_fidelity_base: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, Path]:
+def smollm2_store(smollm2_fidelity_base: dict[str, Path]) -> tuple[Path, Path]:
     """The store with SmolLM2's fidelity baseline ``base`` (recorded in process; the
-    session's, shared with tests/test_llama_cpp_gate.py) and a config gating the first
-    8 of its prompts."""
-    config = tmp_path_factory.mktemp("short") / "gate.toml"
-    config.write_text(SHORT_FIDELITY, encoding="utf-8")
-    return smollm2_fidelity_base["store"], config
+    session's, shared with tests/test_llama_cpp_gate.py) and the config gating the
+    first 8 of its 24 prompts."""
+    return smollm2_fidelity_base["store"], smollm2_fidelity_base["config_first8"]
 
 
 def _run_served(store: Path, config: Path, serve: str, out: Path) -> Any:

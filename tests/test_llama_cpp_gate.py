@@ -4,11 +4,12 @@ The checks of issue 38 on SmolLM2-135M-Instruct: a baseline recorded in
 process (``gate baseline record --model smollm2 --ref base --tiers fidelity``,
 ``[tiers.fidelity] limit = 24, max_new_tokens = 32``), then
 
-* ``--recipe gguf-f16 --engine llama.cpp``: gate makes the file, serves it with
+* on the first 8 of the baseline's prompts (``config_first8``),
+  ``--recipe gguf-f16 --engine llama.cpp``: gate makes the file, serves it with
   llama-server, gates it (approved, exit 0; the candidate's provenance says
   ``engine: llama.cpp``, the build and the file) and stops the server;
-* ``--recipe gguf-q2_k --engine llama.cpp``: blocked (exit 1);
-* ``gguf-q8_0``: its KL mean as llama.cpp runs the file is at least 1.5 times
+  ``--recipe gguf-q2_k --engine llama.cpp``: blocked (exit 1);
+* on all 24, ``gguf-q8_0``: its KL mean as llama.cpp runs the file is at least 1.5 times
   that of the same file dequantized in process (llama.cpp's kernels quantize
   the activations too).
 
@@ -38,11 +39,14 @@ def base(smollm2_fidelity_base: dict[str, Path]) -> dict[str, Path]:
     return smollm2_fidelity_base
 
 
-def _run(base: dict[str, Path], recipe: str, name: str, *extra: str) -> tuple[int, dict[str, Any]]:
+def _run(
+    base: dict[str, Path], recipe: str, name: str, *extra: str, config: str = "config"
+) -> tuple[int, dict[str, Any]]:
+    """``gate run`` of ``recipe`` against ``base`` with the run config ``base[config]``."""
     out = base["root"] / f"{name}.json"
     done = run_gate(
         "run", "--candidate", "smollm2", "--recipe", recipe, "--against", "base",
-        "--tiers", "fidelity", "--config", str(base["config"]), "--store", str(base["store"]),
+        "--tiers", "fidelity", "--config", str(base[config]), "--store", str(base["store"]),
         "--json", str(out), *extra,
     )  # fmt: skip
     assert out.is_file(), done.stdout + done.stderr
@@ -70,7 +74,7 @@ def _figures(name: str, **values: Any) -> None:
 
 
 def test_f16_run_by_llama_cpp_is_approved_and_says_so(base: dict[str, Path]) -> None:
-    code, results = _run(base, "gguf-f16", "f16", "--engine", "llama.cpp")
+    code, results = _run(base, "gguf-f16", "f16", "--engine", "llama.cpp", config="config_first8")
     candidate = results["candidate"]
     _figures(
         "gguf-f16 llama.cpp",
@@ -90,7 +94,7 @@ def test_f16_run_by_llama_cpp_is_approved_and_says_so(base: dict[str, Path]) -> 
 
 
 def test_q2_k_run_by_llama_cpp_is_blocked(base: dict[str, Path]) -> None:
-    code, results = _run(base, "gguf-q2_k", "q2k", "--engine", "llama.cpp")
+    code, results = _run(base, "gguf-q2_k", "q2k", "--engine", "llama.cpp", config="config_first8")
     _figures(
         "gguf-q2_k llama.cpp",
         exit=code,
