@@ -9,6 +9,7 @@ real timings of the committed demo model on this (noisy, shared) machine.
 from __future__ import annotations
 
 import json
+import random
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from gate.tiers.latency import (
     BaselineBuild,
     LatencySettings,
     reference_build,
+    round_orders,
     run_tier,
     to_measurements,
 )
@@ -100,7 +102,7 @@ class Logged(ScriptedBackend):
         )
 
 
-def test_paired_mode_alternates_after_the_memory_runs() -> None:
+def test_paired_mode_times_one_request_of_each_per_round_after_the_memory_runs() -> None:
     log: list[str] = []
     clock = FakeTime()
     cand = Logged("B", log, clock_source=clock, noise_cv=0.0, slowdown=2.0)
@@ -110,13 +112,16 @@ def test_paired_mode_alternates_after_the_memory_runs() -> None:
         log.append("load")
         return base
 
-    by_name = {m.name: m for m in _measure(cand, baseline=BaselineBuild(load, "fp16", "m", None))}
+    build = BaselineBuild(load, "fp16", "m", None, order_seed=3)
+    by_name = {m.name: m for m in _measure(cand, baseline=build)}
     rounds = SMALL.warmup + SMALL.runs
-    # memory run of the candidate alone, then the baseline build, then A B A B per batch
-    pairs = [["A1", "B1"], ["B1", "A1"]] * rounds
-    assert log == ["B1", "load"] + [x for p in pairs[:rounds] for x in p] + [
-        x.replace("1", "2") for p in pairs[:rounds] for x in p
-    ]
+    # memory run of the candidate alone, then the baseline build, then the rounds per batch
+    assert log[:2] == ["B1", "load"]
+    timed = [log[i : i + 2] for i in range(2, len(log), 2)]
+    assert len(timed) == 2 * rounds
+    for batch, pairs in ((1, timed[:rounds]), (2, timed[rounds:])):
+        assert all(sorted(p) == [f"A{batch}", f"B{batch}"] for p in pairs), pairs
+    assert {p[0][0] for p in timed} == {"A", "B"}  # the order is drawn, not fixed
     e2e = by_name["latency.e2e_p50"]
     paired = e2e.details[MeasurementDetail.PAIRED_REFERENCE]
     assert (paired["against"], paired["model"], paired["recipe"]) == ("fp16", "m", None)
@@ -178,6 +183,70 @@ def test_in_session_baseline_cancels_drift_and_still_catches_a_slow_build() -> N
     mild = _severities(_measure(bit, baseline=_build(ScriptedBackend(busy, seed=7))), stored)
     for name in TIMED:
         assert mild[name].severity < Severity.CRITICAL, name
+
+
+class PeriodicNeighbour(FakeTime):
+    """A machine whose neighbour is busy during two requests in every four.
+
+    Requests are counted as the tier takes a clock for each; those at positions
+    ``busy`` (mod 4) take ``factor`` times longer. Four requests is the period
+    of a fixed ``A B, B A`` alternation: counting the candidate's memory run
+    first, that order puts every candidate request on positions 2 and 3.
+    """
+
+    def __init__(self, factor: float, busy: tuple[int, ...] = (2, 3)) -> None:
+        super().__init__()
+        self.factor, self.busy, self.requests = factor, busy, 0
+
+    def clock(self) -> Any:
+        self.requests += 1
+        return super().clock()
+
+    def advance(self, seconds: float) -> None:
+        busy = (self.requests - 1) % 4 in self.busy
+        self.t += seconds * (self.factor if busy else 1.0)
+
+
+def test_round_orders_draws_balanced_blocks() -> None:
+    orders = round_orders(2, random.Random(11), warmup=3, runs=20)
+    warm = [next(orders) for _ in range(3)]
+    blocks = [[next(orders) for _ in range(20)] for _ in range(200)]
+    assert all(o in ([0, 1], [1, 0]) for o in warm)
+    # each block of timed rounds: each side first in exactly half of them
+    assert all(sum(o == [0, 1] for o in block) == 10 for block in blocks)
+    # ... in a drawn order: which goes first at a given round is a fair coin across blocks
+    for i in range(20):
+        first = sum(block[i] == [0, 1] for block in blocks) / len(blocks)
+        assert 0.38 < first < 0.62, i  # 200 draws: sd 0.035
+    assert len({tuple(map(tuple, block)) for block in blocks}) == len(blocks)
+    odd = round_orders(2, random.Random(5), warmup=0, runs=21)
+    assert abs(sum(next(odd) == [0, 1] for _ in range(21)) - 10.5) == 0.5
+    assert next(round_orders(1, random.Random(0), warmup=1, runs=4)) == [0]
+
+
+def test_a_neighbour_busy_on_the_alternation_period_is_no_false_alarm() -> None:
+    """The same build beside a neighbour busy two requests in four (+30 %), 40 seeds.
+
+    A fixed ``A B, B A`` order put the candidate on every busy slot: all 40
+    gates blocked (+30 %, p = 1/1024). With the order drawn the busy slots fall
+    on either side by chance and the signed-rank test keeps its false-alarm
+    rate (at most 1 % at ``alpha = 0.01``, fewer with the +5 % margin). A build
+    twice as slow is still blocked beside the same neighbour.
+    """
+    blocked = 0
+    for seed in range(40):
+        machine = PeriodicNeighbour(1.3)
+        same, base = ScriptedBackend(machine, seed=2 * seed), ScriptedBackend(machine, seed=99)
+        build = BaselineBuild(lambda b=base: b, "fp16", "scripted", None, order_seed=seed)
+        verdicts = _severities(_measure(same, baseline=build), [])
+        blocked += any(verdicts[name].severity is Severity.CRITICAL for name in TIMED)
+    assert blocked <= 1, f"{blocked} of 40 same-build gates blocked"
+    machine = PeriodicNeighbour(1.3)
+    slow = ScriptedBackend(machine, seed=1, slowdown=2.0)
+    build = BaselineBuild(lambda: ScriptedBackend(machine, seed=2), "fp16", "s", None, order_seed=0)
+    verdicts = _severities(_measure(slow, baseline=build), [])
+    for name in TIMED:
+        assert verdicts[name].severity is Severity.CRITICAL, name
 
 
 def _timing(name: str, centre: float, seed: int, **details: Any) -> Measurement:
@@ -438,18 +507,24 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
 ) -> None:
     """Ten paired gate runs of the demo model against its own baseline (two loads of it).
 
-    Each gate times 20 alternated pairs of 16-token requests (about 80 ms each here).
-    It runs whatever the machine's load: a shared runner busy with other work is
-    what the paired design is for (drift between pairs cancels in the per-pair
-    ratios, and the counterbalanced order keeps bursts from falling on one side).
-    Measured at a load average of 13-14 on two cores: ten clean gates, no warning.
+    Each gate times 20 pairs of 16-token requests (about 80 ms each here), which
+    goes first drawn per pair. It runs whatever the machine's load: a shared
+    runner busy with other work is what the paired design is for (drift between
+    pairs cancels in the per-pair ratios; a burst or a periodic neighbour lands
+    on either side at random). Measured at a load average of 13-14 on two
+    cores: ten clean gates, no warning. With the fixed ``A B, B A`` order this
+    test blocked one gate in one of the full suite's fresh-clone runs (TTFT
+    +12.5 %, p = 0.005; the cause was not seen again in 70 gates beside the
+    same neighbours); the drawn order makes the p-value exact whatever the
+    time structure of the machine's load
+    (:func:`test_a_neighbour_busy_on_the_alternation_period_is_no_false_alarm`).
     """
     candidate, baseline = demo_builds(None), demo_backend
     warned = 0
-    for _ in range(10):
+    for gate in range(10):
         verdicts = _severities(_real(candidate, baseline), [])
         flagged = [v.reason for v in verdicts.values() if v.severity is Severity.CRITICAL]
-        assert not flagged, flagged
+        assert not flagged, (f"gate {gate + 1} of 10", flagged)
         warned += any(v.severity is Severity.WARN for v in verdicts.values())
     assert warned <= 2
 

@@ -13,8 +13,8 @@ evidence supports it. Each test here answers one question, "is the candidate
 * :func:`repeated_runs_test` — unpaired repeated timings: Mann-Whitney U
   (Mann & Whitney 1947) for "candidate stochastically worse", plus a bootstrap
   CI of the relative change of the median.
-* :func:`paired_runs_test` — repeated timings taken in alternating pairs
-  (A B, B A, ...): Wilcoxon's signed-rank test (Wilcoxon 1945) on the per-pair
+* :func:`paired_runs_test` — repeated timings taken in pairs (one request of
+  each build per round, the order drawn per round): Wilcoxon's signed-rank test (Wilcoxon 1945) on the per-pair
   log ratios ``log(c_i / b_i)``, so a slow stretch of the machine that lasts
   longer than one pair cancels out of every ratio.
 

@@ -35,11 +35,11 @@ the next -- so a candidate timed now and a baseline timed last week (or even a
 minute ago) differ by more than any latency bound, and an identical build would
 be blocked. In paired mode the run also loads the *baseline build* (the model
 and recipe the first baseline's provenance names, i.e. the unmodified model for
-an ``fp16`` baseline; :func:`reference_build`) and alternates the two in one
-session, ``A B B A A B ...`` (A = baseline, B = candidate, one pair per round,
-the order reversed each round so neither side is always second; the sweep
-likewise per batch). Drift then lands on both sides alike and cancels in
-the comparison: each timed metric carries the in-session baseline's value and
+an ``fp16`` baseline; :func:`reference_build`) and times the two in one
+session, one request of each per round (A = baseline, B = candidate), which
+goes first drawn at random, each first in half the timed rounds
+(:func:`round_orders`; the sweep likewise per batch). Drift then lands on
+both sides alike and cancels in the comparison: each timed metric carries the in-session baseline's value and
 per-run samples in ``details["paired_reference"]`` and :mod:`gate.gating.compare`
 uses those instead of the stored ones (same repeated-run test, same bounds).
 
@@ -55,6 +55,7 @@ fingerprint check against the stored baseline still applies to those.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -101,7 +102,7 @@ class LatencySettings:
     allow_hardware_mismatch: bool = False
     #: Directory of the latency history (``gate audit latency``); "" = do not append.
     history_dir: str = ""
-    #: Run mode: time the baseline build in this session too, interleaved (A B, B A, ...).
+    #: Run mode: time the baseline build in this session too, one request of each per round.
     paired: bool = False
     #: Served builds: concurrency caps of the load runs (the last one gives the metrics).
     load_concurrency: tuple[int, ...] = (1, 4)
@@ -222,6 +223,8 @@ class BaselineBuild:
     against: str | None
     model: str
     recipe: str | None
+    #: Seed of the draw that orders the rounds (:func:`round_orders`); ``None``: fresh entropy.
+    order_seed: int | None = None
 
 
 def _no_recipe(recipe: object) -> str | None:
@@ -241,6 +244,38 @@ def reference_build(provenance: ModelProvenance, fallback_model: str) -> tuple[s
     return model, _no_recipe(provenance.recipe)
 
 
+def round_orders(sides: int, rng: random.Random, *, warmup: int, runs: int) -> Iterator[list[int]]:
+    """The order of the sides in each round: as given or reversed, drawn at random.
+
+    The ``warmup`` rounds toss a coin each; then every block of ``runs`` rounds
+    (the timed ones, and any a runner adds) holds each order ``runs // 2``
+    times (an odd one tossed), shuffled.
+
+    Why drawn and not a fixed ``A B, B A, ...``: a fixed alternation has a
+    period of four requests, and a neighbour busy on that period (or a multiple
+    of it) lands on one side only, a same-build false alarm that more pairs do
+    not remove. Drawn, a slow-down that depends on *when* a request runs and
+    not on *which build* runs it (bursts, drift, a periodic neighbour) falls on
+    either side of round ``i`` by chance, so the sign of the per-round log
+    ratio ``d_i`` it adds is a fair coin, as Wilcoxon's signed-rank null has
+    it (Fisher's randomization argument). Why balanced blocks and not a coin
+    per round: each side then goes first in exactly half the timed rounds, as
+    with the fixed alternation, so an order effect (the second request of a
+    pair measured 13-15 % off on the shared CI machine in 80-pair trials)
+    cannot tilt one side's median; with the count of "first" fixed, the
+    signed-rank statistic varies less than under independent coins, so its
+    p-value errs on the side of no alarm.
+    """
+    forward, reverse = list(range(sides)), list(range(sides))[::-1]
+    for _ in range(warmup):
+        yield rng.choice((forward, reverse))
+    while True:
+        block = [forward, reverse] * (runs // 2)
+        block += [rng.choice((forward, reverse))] * (runs % 2)
+        rng.shuffle(block)
+        yield from block
+
+
 def _rounds(
     sides: Sequence[Side],
     *,
@@ -248,21 +283,20 @@ def _rounds(
     settings: LatencySettings,
     clock_factory: ClockFactory,
     runner: Runner,
+    rng: random.Random,
 ) -> list[list[RunLatency]]:
     """``settings.warmup`` + ``settings.runs`` rounds; each times one request per side.
 
-    With several sides the order is reversed every round (``A B, B A, ...``),
-    so an order effect (cache state, clock boost after an idle gap) cannot fall
-    on one side only: on the shared CI machine the second request of a fixed
-    pair measured 15 % slower in one 80-pair trial and 13 % faster in another.
-    Every call is collected; the warm-up rounds are the first ``warmup`` ones
-    and are dropped (a runner may make extra calls afterwards, e.g. profiling).
+    With several sides each round takes its order from :func:`round_orders`
+    (drawn with ``rng``). Every call is collected; the warm-up rounds are
+    the first ``warmup`` ones and are dropped (a runner may make extra calls
+    afterwards, e.g. profiling).
     """
     collected: list[list[RunLatency]] = [[] for _ in sides]
-    order = list(range(len(sides)))
+    orders = round_orders(len(sides), rng, warmup=settings.warmup, runs=settings.runs)
 
     def one_round() -> None:
-        for i in order:
+        for i in next(orders):
             backend, prompt_ids = sides[i]
             gen = backend.generate_timed(
                 prompt_ids,
@@ -271,7 +305,6 @@ def _rounds(
                 clock=clock_factory(),
             )
             collected[i].append(run_latency(gen))
-        order.reverse()  # counterbalanced: A B, B A, A B, ... (no side is always second)
 
     runner(one_round, settings.runs, settings.warmup)
     timed = [runs[settings.warmup : settings.warmup + settings.runs] for runs in collected]
@@ -289,10 +322,11 @@ def _sweep(
     settings: LatencySettings,
     clock_factory: ClockFactory,
     first: Sequence[Sequence[RunLatency]],
+    rng: random.Random,
 ) -> list[SweepResult]:
     """Tokens/s per side at each batch after the reference one (given as ``first``).
 
-    With several sides each batch is timed in alternating rounds; the sweep
+    With several sides each batch is timed in rounds as the reference one; the sweep
     stops for all sides at the first batch where any side runs out of memory.
     """
     tables: list[dict[int, tuple[float, ...]]] = [
@@ -308,6 +342,7 @@ def _sweep(
                     settings=settings,
                     clock_factory=clock_factory,
                     runner=plain_runner,
+                    rng=rng,
                 )
             except Exception as exc:
                 if not is_out_of_memory(exc):
@@ -369,7 +404,8 @@ def load_prompts(backend: Backend, settings: LatencySettings) -> list[list[int]]
 def load_runs(sides: Sequence[Backend], settings: LatencySettings) -> list[list[LoadLevel]]:
     """Per side, one load run at each of ``settings.load_concurrency``.
 
-    With two sides the order alternates per level (A B, then B A, ...), as in the timed loop.
+    With two sides the order alternates per level (A B, then B A, ...): a few long runs,
+    each level's pair balanced, where the timed loop's many short rounds draw their order.
     """
     rate = settings.load_request_rate or float("inf")
     prompts = [load_prompts(b, settings) for b in sides]
@@ -401,7 +437,7 @@ def run_tier(
 
     With ``baseline_build`` (paired mode) the memory runs come first, while
     only the candidate is loaded; then the baseline build is loaded and the
-    timed loop and the sweep alternate baseline and candidate requests.
+    timed loop and the sweep time baseline and candidate requests in rounds.
     """
     prompt_ids = backend.encode_prompt(settings.prompt)
     batch = settings.batch_sizes[0]
@@ -424,6 +460,8 @@ def run_tier(
             reports = measure_memory()  # while only the candidate takes memory
         base_backend = baseline_build.load()
         sides.insert(0, (base_backend, base_backend.encode_prompt(settings.prompt)))
+    seed = baseline_build.order_seed if baseline_build is not None else None
+    rng = random.Random(seed)
     timed = _at_reference_batch(
         batch,
         lambda: _rounds(
@@ -432,9 +470,10 @@ def run_tier(
             settings=settings,
             clock_factory=clock_factory,
             runner=runner,
+            rng=rng,
         ),
     )
-    sweeps = _sweep(sides, settings=settings, clock_factory=clock_factory, first=timed)
+    sweeps = _sweep(sides, settings=settings, clock_factory=clock_factory, first=timed, rng=rng)
     if reports is None:
         reports = measure_memory()
     levels: list[list[LoadLevel]] = [[] for _ in sides]
