@@ -508,15 +508,15 @@ def test_real_same_build_ten_gates_in_a_row_never_regress(
     """Ten paired gate runs of the demo model against its own baseline (two loads of it).
 
     Each gate times 20 pairs of 16-token requests (about 80 ms each here), which
-    goes first drawn per pair. It runs whatever the machine's load: a shared
+    goes first drawn (each build first in half the pairs). It runs whatever the machine's load: a shared
     runner busy with other work is what the paired design is for (drift between
     pairs cancels in the per-pair ratios; a burst or a periodic neighbour lands
     on either side at random). Measured at a load average of 13-14 on two
     cores: ten clean gates, no warning. With the fixed ``A B, B A`` order this
     test blocked one gate in one of the full suite's fresh-clone runs (TTFT
     +12.5 %, p = 0.005; the cause was not seen again in 70 gates beside the
-    same neighbours); the drawn order makes the p-value exact whatever the
-    time structure of the machine's load
+    same neighbours); with the order drawn the p-value holds (errs towards no
+    alarm) whatever the time structure of the machine's load
     (:func:`test_a_neighbour_busy_on_the_alternation_period_is_no_false_alarm`).
     """
     candidate, baseline = demo_builds(None), demo_backend
