@@ -6,8 +6,9 @@ afterwards) and returns that environment's python. :func:`vllm_command` is
 the server command line for the packaged demo model; :func:`engine_env` keeps
 the engine's compile caches in :func:`compile_cache_dir` (beside the cached
 environment, one per vLLM version), its KV cache small and its model worker in
-the engine-core process. :func:`llama_server_path` does the same for llama.cpp (``scripts/setup_engine.sh
-llama.cpp``; ``GATE_LLAMA_CPP_DIR`` names a build to use instead).
+the engine-core process. :func:`llama_server_path` is :func:`engine_python`'s
+counterpart for llama.cpp (``scripts/setup_engine.sh llama.cpp``;
+``GATE_LLAMA_CPP_DIR`` names a build to use instead).
 """
 
 from __future__ import annotations
