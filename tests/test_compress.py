@@ -314,9 +314,9 @@ def test_delay_slows_every_forward_and_changes_nothing_else(load: Loader) -> Non
 
 
 def test_missing_model_dir(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError) as info:
+    with pytest.raises(ConfigError) as info:  # a wrong path is input (tests/test_model_paths.py)
         load_backend(ModelSpec.parse(str(tmp_path / "missing")))
-    assert info.value.exit_code == ExitCode.INTERNAL_ERROR
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
     assert "does not exist" in info.value.format_line()
 
 

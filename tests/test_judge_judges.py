@@ -78,8 +78,8 @@ def test_question_longer_than_the_context_is_one_clear_error(
     assert "does not fit the judge's context" in err.value.format_line()
 
 
-def test_missing_or_broken_judge_model_is_a_model_load_error(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="does not exist"):
+def test_missing_judge_model_is_input_and_a_broken_one_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
         TransformersJudge(tmp_path / "absent")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="cannot load the judge model"):

@@ -89,10 +89,10 @@ def test_bad_spec_options_are_config_errors(opts: dict[str, str]) -> None:
     assert "\n" not in info.value.format_line()
 
 
-def test_missing_local_dir_is_a_model_load_error(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError) as info:
+def test_missing_local_dir_is_input(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
         _ = ModelSpec.parse(str(tmp_path / "nope")).local_dir
-    assert info.value.exit_code == ExitCode.INTERNAL_ERROR
+    assert info.value.exit_code == ExitCode.USAGE_ERROR
     assert "does not exist" in info.value.message
 
 

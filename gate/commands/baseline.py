@@ -314,6 +314,7 @@ def _record(
     over ``[run]`` (:func:`~gate.session.run_config.command_line_over`), its inputs checked
     before any model loads, then one record session."""
     from gate.commands.run import effective_store
+    from gate.models.precheck import check_model_file, check_recipe_runs
     from gate.session.inputs import prepare_session
     from gate.session.run_config import RunDefaults, command_line_over, load_run_config
     from gate.session.runner import run_session
@@ -350,6 +351,9 @@ def _record(
         )
     # bad input fails here, before any model loads; the session reads nothing again
     inputs = prepare_session("record", model, options, run_config=run_config)
+    check_model_file(model)  # a wrong path is input (exit 4), as in gate run's plan
+    if given.recipe is not None:
+        check_recipe_runs(model, given.recipe)
     return int(run_session(inputs, tiers=layered.tiers))
 
 

@@ -195,8 +195,8 @@ class TransformersJudge(JudgeIdentity):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.path = Path(path)
-        if not self.path.is_dir():
-            raise ModelLoadError(
+        if not self.path.is_dir():  # a wrong path is input (exit 4), not a failed load
+            raise ConfigError(
                 f"judge model directory {self.path} does not exist",
                 "point the judge at a saved transformers model directory",
             )

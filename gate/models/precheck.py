@@ -103,8 +103,18 @@ def check_gguf_recipe(recipe: Recipe) -> None:
 
 
 def check_model_file(model: str) -> None:
-    """Refuse a ``.gguf`` model path that is not an existing file (ConfigError, exit 4)."""
-    _ = ModelSpec.parse(model).gguf_file
+    """Refuse a model path that does not exist (ConfigError, exit 4): a ``.gguf`` path that
+    is not an existing file, a local-looking directory that is not there; loads nothing."""
+    _ = ModelSpec.parse(model).local_dir
+
+
+def check_draft_model(path: str, what: str) -> None:
+    """Refuse a separate draft model (``spec-model:PATH``) whose local path does not exist
+    (ConfigError, exit 4, naming ``what`` took it); a hub id passes; loads nothing."""
+    try:
+        _ = ModelSpec.parse(path).local_dir
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: the draft {exc.message}", exc.hint) from None
 
 
 def check_recipe_runs(model: str, recipe: str | Recipe | None) -> None:
@@ -122,7 +132,7 @@ def _check_part_runs(model: str, parsed: Recipe) -> None:
     if parsed.name == "spec-draft":  # the draft is the base model under its own recipe
         _check_part_runs(model, parse_recipe(str(parsed.value)))
     if parsed.name == "spec-model":  # a local draft directory that is not there: one line
-        _ = ModelSpec.parse(str(parsed.value)).local_dir
+        check_draft_model(str(parsed.value), f"recipe {parsed}")
     if spec.gguf_file is not None:  # a missing file: ConfigError
         check_gguf_recipe(parsed)
     if definition.family == "checkpoint":
@@ -152,6 +162,7 @@ def _check_part_runs(model: str, parsed: Recipe) -> None:
 
 __all__ = [
     "MAKE_CHECKPOINTS",
+    "check_draft_model",
     "check_gguf_recipe",
     "check_model_file",
     "check_recipe_runs",

@@ -139,7 +139,10 @@ class ModelSpec:
         """The local directory to load from, or ``None`` for a hub id.
 
         For a ``.gguf`` file, the directory holding it (see :attr:`gguf_file`).
-        Raises :class:`ModelLoadError` for a path that looks local but does not exist.
+        A path that looks local but does not exist is a :class:`~gate.errors.ConfigError`
+        (exit 4: the user typed a wrong path); a path that exists but is not a model
+        directory (a file) is a :class:`ModelLoadError` (exit 3), as is anything that
+        fails once loading starts.
         """
         gguf = self.gguf_file
         if gguf is not None:
@@ -161,7 +164,7 @@ class ModelSpec:
             return path
         looks_local = self.source.startswith((".", "/", "~")) or self.source.count("/") > 1
         if looks_local or not _HUB_ID_RE.match(self.source):
-            raise ModelLoadError(
+            raise ConfigError(
                 f"model directory {self.source} does not exist",
                 "check the path, or give a Hugging Face id such as org/name",
             )

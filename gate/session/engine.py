@@ -41,16 +41,45 @@ class SessionEngines:
     baseline: EngineSettings | None
 
 
+#: Options by which a server command names the model it serves (``--model``/``--model-path``
+#: of the OpenAI-compatible servers, ``-m`` of a GGUF server; ``serve MODEL`` positionally).
+MODEL_OPTIONS = ("--model", "--model-path", "-m")
+#: How a local path starts (a hub id or a Python module after ``-m`` never does).
+_LOCAL_PREFIXES = ("/", "./", "../", "~")
+
+
+def named_local_models(argv: list[str]) -> list[str]:
+    """The local-looking model paths a server command names (``MODEL_OPTIONS``, ``=`` form
+    included, and the word after ``serve``); hub ids and module names are not among them."""
+    found: list[str] = []
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if equals and name in MODEL_OPTIONS:
+            found.append(value)
+        elif (arg in MODEL_OPTIONS or arg == "serve") and i + 1 < len(argv):
+            found.append(argv[i + 1])
+    return [path for path in found if path.startswith(_LOCAL_PREFIXES)]
+
+
 def _check(engine: EngineSettings, what: str) -> EngineSettings:
-    """``engine`` once what needs the environment holds (nothing is started or contacted)."""
+    """``engine`` once what needs the environment holds (nothing is started or contacted):
+    the server program exists, and so does every local model path its command names (a
+    wrong path is input, exit 4, as for an in-process model)."""
     for command in engine.serve_commands:
-        program = parse_command(command)[0]
+        argv = parse_command(command)
+        program = argv[0]
         if shutil.which(program) is None:
             raise ConfigError(
                 f"{what}: the server program {mask_argv([program])[0]!r} was not found",
                 "give the full path of the engine's python (e.g. the venv of "
                 "scripts/setup_engine.sh)",
             )
+        for model in named_local_models(argv):
+            if not Path(model).expanduser().exists():
+                raise ConfigError(
+                    f"{what}: the model {model} the server command names does not exist",
+                    "check the path in the server command",
+                )
     for url in engine.endpoints or ("http://127.0.0.1:1/v1",):
         engine.settings_for(url).api_key()  # the URL, and a named key is set
     return engine
@@ -129,4 +158,10 @@ def server_log_path(options: SessionOptions, *, baseline: bool = False) -> Path:
     return Path(tempfile.mkdtemp(prefix="gate-server-")) / ("gate" + suffix)
 
 
-__all__ = ["SessionEngines", "server_log_path", "session_engines"]
+__all__ = [
+    "MODEL_OPTIONS",
+    "SessionEngines",
+    "named_local_models",
+    "server_log_path",
+    "session_engines",
+]
