@@ -21,7 +21,7 @@ from gate.session.options import SessionOptions
 from gate.session.run_config import CandidateOverrides, parse_run_config
 from gate.workflows.plan import plan_run
 
-SERVE = f"{sys.executable} -m vllm.entrypoints.openai.api_server --model ./m"
+SERVE = f"{sys.executable} -m vllm.entrypoints.openai.api_server --model HuggingFaceTB/m"  # a hub id: not a local path gate checks
 
 
 def test_candidate_engine_table_and_run_default() -> None:
