@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gate import __version__
+from gate.hw.fingerprint import cpu_model
 from gate.hw.nvml import open_nvml
 
 #: Distributions whose versions are recorded (name in the environment dict -> distribution);
@@ -92,17 +93,6 @@ def sha256_file(path: Path, *, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-def cpu_model() -> str:
-    """The CPU model name (``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpus(nvml_module: Any | None = None) -> list[dict[str, Any]]:

@@ -78,10 +78,10 @@ def load(model: str, device: str) -> Any:
 def requests_for(backend: Any, count: int, context: int, continuation: int) -> list[Any]:
     """``count`` requests of ``context`` + ``continuation`` tokens cut from the packaged
     calibration texts (real text, so the tokenizer's own ids)."""
-    from gate.data.calibration import calibration_for
+    from gate.data.activation_prompts import activation_prompts_for
     from gate.models.backends.base import ScoreRequest
 
-    texts = calibration_for("prune-wanda:0.5", None)
+    texts = activation_prompts_for("prune-wanda:0.5", None)
     out = []
     for text in texts:
         ids = backend.encode_text(text)

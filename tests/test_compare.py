@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from gate.errors import DataError
-from gate.gating.compare import compare, compare_many, judge
+from gate.gating.compare import compare, compare_many, judge_metric
 from gate.gating.decision import Basis, Decision, Evidence, Method, Pairing, Reference, describe
 from gate.gating.thresholds import (
     Thresholds,
@@ -318,7 +318,7 @@ def test_relative_mode_at_zero_reference() -> None:
 
 def _decide(cand: Measurement, base: Measurement | None, th: Thresholds) -> Decision:
     spec = all_metrics()[cand.name]
-    return judge(cand, base, spec, th.for_metric(cand.name), th)
+    return judge_metric(cand, base, spec, th.for_metric(cand.name), th)
 
 
 def test_decisions_name_their_basis_and_the_deciding_test(th: Thresholds) -> None:

@@ -16,7 +16,7 @@ from gate.session.judgement import (
     ExternalBaseline,
     Judgement,
     JudgementInputs,
-    judge,
+    judge_run,
 )
 from gate.store.baseline import load_baseline_file
 from gate.store.measurements_file import load_measurements
@@ -30,7 +30,7 @@ RUN = RunIdentity(
 def _judge(baseline: BaselineInput, *, family: str | None = None) -> Judgement:
     cand = load_measurements(EXAMPLES / "candidate-critical.json")
     model = cand.model if family is None else dataclasses.replace(cand.model, model_family=family)
-    return judge(
+    return judge_run(
         JudgementInputs(
             measurements=cand.measurements,
             baselines={"base": baseline},

@@ -209,7 +209,7 @@ def test_hf_loader_reads_a_local_json_dataset(tmp_path: Path) -> None:
 
 def test_every_jsonl_reader_names_the_file_and_line_of_a_bad_line(tmp_path: Path) -> None:
     """Prompt sets, MCQ sets, calibration, corpora and lm-eval samples share one reader."""
-    from gate.data.calibration import load_calibration
+    from gate.data.activation_prompts import load_activation_prompts
     from gate.data.corpus import load_corpus
     from gate.data.lmeval_import import read_samples
     from gate.data.mcq import load_mcq_jsonl
@@ -220,7 +220,7 @@ def test_every_jsonl_reader_names_the_file_and_line_of_a_bad_line(tmp_path: Path
         load_prompt_set,
         load_jsonl_prompts,
         load_mcq_jsonl,
-        load_calibration,
+        load_activation_prompts,
         lambda p: load_corpus(str(p)),
         read_samples,
     ]

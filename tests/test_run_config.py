@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from gate.cli import main
-from gate.data.calibration import (
-    build_calibration_set,
-    calibration_for,
-    default_calibration_path,
-    load_calibration,
+from gate.data.activation_prompts import (
+    activation_prompts_for,
+    build_activation_prompt_set,
+    default_activation_prompts_path,
+    load_activation_prompts,
 )
 from gate.data.prompt_set import load_prompt_set
 from gate.data.sharegpt import Conversation, Turn, base_id, is_heldout
@@ -261,14 +261,14 @@ def test_calibration_set_is_training_split_deterministic_and_cut() -> None:
     convs = [_conv(f"c{i}_0", f"question number {i} " * 20) for i in range(200)]
     convs.append(_conv("dup_0", convs[0].turns[0].content))  # same text: dropped
     convs.append(_conv("short_0", "hi", "ok"))  # too short: dropped
-    first = build_calibration_set(convs, size=30, max_chars=100)
-    assert first == build_calibration_set(list(reversed(convs)), size=30, max_chars=100)
+    first = build_activation_prompt_set(convs, size=30, max_chars=100)
+    assert first == build_activation_prompt_set(list(reversed(convs)), size=30, max_chars=100)
     assert len(first) == 30
     assert all(not is_heldout(r["id"]) for r in first)
     assert all(len(r["text"]) <= 100 and not r["text"].endswith(" ") for r in first)
     held = [c.id for c in convs if is_heldout(c.id)]
     assert held, "the synthetic sample must contain held-out ids for this test to mean anything"
-    every = build_calibration_set(convs, size=1000, max_chars=100)
+    every = build_activation_prompt_set(convs, size=1000, max_chars=100)
     assert not {r["id"] for r in every} & set(held)
     assert "short_0" not in {r["id"] for r in every}
     assert len({r["text"] for r in every}) == len(every)
@@ -277,23 +277,23 @@ def test_calibration_set_is_training_split_deterministic_and_cut() -> None:
 def test_packaged_calibration_never_overlaps_the_fidelity_prompts() -> None:
     records = [
         json.loads(line)
-        for line in default_calibration_path().read_text(encoding="utf-8").splitlines()
+        for line in default_activation_prompts_path().read_text(encoding="utf-8").splitlines()
     ]
     assert len(records) == 128
     assert all(not is_heldout(r["id"]) for r in records)
     calib_groups = {base_id(r["id"]) for r in records}
     prompt_groups = {base_id(p.id) for p in load_prompt_set()}
     assert not calib_groups & prompt_groups
-    assert load_calibration() == [r["text"] for r in records]
+    assert load_activation_prompts() == [r["text"] for r in records]
 
 
 def test_calibration_only_for_recipes_that_need_it(tmp_path: Path) -> None:
-    assert calibration_for(None) is None
-    assert calibration_for("bnb-nf4", tmp_path / "absent.jsonl") is None
+    assert activation_prompts_for(None) is None
+    assert activation_prompts_for("bnb-nf4", tmp_path / "absent.jsonl") is None
     custom = tmp_path / "c.jsonl"
     custom.write_text('{"text": "one"}\n\n{"text": "two", "id": "x"}\n', encoding="utf-8")
-    assert calibration_for("prune-wanda:0.5", custom) == ["one", "two"]
-    assert load_calibration(custom, limit=1) == ["one"]
+    assert activation_prompts_for("prune-wanda:0.5", custom) == ["one", "two"]
+    assert load_activation_prompts(custom, limit=1) == ["one"]
 
 
 @pytest.mark.parametrize(
@@ -309,6 +309,6 @@ def test_bad_calibration_files(tmp_path: Path, content: str, message: str) -> No
     path = tmp_path / "c.jsonl"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataError, match=message.replace("(", r"\(")):
-        load_calibration(path)
+        load_activation_prompts(path)
     with pytest.raises(DataError, match="not found"):
-        calibration_for("prune-wanda:0.3", tmp_path / "missing.jsonl")
+        activation_prompts_for("prune-wanda:0.3", tmp_path / "missing.jsonl")

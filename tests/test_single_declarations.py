@@ -234,13 +234,25 @@ def test_every_class_and_type_alias_name_of_the_package_is_declared_once() -> No
     assert not twice, twice
 
 
+def test_no_class_name_is_declared_twice_even_inside_a_function() -> None:
+    """A class made inside a function (a stopping criterion, a hook) is a class too: one
+    declaration per name across the package, nested ones included."""
+    where: dict[str, list[str]] = {}
+    for rel, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{rel}:{node.lineno}")
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, twice
+
+
 #: Public module-level functions declared in several modules, each a module's own verb
 #: (a command and its workflow, a tier's ``measure``, a probe's ``generate``): known, not
 #: to grow. A new name declared twice is a second meaning; give it its own name.
 SHARED_FUNCTIONS = frozenset(
     {
-        "audit", "check_compatible", "collect", "compare", "counts", "cpu_model", "find",
-        "flips_by_margin", "generate", "install", "judge", "load_measurements", "load_prompts",
+        "audit", "check_compatible", "collect", "compare", "counts", "find",
+        "flips_by_margin", "generate", "install", "load_measurements", "load_prompts",
         "measure", "measurements", "merge", "record", "render", "run", "run_tier",
         "served_settings", "summary_lines", "summary_table", "table", "tiers_section",
         "to_measurements",

@@ -21,7 +21,7 @@ from gate.provenance import environment
 from gate.report.console import make_console, render
 from gate.report.outputs import ReportTargets, check_targets, write_reports
 from gate.report.results import RunIdentity
-from gate.session.judgement import JudgementInputs, baseline_titles, judge
+from gate.session.judgement import JudgementInputs, baseline_titles, judge_run
 from gate.store.baseline import Baseline, BaselineStore
 from gate.store.measurements_file import load_measurements
 
@@ -85,7 +85,7 @@ def compare(
     baselines = _resolve_all(target, refs, model_slug)
     if not candidate.measurements:
         raise NothingMeasuredError(f"{measurements} has no metrics", "nothing to compare")
-    judgement = judge(
+    judgement = judge_run(
         JudgementInputs(
             measurements=candidate.measurements,
             baselines=baselines,

@@ -3,7 +3,7 @@
 The samples files are read into measurements (:mod:`gate.data.lmeval_runs`); the
 baseline's are an :class:`~gate.session.judgement.ExternalBaseline` (no model
 provenance: no model, version or placement check), and the verdicts, exit code
-and results come from the one judgement (:func:`gate.session.judgement.judge`),
+and results come from the one judgement (:func:`gate.session.judgement.judge_run`),
 as ``gate run``'s and ``gate compare``'s do; the console report and ``--json``
 are rendered from those results.
 """
@@ -116,7 +116,7 @@ def lm_eval(
         display=str(base_samples),
     )
     # through the module: the one judgement, wherever it is looked up from
-    judged = judgement.judge(
+    judged = judgement.judge_run(
         JudgementInputs(
             measurements=imported.candidate,
             baselines={ref: baseline},

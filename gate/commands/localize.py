@@ -154,7 +154,7 @@ def _localize(
     bounds_source: Any,
     config: RunConfig | Path | None,
 ) -> int:
-    from gate.data.calibration import calibration_for
+    from gate.data.activation_prompts import activation_prompts_for
     from gate.localize.locate import SIGNAL_METRICS, LocalizeSettings, localize
     from gate.models.backends.loading import load_backend
     from gate.models.stack import parse_stack
@@ -181,7 +181,7 @@ def _localize(
         cand = load_backend(
             request.load.spec(candidate),
             parsed,
-            calibration=calibration_for(str(parsed), calibration),
+            calibration=activation_prompts_for(str(parsed), calibration),
         )
     pack = load_pack(baseline.artifact_path("reference"))
     result = localize(

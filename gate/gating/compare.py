@@ -372,7 +372,7 @@ def _weigh(
     return evidence, Severity.PASS, Basis.NOT_SIGNIFICANT
 
 
-def judge(
+def judge_metric(
     cand: Measurement,
     base: Measurement | None,
     spec: MetricSpec,
@@ -526,7 +526,7 @@ def compare(
         spec = known[name]
         threshold = thresholds.for_metric(name)
         base = bases.get(name)
-        decision = judge(
+        decision = judge_metric(
             cand, base, spec, threshold, thresholds, against=against, n_resamples=n_resamples
         )
         overall = to_verdict(decision, cand, spec, against)
@@ -534,7 +534,7 @@ def compare(
         verdicts.append(_with_breakdown(overall, slices))
         for slice_name, part in cand.breakdown.items():
             base_part = base.breakdown.get(slice_name) if base is not None else None
-            decision = judge(
+            decision = judge_metric(
                 part,
                 base_part,
                 spec,

@@ -442,7 +442,7 @@ def evidence(
     )
 
 
-def judge(
+def judge_drift(
     ev: DriftEvidence,
     *,
     level: float,
@@ -659,7 +659,7 @@ def audit(
     tested = [i for i, ev in enumerate(found) if ev.tests > 0]
     levels = dict(zip(tested, holm_levels([found[i].p_value for i in tested], alpha), strict=True))
     return [
-        judge(
+        judge_drift(
             ev,
             level=levels.get(i, alpha),
             family=len(tested),

@@ -147,14 +147,14 @@ def _compare(
 ) -> SessionEnd:
     from gate.report.console import render
     from gate.session.handoff import publish, publish_measurements
-    from gate.session.judgement import JudgementInputs, baseline_titles, judge
+    from gate.session.judgement import JudgementInputs, baseline_titles, judge_run
 
     if not measured:
         code = problem if problem is not None else int(ExitCode.NO_MEASUREMENTS)
         return SessionEnd(code, [*lines, "gate: nothing was measured"])
     reports = inputs.options.reports
     saved = _save_measurements(reports, measured, candidate, env, tiers)
-    judgement = judge(
+    judgement = judge_run(
         JudgementInputs(
             measurements=measured,
             baselines=run.baselines,

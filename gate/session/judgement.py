@@ -143,7 +143,7 @@ class Judgement:
         return self.results.exit_code
 
 
-def judge(inputs: JudgementInputs) -> Judgement:
+def judge_run(inputs: JudgementInputs) -> Judgement:
     """Decide ``inputs`` (module docstring); may raise a ``GateError`` (exit 4 or 5)."""
     from gate.gating.compare import compare_many, unmeasured
     from gate.gating.placement import placement_drift, placement_notes
@@ -251,5 +251,5 @@ __all__ = [
     "JudgementInputs",
     "baseline_titles",
     "coverage_notes",
-    "judge",
+    "judge_run",
 ]

@@ -35,7 +35,7 @@ the first implementation of the hook ``pytest_gate_make_backend(config, model,
 recipe)`` that returns one (a ``conftest.py`` can return an in-memory fake),
 else by :func:`gate.models.backends.loading.load_backend` (with calibration
 texts from ``--gate-calibration`` or the packaged set when the recipe needs
-them, :mod:`gate.data.calibration`).
+them, :mod:`gate.data.activation_prompts`).
 
 Served builds (``--gate-serve``/``--gate-endpoint``, :mod:`gate.session.engine`):
 the backend is an engine opened with :func:`gate.models.engine.open_engine` on
@@ -209,10 +209,10 @@ class GatePlugin:
             )
             if backend is not None:
                 return backend
-            from gate.data.calibration import calibration_for
+            from gate.data.activation_prompts import activation_prompts_for
             from gate.models.backends.loading import load_candidate
 
-            texts = calibration_for(recipe, options.calibration)
+            texts = activation_prompts_for(recipe, options.calibration)
             spec = options.load.spec(model, allow_pickle=options.allow_pickle)
             return load_candidate(
                 spec,

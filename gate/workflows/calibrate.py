@@ -28,7 +28,7 @@ per-item differences become a :class:`~gate.gating.calibration.bounds.NoiseRun`,
 sessions' own reports go to a log file (``<out>.log``), not to the terminal.
 
 No verdict is reached here: each session's verdicts and exit code are ``gate
-run``'s own (the one judgement, :func:`gate.session.judgement.judge`, at the end
+run``'s own (the one judgement, :func:`gate.session.judgement.judge_run`, at the end
 of the session). Calibration reads only the measurements a session hands over
 and its exit code (a session that did not decide, exit 2/3/4/5, stops the
 calibration with that code; a blocked one is reported as noise that crossed a

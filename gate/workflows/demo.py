@@ -10,7 +10,7 @@ and candidate loop as ``gate run --config`` (:mod:`gate.workflows.plan`,
 comparison and report per build, then one summary table of headline values.
 
 Each build's verdicts, exit code and console report are its ``gate run``
-session's (the one judgement, :func:`gate.session.judgement.judge`, at the end
+session's (the one judgement, :func:`gate.session.judgement.judge_run`, at the end
 of the session); the panel's rows are read from each session's ``Results``
 (:func:`candidate_result`) and decide nothing again. The demo's own exit code
 (:func:`panel_exit_code`) is a statement about the panel, not a verdict:

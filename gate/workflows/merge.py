@@ -33,7 +33,7 @@ unnoticed; a result for a candidate it does not name is refused. Rows follow
 the order of ``--expect-from``, else the order the files were given in.
 
 Merging decides nothing again: every document was decided by the one judgement
-(:func:`gate.session.judgement.judge`, in ``gate run``, ``gate compare`` or
+(:func:`gate.session.judgement.judge_run`, in ``gate run``, ``gate compare`` or
 ``gate import``), and each candidate's row, report files and exit code are read
 from its document as it stands (its ``exit_code``, verdict word and findings);
 the merge's exit code is the worst of them, or the exit code of a problem it

@@ -173,7 +173,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     bad input, thresholds that bound none of the metrics a candidate's tiers
     measure included; 5 when none of a candidate's tiers has a suite).
     """
-    from gate.data.calibration import calibration_for
+    from gate.data.activation_prompts import activation_prompts_for
     from gate.gating.thresholds import require_a_bound
     from gate.metrics.registry import all_metrics
     from gate.models.precheck import check_model_file, check_recipe_runs
@@ -198,7 +198,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
             raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
-            calibration_for(candidate.recipe, candidate.calibration)
+            activation_prompts_for(candidate.recipe, candidate.calibration)
             try:
                 check_recipe_runs(candidate.model, candidate.recipe)
             except GateError as exc:

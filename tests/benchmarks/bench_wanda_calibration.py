@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-from gate.data.calibration import load_calibration
+from gate.data.activation_prompts import load_activation_prompts
 from gate.models.compress.prune import prune_wanda
 from tests.gguf_support import smollm2_file
 from tests.test_layerwise_calibration import _reference_wanda
@@ -42,7 +42,7 @@ def model_and_texts() -> tuple[Any, list[list[int]]]:
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name).eval()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    texts = load_calibration()[:PROMPTS]
+    texts = load_activation_prompts()[:PROMPTS]
     return model, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 

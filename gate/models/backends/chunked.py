@@ -269,16 +269,12 @@ def timed_through_cache(
     figure for an uncompressed cache of the model's dtype
     (``kv_bytes_per_token_uncompressed``).
     """
-    from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+    from transformers import GenerationConfig
+
+    from gate.models.backends.step_marks import marking_each_step
 
     require_timed(prompt, batch_size, new_tokens)
     method.check(model)
-
-    class _MarkEachStep(StoppingCriteria):
-        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-            clock.mark()
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([list(prompt)] * batch_size, dtype=torch.long, device=device)
     config = GenerationConfig(
@@ -298,7 +294,7 @@ def timed_through_cache(
             attention_mask=torch.ones_like(ids),
             **cache_argument(model, cache),
             generation_config=config,
-            stopping_criteria=StoppingCriteriaList([_MarkEachStep()]),
+            stopping_criteria=marking_each_step(clock),
         )
     if activity is not None:
         activity.count(acted_pairs(cache))

@@ -323,15 +323,9 @@ class HFBackend(tokens.TokenizerMethods):
         clock: StepClock,
     ) -> TimedGeneration:
         """Exactly ``new_tokens`` greedy tokens for ``batch_size`` copies of ``prompt``, one mark per step."""
-        from transformers import StoppingCriteria, StoppingCriteriaList
+        from gate.models.backends.step_marks import marking_each_step
 
         require_timed(prompt, batch_size, new_tokens)
-
-        class _MarkEachStep(StoppingCriteria):
-            def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-                clock.mark()
-                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
         ids = torch.tensor([list(prompt)] * batch_size, dtype=torch.long, device=self.device)
         mask = torch.ones_like(ids)
         config = self.generation_config(new_tokens, min_new_tokens=new_tokens)
@@ -340,7 +334,7 @@ class HFBackend(tokens.TokenizerMethods):
             input_ids=ids,
             attention_mask=mask,
             generation_config=config,
-            stopping_criteria=StoppingCriteriaList([_MarkEachStep()]),
+            stopping_criteria=marking_each_step(clock),
         )
         steps = tuple(clock.elapsed())
         generated = int(out.shape[1] - ids.shape[1])

@@ -1,4 +1,7 @@
-"""Calibration prompts for recipes that need activations (``prune-wanda``).
+"""Activation prompts for recipes that need activations (``prune-wanda``).
+
+Named apart from ``gate calibrate``'s noise-floor calibration (:mod:`gate.gating.calibration`):
+the run config's ``calibration`` key and ``--calibration`` keep their names for users.
 
 Wanda (Sun et al., "A Simple and Effective Pruning Approach for Large Language
 Models", 2023) scores each weight by ``|W_ij| * ||X_j||_2``, the input norm of
@@ -8,7 +11,7 @@ fidelity tier scores (a pruned build tuned to those prompts would look better
 than it is). So:
 
 * the default calibration set (``gate/assets/calibration/sharegpt_calibration.jsonl``,
-  built by ``scripts/build_calibration_set.py`` with :func:`build_calibration_set`)
+  built by ``scripts/build_activation_prompt_set.py`` with :func:`build_activation_prompt_set`)
   holds conversations of the ShareGPT **training** split (``not is_heldout(id)``),
   while the fidelity prompt set comes from the held-out split only, so the two
   never share a conversation;
@@ -40,7 +43,7 @@ DEFAULT_MAX_CHARS = 768
 MIN_CHARS = 64
 
 
-def default_calibration_path() -> Path:
+def default_activation_prompts_path() -> Path:
     """The packaged calibration set."""
     return Path(
         str(resources.files("gate").joinpath("assets", "calibration", "sharegpt_calibration.jsonl"))
@@ -70,7 +73,7 @@ def _first_exchange(conversation: Conversation) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def build_calibration_set(
+def build_activation_prompt_set(
     conversations: Iterable[Conversation],
     size: int = DEFAULT_SIZE,
     max_chars: int = DEFAULT_MAX_CHARS,
@@ -102,21 +105,21 @@ def build_calibration_set(
     return out
 
 
-def write_calibration_set(records: Sequence[dict[str, str]], path: Path) -> None:
+def write_activation_prompt_set(records: Sequence[dict[str, str]], path: Path) -> None:
     """One JSON object per line, UTF-8."""
     lines = [json.dumps(r, ensure_ascii=False) for r in records]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def load_calibration(path: Path | None = None, *, limit: int | None = None) -> list[str]:
+def load_activation_prompts(path: Path | None = None, *, limit: int | None = None) -> list[str]:
     """The calibration texts of a JSONL file (default: the packaged set).
 
     Every non-blank line must be a JSON object with a non-empty string
     ``"text"``; anything else, a missing or an empty file is a
     :class:`DataError` (exit 4) naming the line.
     """
-    p = default_calibration_path() if path is None else Path(path)
+    p = default_activation_prompts_path() if path is None else Path(path)
     texts: list[str] = []
     lines = read_jsonl(
         p, what="calibration file", missing_hint="set calibration = an existing .jsonl file"
@@ -136,7 +139,7 @@ def load_calibration(path: Path | None = None, *, limit: int | None = None) -> l
     return texts
 
 
-def calibration_for(recipe: str | None, path: Path | None = None) -> list[str] | None:
+def activation_prompts_for(recipe: str | None, path: Path | None = None) -> list[str] | None:
     """Calibration texts when ``recipe`` (a part of a stack) needs them (``prune-wanda``),
     else ``None``."""
     from gate.models.stack import parse_stack
@@ -144,15 +147,15 @@ def calibration_for(recipe: str | None, path: Path | None = None) -> list[str] |
     parts = parse_stack(recipe).parts
     if not any(get_recipe(part.name).needs_calibration for part in parts):
         return None
-    return load_calibration(path)
+    return load_activation_prompts(path)
 
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEFAULT_SIZE",
-    "build_calibration_set",
-    "calibration_for",
-    "default_calibration_path",
-    "load_calibration",
-    "write_calibration_set",
+    "activation_prompts_for",
+    "build_activation_prompt_set",
+    "default_activation_prompts_path",
+    "load_activation_prompts",
+    "write_activation_prompt_set",
 ]
