@@ -155,7 +155,7 @@ def test_the_judgement_is_the_one_route(tmp_path: Path, monkeypatch: pytest.Monk
         return wrapper
 
     monkeypatch.setattr(
-        gate.session.judgement, "judge", counted("judge", gate.session.judgement.judge)
+        gate.session.judgement, "judge_run", counted("judge", gate.session.judgement.judge_run)
     )
     monkeypatch.setattr(
         gate.gating.verdict, "decide", counted("decide", gate.gating.verdict.decide)
@@ -184,7 +184,7 @@ def test_merge_reads_the_imports_decisions_and_decides_nothing(
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("gate merge decided again")
 
-    monkeypatch.setattr(gate.session.judgement, "judge", refused)
+    monkeypatch.setattr(gate.session.judgement, "judge_run", refused)
     monkeypatch.setattr(gate.gating.verdict, "decide", refused)
     files = [str(blocked / "results.json"), str(approved / "results.json")]
     assert main(["merge", *files, "--no-color"]) == 1
