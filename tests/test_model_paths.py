@@ -57,9 +57,14 @@ def test_a_missing_draft_refuses_a_recording_before_anything_is_stored(tmp_path:
     assert not store.exists() or not any(store.rglob("*.json"))
 
 
+SLUGS = {"slug given": ["--model-slug", "demo"], "slug from the path": []}
+
+
+@pytest.mark.parametrize("slug", list(SLUGS))
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
-def test_a_missing_candidate_directory_is_input(dry_run: bool) -> None:
-    args = ["run", "--candidate", MISSING, "--model-slug", "demo", "--tiers", "accuracy"]
+def test_a_missing_candidate_directory_is_input(dry_run: bool, slug: str) -> None:
+    """The path is named before the store is searched for the baselines of its slug."""
+    args = ["run", "--candidate", MISSING, *SLUGS[slug], "--tiers", "accuracy"]
     done = run_gate(*args, "--store", str(STORE), *(["--dry-run"] if dry_run else []))
     assert done.returncode == INPUT, done.stderr
     assert f"model directory {MISSING} does not exist" in _one_error_line(done)
@@ -73,9 +78,10 @@ def test_a_missing_model_refuses_a_recording(tmp_path: Path) -> None:
     assert not store.exists() or not any(store.rglob("*.json"))
 
 
+@pytest.mark.parametrize("slug", list(SLUGS))
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
-def test_localize_refuses_a_missing_candidate_as_input(dry_run: bool) -> None:
-    args = ["localize", "--candidate", MISSING, "--model-slug", "demo", "--recipe", "quanto-int2"]
+def test_localize_refuses_a_missing_candidate_as_input(dry_run: bool, slug: str) -> None:
+    args = ["localize", "--candidate", MISSING, *SLUGS[slug], "--recipe", "quanto-int2"]
     done = run_gate(*args, "--store", str(STORE), *(["--dry-run"] if dry_run else []))
     assert done.returncode == INPUT, done.stderr
     assert f"model directory {MISSING} does not exist" in _one_error_line(done)

@@ -188,14 +188,14 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     for candidate in plan.candidates:
         targets = plan.targets_for(candidate)
         options = plan.options_for(candidate, targets)
+        try:  # a path that is not there first: the baselines it would be judged against follow
+            check_model_file(candidate.model)
+        except GateError as exc:
+            raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         inputs = prepare_session(
             "run", candidate.model, options, run_config=plan.run_config, files=plan.files
         )
         engines = session_engines(options)  # validated, nothing started or contacted
-        try:
-            check_model_file(candidate.model)
-        except GateError as exc:
-            raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         if candidate.recipe is not None:
             canonical_recipe(candidate.recipe, f"candidate {candidate.name!r}")
             activation_prompts_for(candidate.recipe, candidate.calibration)
