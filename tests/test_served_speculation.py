@@ -18,10 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.served_speculation import (
+    LLAMA_SERVER,
+    VLLM,
+    plain_command,
+    plain_engine,
+    read_speculation,
+    require_served_speculation,
+)
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError
 from gate.metrics.catalog import speculative as catalog
-from gate.metrics.speculative import PlainReference
-from gate.metrics.speculative_served import (
+from gate.metrics.served_speculation import (
     EngineDrafts,
     counted_acceptance_length,
     counted_acceptance_rate,
@@ -32,18 +40,10 @@ from gate.metrics.speculative_served import (
     llama_counters,
     vllm_counters,
 )
-from gate.models.engine_settings import EngineSettings
-from gate.models.served_speculation import (
-    LLAMA_SERVER,
-    VLLM,
-    plain_command,
-    plain_engine,
-    read_speculation,
-    require_served_speculation,
-)
+from gate.metrics.speculative import PlainReference
 from gate.session.runner import check_tiers_fit
+from gate.tiers.served_speculation import measure_served
 from gate.tiers.speculative import SpeculativeSettings
-from gate.tiers.speculative_served import measure_served
 
 HERE = Path(__file__).resolve().parent / "speculative"
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'

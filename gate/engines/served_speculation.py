@@ -25,7 +25,7 @@ What is read, per engine:
 The plain command keeps every other token in its place, so the plain server
 is the same build (weights, dtype, context, port rules) without the drafter.
 Values are read from the command as given; anything recorded of it is masked
-(:mod:`gate.models.masking`: the speculative options never carry a secret,
+(:mod:`gate.engines.secrets`: the speculative options never carry a secret,
 and the command itself is only ever recorded masked).
 """
 
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from gate.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gate.models.engine_settings import EngineSettings
+    from gate.engines.settings import EngineSettings
 
 VLLM = "vllm"
 LLAMA_SERVER = "llama.cpp"
@@ -302,7 +302,7 @@ def plain_engine(engine: EngineSettings) -> EngineSettings | None:
     from dataclasses import replace
     from shlex import join
 
-    from gate.models.serve import parse_command
+    from gate.engines.serve import parse_command
 
     commands = engine.serve_commands
     if len(commands) != 1 or engine.endpoints:
@@ -316,7 +316,7 @@ def plain_engine(engine: EngineSettings) -> EngineSettings | None:
 def require_served_speculation(serve: Sequence[str] | None, replicas: int = 1) -> None:
     """The served build the speculative tier measures: one server gate starts, whose command
     speculates (each refusal one line, exit 4). ``serve`` is ``None`` for an ``--endpoint``."""
-    from gate.models.masking import mask_argv
+    from gate.engines.secrets import mask_argv
 
     if serve is None:
         raise ConfigError(

@@ -3,7 +3,7 @@
 The speculative tier on a served build (``gate run --serve "CMD" --tiers
 speculative``, CMD with the engine's speculative options) needs two servers
 of one build: the command as given, and the plain command gate writes from it
-(:func:`gate.models.served_speculation.plain_command`), started by gate in the
+(:func:`gate.engines.served_speculation.plain_command`), started by gate in the
 same session. Every request goes to one server at a time, so the engine's
 counters around it are that request's:
 
@@ -15,7 +15,7 @@ counters around it are that request's:
   log-probs), the margins, and the noise: the largest difference between the
   log-prob of each generated token on the decode path (the generation's own
   log-probs) and on the prefill path (the same tokens scored as one prompt
-  with :meth:`~gate.models.backends.http.HTTPBackend.score`: vLLM's
+  with :meth:`~gate.engines.http.HTTPBackend.score`: vLLM's
   ``prompt_logprobs``; llama-server scores by forced generation, so there the
   figure is the repeatability of its decode path, not a batched-pass noise);
 * :meth:`ServedPair.timed_pair`: tokens/s of one request on each server, back
@@ -29,20 +29,20 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gate.engines.client import EndpointClient, run_sync
+from gate.engines.http import GREEDY, HTTPBackend
+from gate.engines.llama_cpp import server as llama_server
+from gate.engines.served_speculation import ServedSpeculation, read_speculation
 from gate.errors import ConfigError, ModelLoadError
-from gate.metrics.speculative import PlainReference
-from gate.metrics.speculative_served import (
+from gate.metrics.served_speculation import (
     EngineDrafts,
     delta,
     exports_counters,
     llama_counters,
     vllm_counters,
 )
-from gate.models.backends import llama_server
+from gate.metrics.speculative import PlainReference
 from gate.models.backends.base import ScoreRequest, require_prompts
-from gate.models.backends.http import GREEDY, HTTPBackend
-from gate.models.backends.openai_client import EndpointClient, run_sync
-from gate.models.served_speculation import ServedSpeculation, read_speculation
 
 T = TypeVar("T")
 

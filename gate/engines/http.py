@@ -9,7 +9,7 @@ only ids cross the wire, so both sides see the same tokens:
   ``context + continuation`` as ids, ``max_tokens: 1``, ``temperature: 0`` and
   ``prompt_logprobs: k`` (or, on servers with only the legacy fields,
   ``echo: true, logprobs: k``; ``scoring_api = "auto"`` tries the first and
-  falls back once). Parsed by :mod:`gate.models.backends.openai_scores` into
+  falls back once). Parsed by :mod:`gate.engines.scores` into
   the same :class:`TokenScores` as the in-process backend; full rows (asked by
   the fidelity tier) are rebuilt from ``max(top_k, full_top_k)`` returned
   log-probs per position (``full_top_k``: the engine setting
@@ -27,7 +27,7 @@ only ids cross the wire, so both sides see the same tokens:
   from its text; the maths is :mod:`gate.metrics.serving`.
 
 Requests run concurrently, at most ``max_concurrency`` at once (engines batch
-them), through :class:`~gate.models.backends.openai_client.EndpointClient`
+them), through :class:`~gate.engines.client.EndpointClient`
 (timeouts, bounded retries, one-line errors). Before the first use,
 :meth:`HTTPBackend.connect` reads the served model, checks that the server's
 tokenizer agrees with the local one (``/tokenize`` where the server has it,
@@ -45,19 +45,7 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
-from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
-from gate.measurement import TimedGeneration
-from gate.metrics.serving import StreamTiming, arrival_offsets, token_times
-from gate.models.backends import llama_server, tokens
-from gate.models.backends.base import (
-    ScoreRequest,
-    StepClock,
-    TokenScores,
-    require_contexts,
-    require_prompts,
-    require_timed,
-)
-from gate.models.backends.openai_client import (
+from gate.engines.client import (
     EndpointClient,
     EndpointSettings,
     Liveness,
@@ -67,13 +55,15 @@ from gate.models.backends.openai_client import (
     public_url,
     run_sync,
 )
-from gate.models.backends.openai_scores import (
+from gate.engines.llama_cpp import server as llama_server
+from gate.engines.scores import (
     Position,
     positions_from_echo,
     positions_from_prompt_logprobs,
     scores_from_positions,
 )
-from gate.models.backends.streams import (
+from gate.engines.secrets import mask_argv
+from gate.engines.streams import (
     LoadRuns,
     check_load_run,
     require_a_token,
@@ -81,7 +71,18 @@ from gate.models.backends.streams import (
     streams_at_once,
     timed_generation,
 )
-from gate.models.masking import mask_argv
+from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
+from gate.measurement import TimedGeneration
+from gate.metrics.serving import StreamTiming, arrival_offsets, token_times
+from gate.models.backends import tokens
+from gate.models.backends.base import (
+    ScoreRequest,
+    StepClock,
+    TokenScores,
+    require_contexts,
+    require_prompts,
+    require_timed,
+)
 from gate.models.provenance import combined_digest, hash_files, tokenizer_files, weight_files
 from gate.models.spec import ModelSpec
 from gate.provenance import ModelProvenance
@@ -188,7 +189,7 @@ def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
 class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
     """A model served behind an OpenAI-compatible endpoint, with a local tokenizer."""
 
-    #: Full rows are rebuilt from the top-k (see :mod:`gate.models.backends.openai_scores`).
+    #: Full rows are rebuilt from the top-k (see :mod:`gate.engines.scores`).
     exact_full_rows = False
 
     def __init__(
@@ -206,7 +207,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         self.settings = settings
         self.spec = tokenizer_spec
         self.liveness = liveness
-        #: The server's command line as recorded: its secrets masked (gate.models.masking).
+        #: The server's command line as recorded: its secrets masked (gate.engines.secrets).
         self.serve_command = mask_argv(serve_command) if serve_command is not None else None
         self.served_settings = dict(served_settings or {})
         #: The log of a server gate started (a report artifact), else ``None``.
@@ -345,7 +346,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         owned_by: str | None,
         props: llama_server.ServerProps,
     ) -> ServerFacts:
-        """The facts of a llama-server (module :mod:`~gate.models.backends.llama_server`)."""
+        """The facts of a llama-server (module :mod:`~gate.engines.llama_cpp.server`)."""
         self._require_scoring_api(True)
         await self._check_llama_tokenizer(client)
         return ServerFacts(

@@ -23,7 +23,7 @@ appended; when it names no ``--host`` the server is bound to ``127.0.0.1``
 
 Credentials: the process runs the command as given (:attr:`ManagedServer.argv`);
 everything gate records or shows of it is :attr:`ManagedServer.recorded_argv`,
-with every secret value masked (:mod:`gate.models.masking`). Log lines quoted
+with every secret value masked (:mod:`gate.engines.secrets`). Log lines quoted
 in an error are masked too, and so is the log file once the server is stopped
 (an engine may echo its arguments there; vLLM 0.32 masks its own).
 """
@@ -47,8 +47,8 @@ from types import FrameType, TracebackType
 from typing import Any, BinaryIO
 
 from gate import progress
+from gate.engines.secrets import mask_argv, scrub_file, scrub_text, secret_values
 from gate.errors import ConfigError, ModelLoadError, UsageError
-from gate.models.masking import mask_argv, scrub_file, scrub_text, secret_values
 
 #: Lines of the server log quoted in an error.
 LOG_TAIL_LINES = 3
