@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.llama_cpp.counters import llama_counters
 from gate.engines.served_speculation import (
-    LLAMA_SERVER,
-    VLLM,
     plain_command,
     plain_engine,
     read_speculation,
     require_served_speculation,
 )
 from gate.engines.settings import EngineSettings
+from gate.engines.vllm.counters import exports_counters, vllm_counters
+from gate.engines.vllm.dialect import ENGINE as VLLM
 from gate.errors import ConfigError
 from gate.metrics.catalog import speculative as catalog
 from gate.metrics.served_speculation import (
@@ -36,11 +37,9 @@ from gate.metrics.served_speculation import (
     counted_position_rates,
     delta,
     engine_acceptance_length,
-    exports_counters,
-    llama_counters,
-    vllm_counters,
 )
 from gate.metrics.speculative import PlainReference
+from gate.models.llama_cpp.install import ENGINE as LLAMA_SERVER
 from gate.session.runner import check_tiers_fit
 from gate.tiers.served_speculation import measure_served
 from gate.tiers.speculative import SpeculativeSettings

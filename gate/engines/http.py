@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
@@ -49,19 +48,13 @@ from gate.engines.client import (
     EndpointClient,
     EndpointSettings,
     Liveness,
-    LogprobsLimitError,
     counted,
     gather_bounded,
     public_url,
     run_sync,
 )
-from gate.engines.llama_cpp import server as llama_server
-from gate.engines.scores import (
-    Position,
-    positions_from_echo,
-    positions_from_prompt_logprobs,
-    scores_from_positions,
-)
+from gate.engines.dialect import EngineDialect, ServerFacts
+from gate.engines.scores import Position, scores_from_positions
 from gate.engines.secrets import mask_argv
 from gate.engines.streams import (
     LoadRuns,
@@ -71,7 +64,7 @@ from gate.engines.streams import (
     streams_at_once,
     timed_generation,
 )
-from gate.errors import BaselineError, ConfigError, DataError, ModelLoadError
+from gate.errors import ConfigError, DataError, ModelLoadError
 from gate.measurement import TimedGeneration
 from gate.metrics.serving import StreamTiming, arrival_offsets, token_times
 from gate.models.backends import tokens
@@ -119,71 +112,10 @@ HTTP_FACTS: tuple[str, ...] = (
     "linear_class_counts",
 )
 
-#: Texts whose server-side and local encodings must agree (ASCII, digits, spacing, unicode).
-TOKENIZER_PROBES: tuple[str, ...] = (
-    "The quick brown fox jumps over the lazy dog.",
-    "What is 12345 + 678? Answer: 13023",
-    "  leading spaces,\ttabs\nand new lines  ",
-    'def f(x):\n    return {"a": [1, 2.5, None]}',
-    "Grüße, 東京, emoji \U0001f642 and accents: éàü",
-)
-
-#: Greedy decoding with every sampling knob neutral (a checkpoint's generation_config
-#: can otherwise set penalties or a default length on the server).
-GREEDY: Mapping[str, Any] = {
-    "temperature": 0.0,
-    "top_p": 1.0,
-    "seed": 0,
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "repetition_penalty": 1.0,
-}
-
 
 def _text(value: object) -> str | None:
     """A served setting as text (``None`` stays unknown)."""
     return None if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class ServerFacts:
-    """What the server says about itself (read once by :meth:`HTTPBackend.connect`)."""
-
-    model: str
-    model_root: str | None
-    owned_by: str | None
-    max_model_len: int | None
-    version: str | None
-    tokenizer_check: str
-    cache_config: Mapping[str, str]
-    #: The engine as provenance names it: ``llama.cpp`` for llama-server, else ``owned_by``.
-    engine: str | None = None
-    #: llama-server's ``/props`` (``None`` for another engine).
-    llama: llama_server.ServerProps | None = None
-    #: Served settings the server reports itself (llama-server's build, slots, file type).
-    reported: Mapping[str, Any] = field(default_factory=dict)
-
-
-def _chunk_tokens(choice: Mapping[str, Any]) -> int | None:
-    """Tokens carried by one streamed choice: its ``token_ids`` or log-probs, else unknown."""
-    ids = choice.get("token_ids")
-    if isinstance(ids, list):
-        return len(ids)
-    logprobs = choice.get("logprobs")
-    if isinstance(logprobs, Mapping) and isinstance(logprobs.get("tokens"), list):
-        return len(logprobs["tokens"])
-    return None
-
-
-def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
-    """Labels of the first sample of ``metric`` in Prometheus text format."""
-    import re
-
-    for line in text.splitlines():
-        if line.startswith(metric + "{"):
-            body = line[len(metric) + 1 : line.rfind("}")]
-            return dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', body))
-    return {}
 
 
 class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
@@ -201,11 +133,14 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         serve_command: Sequence[str] | None = None,
         served_settings: Mapping[str, Any] | None = None,
         server_log: Path | None = None,
+        dialect: EngineDialect | None = None,
     ) -> None:
         from gate.models.backends.loading import load_tokenizer
 
         self.settings = settings
         self.spec = tokenizer_spec
+        #: The engine's dialect: the one its command names, else found at connect.
+        self.dialect: EngineDialect | None = dialect
         self.liveness = liveness
         #: The server's command line as recorded: its secrets masked (gate.engines.secrets).
         self.serve_command = mask_argv(serve_command) if serve_command is not None else None
@@ -235,7 +170,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
     # -- tokens ---------------------------------------------------------------
 
     @cached_property
-    def _vocabulary(self) -> dict[str, int]:
+    def vocabulary(self) -> dict[str, int]:
         """Decoded text -> id for ids whose text is unique (legacy ``echo`` keys are texts)."""
         seen: dict[str, int] = {}
         dup: set[str] = set()
@@ -293,179 +228,53 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
                 f"the server does not serve model {wanted!r} (it serves {', '.join(names)})",
                 "set the served model name to one of those",
             )
-        card = data[names.index(wanted)]
-        owned_by = str(card["owned_by"]) if card.get("owned_by") else None
-        props = await llama_server.server_props(client, owned_by)
-        if props is not None:
-            return await self._connect_llama(client, wanted, card, owned_by, props)
-        self._require_scoring_api(False)
-        version_doc = None
-        try:
-            version_doc = await client.get("/version", root=True)
-        except (ConfigError, ModelLoadError):
-            version_doc = None
-        metrics = await client.get_text("/metrics", root=True)
-        check = await self._check_tokenizer(client, wanted)
-        max_len = card.get("max_model_len")
-        return ServerFacts(
-            model=wanted,
-            model_root=str(card["root"]) if card.get("root") else None,
-            owned_by=owned_by,
-            max_model_len=int(max_len) if isinstance(max_len, int) else None,
-            version=str(version_doc["version"])
-            if isinstance(version_doc, Mapping) and version_doc.get("version")
-            else None,
-            tokenizer_check=check,
-            cache_config=_prometheus_labels(metrics, "vllm:cache_config_info") if metrics else {},
-            engine=owned_by,
-        )
+        card = {**data[names.index(wanted)], "id": wanted}
+        dialect, found = await self._recognize(client, card)
+        self.dialect = dialect
+        self._require_scoring_api(dialect)
+        return await dialect.describe(client, self, card, found)
 
-    def _require_scoring_api(self, llama: bool) -> None:
-        """Refuse a ``scoring_api`` the server cannot answer (ConfigError naming the ones it can);
-        ``auto`` becomes ``forced`` on llama-server."""
+    async def _recognize(
+        self, client: EndpointClient, card: Mapping[str, Any]
+    ) -> tuple[EngineDialect, object]:
+        """The dialect of the server: the one given first, then every registered one in turn
+        (:mod:`gate.engines.registry`), else the generic OpenAI dialect."""
+        from gate.engines.registry import dialects, fallback
+
+        given = [self.dialect] if self.dialect is not None else []
+        others = [d for d in dialects() if type(d) is not type(self.dialect)]
+        for dialect in [*given, *others]:
+            found = await dialect.recognize(client, card)
+            if found is not None:
+                return dialect, found
+        generic = fallback()
+        return generic, await generic.recognize(client, card) or card
+
+    def _require_scoring_api(self, dialect: EngineDialect) -> None:
+        """Refuse a ``scoring_api`` the server cannot answer (ConfigError naming the ones it
+        can): another engine's own is refused here, the dialect refuses the rest."""
+        from gate.engines.registry import scoring_api_owner
+
         asked = self.settings.scoring_api
-        if asked == "auto":
-            self.scoring_api = "forced" if llama else None
-            return
-        if llama and asked not in llama_server.SCORING_APIS:
+        owner = scoring_api_owner(asked)
+        if owner is not None and owner.name != dialect.name:
+            server = owner.server_name or owner.name
             raise ConfigError(
-                f"scoring_api {asked!r}: llama-server returns no log-probs of prompt tokens",
-                "use scoring_api forced or positions (or auto) with llama-server",
-            )
-        if not llama and asked in llama_server.SCORING_APIS:
-            raise ConfigError(
-                f"scoring_api {asked!r} is llama-server's, and this server is not llama-server",
+                f"scoring_api {asked!r} is {server}'s, and this server is not {server}",
                 "use auto, prompt_logprobs or echo with this server",
             )
+        self.scoring_api = dialect.scoring_api(asked)
 
-    async def _connect_llama(
-        self,
-        client: EndpointClient,
-        model: str,
-        card: Mapping[str, Any],
-        owned_by: str | None,
-        props: llama_server.ServerProps,
-    ) -> ServerFacts:
-        """The facts of a llama-server (module :mod:`~gate.engines.llama_cpp.server`)."""
-        self._require_scoring_api(True)
-        await self._check_llama_tokenizer(client)
-        return ServerFacts(
-            model=model,
-            model_root=props.model_path,
-            owned_by=owned_by,
-            max_model_len=props.context,
-            version=props.version,
-            tokenizer_check="tokenize endpoint",
-            cache_config={},
-            engine=llama_server.ENGINE,
-            llama=props,
-            reported=llama_server.served_settings(props, card),
-        )
-
-    async def _check_llama_tokenizer(self, client: EndpointClient) -> None:
-        """:data:`TOKENIZER_PROBES` and the EOS token's text through llama-server's ``/tokenize``
-        (BaselineError naming the first token that differs)."""
-        probes = [(text, text, self.encode_text(text)) for text in TOKENIZER_PROBES]
-        eos_text = getattr(self.tokenizer, "eos_token", None)
-        if isinstance(eos_text, str) and eos_text and self.eos_ids:
-            ids = self.encode_text(eos_text)
-            probes.append((f"the EOS token {eos_text}", eos_text, ids))
-        for label, text, local in probes:
-            answer = await client.post("/tokenize", llama_server.tokenize_payload(text), root=True)
-            error = llama_server.tokenizer_mismatch(
-                label, llama_server.tokenized(answer), local, lambda i: self.tokenizer.decode([i])
-            )
-            if error is not None:
-                raise error
-
-    async def _check_tokenizer(self, client: EndpointClient, model: str) -> str:
-        """Compare local and server encodings of :data:`TOKENIZER_PROBES` (BaselineError on a mismatch)."""
-        probes: list[tuple[str, dict[str, Any], list[int]]] = [
-            (
-                text,
-                {"model": model, "prompt": text, "add_special_tokens": False},
-                self.encode_text(text),
-            )
-            for text in TOKENIZER_PROBES
-        ]
-        if getattr(self.tokenizer, "chat_template", None):
-            text = TOKENIZER_PROBES[1]
-            probes.append(
-                (
-                    f"chat: {text}",
-                    {
-                        "model": model,
-                        "messages": [{"role": "user", "content": text}],
-                        "add_generation_prompt": True,
-                    },
-                    self.encode_prompt(text),
-                )
-            )
-        try:
-            first = await client.post("/tokenize", probes[0][1], root=True)
-        except ConfigError:
-            first = None
-        if isinstance(first, Mapping) and isinstance(first.get("tokens"), list):
-            answers = [first] + [
-                await client.post("/tokenize", p[1], root=True) for p in probes[1:]
-            ]
-            for (label, _, local), answer in zip(probes, answers, strict=True):
-                server = (
-                    [int(t) for t in answer.get("tokens", [])]
-                    if isinstance(answer, Mapping)
-                    else []
-                )
-                if server != local:
-                    raise self._tokenizer_mismatch(label, server, local)
-            return "tokenize endpoint"
-        # no /tokenize: the server's prompt-token count of each text must match the local one
-        for text, _, _ in probes[: len(TOKENIZER_PROBES)]:
-            local = [int(i) for i in self.tokenizer(text, add_special_tokens=True)["input_ids"]]
-            answer = await client.post(
-                "/completions",
-                {"model": model, "prompt": text, "max_tokens": 1, **GREEDY},
-            )
-            usage = answer.get("usage") if isinstance(answer, Mapping) else None
-            count = usage.get("prompt_tokens") if isinstance(usage, Mapping) else None
-            if not isinstance(count, int):
-                return "not checked (no /tokenize and no usage counts)"
-            if count != len(local):
-                raise BaselineError(
-                    f"the server's tokenizer differs from the local one: {text[:40]!r} is "
-                    f"{count} tokens on the server, {len(local)} locally",
-                    "serve the model whose tokenizer recorded the baseline (the reference pack's)",
-                )
-        return "prompt token counts"
-
-    @staticmethod
-    def _tokenizer_mismatch(label: str, server: list[int], local: list[int]) -> BaselineError:
-        at = next(
-            (i for i, (a, b) in enumerate(zip(server, local, strict=False)) if a != b),
-            min(len(server), len(local)),
-        )
-        return BaselineError(
-            f"the server's tokenizer differs from the local one: {label[:40]!r} encodes to "
-            f"{len(server)} ids on the server, {len(local)} locally (first difference at {at})",
-            "serve the model whose tokenizer recorded the baseline (the reference pack's)",
-        )
+    @property
+    def spoken(self) -> EngineDialect:
+        """The server's dialect (connects first if needed)."""
+        self.connect()
+        assert self.dialect is not None
+        return self.dialect
 
     @cached_property
     def _tokenizer_hashes(self) -> dict[str, str]:
         return hash_files(tokenizer_files(self.files_dir)) if self.files_dir is not None else {}
-
-    @cached_property
-    def _forcing(self) -> llama_server.Forcing:
-        """What llama-server's forced scoring needs of the local vocabulary."""
-        special = {int(i) for i in getattr(self.tokenizer, "all_special_ids", ())}
-        plain = [i for i in self.encode_text("a") if i not in special]
-        # A piece that is not whole UTF-8 text decodes with the replacement character.
-        pieces = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
-        partial = {i for i, piece in enumerate(pieces) if "\ufffd" in piece}
-        return llama_server.Forcing(
-            unforceable=frozenset(special | set(self.eos_ids) | partial),
-            substitute=plain[0] if plain else 0,
-            vocab_size=self.vocab_size,
-        )
 
     @cached_property
     def _weight_hashes(self) -> dict[str, str]:
@@ -558,10 +367,10 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
 
     @property
     def request_slots(self) -> int:
-        """Requests sent at once: ``max_concurrency``, at most llama-server's slots (more would
-        wait in its queue, and a scored sequence would lose its slot's cache to another)."""
-        facts = self.connect()
-        slots = facts.llama.slots if facts.llama is not None else None
+        """Requests sent at once: ``max_concurrency``, at most the server's slots where it says
+        (more would wait in its queue, and a scored sequence would lose its slot's cache to
+        another)."""
+        slots = self.connect().slots
         return min(self.settings.max_concurrency, slots) if slots else self.settings.max_concurrency
 
     def asked_top_k(self, top_k: int, full: bool) -> int:
@@ -599,40 +408,9 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
     async def _positions(
         self, client: EndpointClient, model: str, prompt: list[int], start: int, k: int
     ) -> list[Position]:
-        count = len(prompt) - start
-        if self.scoring_api in llama_server.SCORING_APIS:
-            context = self.facts.max_model_len if self.facts is not None else None
-            score = (
-                llama_server.forced_positions
-                if self.scoring_api == "forced"
-                else llama_server.cached_positions
-            )
-            return await score(client, prompt, start, k, context, self._forcing)
-        base = {"model": model, "prompt": prompt, "max_tokens": 1, **GREEDY}
-        if self.scoring_api in (None, "prompt_logprobs"):
-            try:
-                answer = await client.post("/completions", {**base, "prompt_logprobs": k})
-            except LogprobsLimitError:
-                raise
-            except ConfigError as exc:
-                if self.scoring_api is not None or "prompt_logprobs" not in exc.message:
-                    raise
-                answer = None  # the server rejects the field itself: try the legacy fields
-            choice = _first_choice(answer) if answer is not None else None
-            if choice is not None and isinstance(choice.get("prompt_logprobs"), list):
-                self.scoring_api = "prompt_logprobs"
-                return positions_from_prompt_logprobs(choice, len(prompt), start, count)
-            if self.scoring_api == "prompt_logprobs":
-                raise _no_prompt_logprobs("its answer has no prompt_logprobs")
-        answer = await client.post(
-            "/completions",
-            {**base, "echo": True, "logprobs": k, "return_tokens_as_token_ids": True},
-        )
-        choice = _first_choice(answer)
-        if choice is None or not isinstance(choice.get("logprobs"), Mapping):
-            raise _no_prompt_logprobs("neither prompt_logprobs nor echo with logprobs")
-        self.scoring_api = "echo"
-        return positions_from_echo(choice, prompt, start, count, self._vocabulary)
+        found, api = await self.spoken.positions(client, self, self.scoring_api, prompt, start, k)
+        self.scoring_api = api
+        return found
 
     # -- greedy generation --------------------------------------------------------
 
@@ -668,29 +446,10 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         self, client: EndpointClient, prompt: Sequence[int], max_new_tokens: int
     ) -> list[int]:
         """One greedy continuation through ``client`` (new ids, up to and including EOS)."""
-        if self.connect().llama is not None:
-            answer = await client.post(
-                "/completion", llama_server.generate_payload(prompt, max_new_tokens), root=True
-            )
-            new = llama_server.generated_ids(answer, self.eos_ids)
-            return self._cut_at_eos(new[:max_new_tokens])
-        answer = await client.post(
-            "/completions",
-            {
-                "model": self.model,
-                "prompt": [int(t) for t in prompt],
-                "max_tokens": max_new_tokens,
-                "return_token_ids": True,
-                **GREEDY,
-            },
-        )
-        choice = _first_choice(answer)
-        if choice is None:
-            raise ModelLoadError("the server's completion has no choices", "see the server log")
-        ids = choice.get("token_ids")
-        if not isinstance(ids, list):  # servers without return_token_ids: re-encode the text
-            ids = self.encode_text(str(choice.get("text", "")))
-        return self._cut_at_eos([int(t) for t in ids][:max_new_tokens])
+        dialect = self.spoken
+        post = dialect.generate_post(self.model, prompt, max_new_tokens)
+        answer = await client.post(post.path, post.body, root=post.root)
+        return self._cut_at_eos(dialect.generated(answer, self).ids[:max_new_tokens])
 
     # -- timed streaming generation ---------------------------------------------------
 
@@ -724,39 +483,26 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         since ``sent`` (a ``perf_counter`` value; default: when this request is
         sent); ``start`` is recorded as the request's offset in a load run.
         """
-        payload = {
-            "model": model,
-            "prompt": [int(t) for t in prompt],
-            "max_tokens": new_tokens,
-            "min_tokens": new_tokens,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "return_token_ids": True,
-            **GREEDY,
-        }
-        if self.connect().llama is not None:
-            return await self._stream_llama(client, prompt, new_tokens, start=start, sent=sent)
+        dialect = self.spoken
+        post = dialect.stream_post(model, prompt, new_tokens)
         origin = time.perf_counter() if sent is None else sent
         chunks: list[tuple[float, int]] = []
         counted_by_text = False
-        usage: Mapping[str, Any] | None = None
-        async for arrival, event in client.stream("/completions", payload):
-            if isinstance(event.get("usage"), Mapping):
-                usage = event["usage"]
-            choices = event.get("choices")
-            if not isinstance(choices, list) or not choices:
-                continue
-            choice = choices[0]
-            count = _chunk_tokens(choice)
-            if count is None:  # no ids, no log-probs: one token per non-empty chunk
-                counted_by_text = True
-                count = 1 if choice.get("text") else 0
-            chunks.append((arrival - origin, count))
+        reported: int | None = None
+        prompt_tokens: int | None = None
+        so_far = 0
+        async for arrival, event in client.stream(post.path, post.body, root=post.root):
+            count = dialect.stream_count(event, so_far)
+            counted_by_text = counted_by_text or count.by_text
+            if count.tokens:
+                chunks.append((arrival - origin, count.tokens))
+                so_far += count.tokens
+            if count.completion is not None:
+                reported = count.completion
+            if count.prompt is not None:
+                prompt_tokens = count.prompt
         times = token_times(chunks)
-        reported = usage.get("completion_tokens") if usage is not None else None
-        prompt_tokens = usage.get("prompt_tokens") if usage is not None else None
-        if isinstance(reported, int) and reported != len(times):
+        if reported is not None and reported != len(times):
             if counted_by_text:
                 raise DataError(
                     f"the stream's chunks carried {len(times)} texts for {reported} tokens",
@@ -764,41 +510,6 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
                 )
             raise ModelLoadError(
                 f"the stream carried {len(times)} tokens but its usage reports {reported}"
-            )
-        return StreamTiming(
-            token_times=times,
-            prompt_tokens=int(prompt_tokens) if isinstance(prompt_tokens, int) else len(prompt),
-            start=start,
-        )
-
-    async def _stream_llama(
-        self,
-        client: EndpointClient,
-        prompt: Sequence[int],
-        new_tokens: int,
-        *,
-        start: float,
-        sent: float | None,
-    ) -> StreamTiming:
-        """:meth:`_stream_one` on llama-server's ``/completion`` (tokens counted from its ids)."""
-        payload = llama_server.stream_payload(prompt, new_tokens)
-        origin = time.perf_counter() if sent is None else sent
-        chunks: list[tuple[float, int]] = []
-        reported: int | None = None
-        prompt_tokens: int | None = None
-        counted = 0
-        async for arrival, event in client.stream("/completion", payload, root=True):
-            count = llama_server.chunk_tokens(event, counted)
-            if count:
-                chunks.append((arrival - origin, count))
-                counted += count
-            done, evaluated = llama_server.stream_usage(event)
-            if done is not None:
-                reported, prompt_tokens = done, evaluated
-        times = token_times(chunks)
-        if reported is not None and reported != len(times):
-            raise ModelLoadError(
-                f"the stream carried {len(times)} tokens but llama-server reports {reported}"
             )
         return StreamTiming(
             token_times=times,
@@ -874,19 +585,3 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
             raise dead
         require_a_token(timings)
         return timings, duration
-
-
-def _first_choice(answer: Any) -> Mapping[str, Any] | None:
-    choices = answer.get("choices") if isinstance(answer, Mapping) else None
-    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-        return choices[0]
-    return None
-
-
-def _no_prompt_logprobs(why: str) -> ConfigError:
-    return ConfigError(
-        f"the endpoint returns no log-probs of prompt tokens ({why}); "
-        "teacher-forced scoring (fidelity, perplexity, MCQ) needs them",
-        "serve with an engine that has prompt_logprobs or echo+logprobs (vLLM, SGLang): "
-        "see docs/serving.md",
-    )

@@ -151,19 +151,6 @@ def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
     return list(reversed(errors)) if errors else lines[-count:]
 
 
-#: vLLM's refusal to start when less memory is free than it reserves (0.32: the CPU
-#: worker's "Available memory on node ... is less than desired CPU memory utilization",
-#: the GPU worker's "Free memory on device ... is less than desired GPU memory utilization").
-_NOT_ENOUGH_MEMORY = re.compile(r"is less than desired (CPU|GPU) memory utilization")
-#: The fix gate names for it.
-MEMORY_HINT = (
-    "the engine reserves a share of the memory at start (vLLM: 92 % by default, of the RAM "
-    "on its CPU build) and less was free: start it with a smaller --gpu-memory-utilization "
-    "(e.g. 0.2), or on the CPU build set VLLM_CPU_KVCACHE_SPACE=<GiB> in its environment; "
-    "see the server log"
-)
-
-
 #: A server that could not bind its port (llama-server's "couldn't bind HTTP server socket",
 #: uvicorn's "[Errno 98] ... address already in use").
 _PORT_IN_USE = re.compile(r"couldn't bind HTTP server socket|address already in use", re.IGNORECASE)
@@ -421,8 +408,12 @@ class ManagedServer:
     def _error(self, message: str, hint: str) -> ModelLoadError:
         tail = scrub_text(" | ".join(tail_lines(self.log_path)), self._secrets)
         detail = f"; last log lines: {tail}" if tail else ""
-        if log_says(self.log_path, _NOT_ENOUGH_MEMORY):
-            hint = MEMORY_HINT
+        from gate.engines.registry import startup_failures
+
+        for failure in startup_failures():
+            if log_says(self.log_path, failure.pattern):
+                hint = failure.hint
+                break
         return ModelLoadError(f"{message}{detail}", f"{hint}: {self.log_path}")
 
     def stop(self) -> None:
