@@ -318,3 +318,17 @@ def test_measure_served_counts_a_confident_divergence() -> None:
     assert found[catalog.CONFIDENT_DIVERGENCES].value == 2.0
     near_tie = {m.name: m for m in measure_served(_Pair(3, margin=1e-5), settings)}  # type: ignore[arg-type]
     assert near_tie[catalog.CONFIDENT_DIVERGENCES].value == 0.0
+
+
+def test_each_command_is_read_by_the_dialect_of_its_engine() -> None:
+    from gate.engines.registry import dialect_for_command
+
+    assert dialect_for_command(VLLM_BASE).name == VLLM
+    assert dialect_for_command(["/venv/bin/vllm", "serve", "m"]).name == VLLM
+    assert dialect_for_command(LLAMA_BASE).name == LLAMA_SERVER
+    # a model file named like the other engine does not make it that engine
+    assert dialect_for_command(["llama-server", "-m", "/m/vllm.gguf"]).name == LLAMA_SERVER
+    # any other server is the generic one, which reads no speculative options
+    other = ["python", "-m", "sglang.launch_server", "--speculative-config", NGRAM]
+    assert dialect_for_command(other).name == "openai"
+    assert read_speculation(other) is None and plain_command(other) == other

@@ -1,38 +1,41 @@
 """The serving-engine backend (:class:`HTTPBackend`): the Backend protocol over HTTP.
 
-The model runs in an OpenAI-compatible server (vLLM, SGLang, ...) with that
+The model runs in a server (vLLM, llama-server, SGLang, ...) with that
 engine's own kernels and parallelism; gate stays the client. Text becomes
 token ids locally, with the model's own tokenizer (the reference pack's), and
-only ids cross the wire, so both sides see the same tokens:
+only ids cross the wire, so both sides see the same tokens. Every request and
+every answer is the server's dialect's business
+(:class:`~gate.engines.dialect.EngineDialect`, found at connect by
+:mod:`gate.engines.registry`: the given one, then each registered one, else the
+generic OpenAI dialect of :mod:`gate.engines.openai`); this class owns what is
+the same for all of them:
 
-* ``score`` — one ``/v1/completions`` request per sequence, prompt
-  ``context + continuation`` as ids, ``max_tokens: 1``, ``temperature: 0`` and
-  ``prompt_logprobs: k`` (or, on servers with only the legacy fields,
-  ``echo: true, logprobs: k``; ``scoring_api = "auto"`` tries the first and
-  falls back once). Parsed by :mod:`gate.engines.scores` into
-  the same :class:`TokenScores` as the in-process backend; full rows (asked by
-  the fidelity tier) are rebuilt from ``max(top_k, full_top_k)`` returned
-  log-probs per position (``full_top_k``: the engine setting
-  ``served_logprobs``), exactly as that module states, with which entries the
-  server returned. :attr:`HTTPBackend.exact_full_rows` is False, so callers that need the exact
-  log-prob of arbitrary tokens (the single-token MCQ path) score them as
-  targets instead.
-* ``generate`` — greedy: ``temperature: 0`` with neutral penalties and an
-  explicit ``max_tokens`` (a checkpoint's generation_config may otherwise set
-  the server's default), new ids from ``token_ids`` (vLLM's
-  ``return_token_ids``), cut after the first EOS as in process.
+* ``score`` — one scoring request per sequence, ``context + continuation`` as
+  ids, ``k = max(top_k, full_top_k)`` log-probs per position
+  (``full_top_k``: the engine setting ``served_logprobs``) when full rows are
+  asked, turned by :func:`gate.engines.scores.scores_from_positions` into the
+  same :class:`TokenScores` as the in-process backend, exactly as that module
+  states. :attr:`HTTPBackend.exact_full_rows` is False, so callers that need
+  the exact log-prob of arbitrary tokens (the single-token MCQ path) score
+  them as targets instead. Under ``scoring_api = "auto"`` the first answer
+  tells how the server scores, and the rest are sent at once.
+* ``generate`` — greedy, an explicit length (a checkpoint's
+  generation_config may otherwise set the server's default), the dialect's
+  new ids cut after the first EOS as in process.
 * ``generate_timed`` / :meth:`HTTPBackend.stream_timings` / :meth:`HTTPBackend.load_run`
-  — streamed requests with ``min_tokens = max_tokens`` and ``ignore_eos``;
-  tokens are counted per chunk from its ``token_ids`` (or log-probs), never
-  from its text; the maths is :mod:`gate.metrics.serving`.
+  — streamed requests of exactly the asked length, tokens counted per event
+  as the dialect reads them (ids, never text where the engine streams ids),
+  checked against the usage the stream reports; the maths is
+  :mod:`gate.metrics.serving`.
 
 Requests run concurrently, at most ``max_concurrency`` at once (engines batch
-them), through :class:`~gate.engines.client.EndpointClient`
-(timeouts, bounded retries, one-line errors). Before the first use,
-:meth:`HTTPBackend.connect` reads the served model, checks that the server's
-tokenizer agrees with the local one (``/tokenize`` where the server has it,
-otherwise a prompt-length probe; a mismatch is a BaselineError, exit 4) and
-collects provenance (engine, version, served settings; never the API key).
+them), and at most the server's slots where it says how many it has, through
+:class:`~gate.engines.client.EndpointClient` (timeouts, bounded retries,
+one-line errors). Before the first use, :meth:`HTTPBackend.connect` reads the
+served model, finds the dialect, refuses a ``scoring_api`` the server cannot
+answer, and lets the dialect check that the server's tokenizer agrees with the
+local one (a mismatch is a BaselineError, exit 4) and collect the facts of
+the provenance (engine, version, served settings; never the API key).
 """
 
 from __future__ import annotations

@@ -6,21 +6,13 @@ the same server with every speculative option removed (:func:`plain_command`),
 which the speculative tier starts beside the speculative one for the lossless
 comparison and the speed-up (docs/speculative.md, "Served").
 
-What is read, per engine:
-
-* **vLLM** (``vllm serve`` / ``vllm.entrypoints.openai.api_server``):
-  ``--speculative-config JSON`` (also ``--speculative_config``, ``-sc`` and the
-  ``=JSON`` form), its dotted keys (``--speculative-config.method ngram``,
-  ``-sc.num_speculative_tokens 4``) and the short options ``--spec-method``,
-  ``--spec-model``, ``--spec-tokens``. The JSON's ``method`` (``ngram``,
-  ``draft_model``, ``eagle``...), ``num_speculative_tokens`` and ``model`` are
-  reported; the rest is kept in :attr:`ServedSpeculation.settings`.
-* **llama-server** (b11434 option names, with their aliases): a draft model
-  (``-md``/``--model-draft``/``--spec-draft-model FILE``, ``-hfd``/
-  ``--hf-repo-draft REPO``), a speculative type (``--spec-type T``, ``none``
-  speculates not), ``--spec-default``; every other ``--spec-*`` option and the
-  draft-model options (``-td``, ``-ngld``, ``-devd``...) belong to it and are
-  removed with it.
+What is read is the engine's: the dialect that claims the command
+(:func:`gate.engines.registry.dialect_for_command`) reads its speculative
+options (:meth:`~gate.engines.dialect.EngineDialect.read_speculation`: vLLM's
+``--speculative-config``, :mod:`gate.engines.vllm.dialect`; llama-server's draft
+model and ``--spec-*`` options, :mod:`gate.engines.llama_cpp.dialect`) and names
+the tokens that set them; a command no dialect claims speculates not, as far as
+gate can tell.
 
 The plain command keeps every other token in its place, so the plain server
 is the same build (weights, dtype, context, port rules) without the drafter.

@@ -2,9 +2,9 @@
 
 :class:`~gate.engines.http.HTTPBackend` speaks to every server; when the
 server it connects to is llama-server (``/props`` answers with a
-``build_info``, or ``/v1/models`` says ``owned_by: llamacpp``) it takes the
-paths of this module, on llama-server's own endpoints (``/completion``,
-``/tokenize``, ``/props``). Only token ids cross the wire, as with every server.
+``build_info``, or ``/v1/models`` says ``owned_by: llamacpp``) its dialect
+(:mod:`gate.engines.llama_cpp.dialect`) takes the paths of this module, on
+llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``). Only token ids cross the wire, as with every server.
 
 **Teacher-forced scoring without prompt log-probs.** llama-server returns no
 log-probs of prompt tokens (no ``prompt_logprobs``, no ``echo``). It returns,

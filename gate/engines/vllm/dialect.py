@@ -131,10 +131,12 @@ class VLLMDialect(OpenAIDialect):
     startup_failures: ClassVar[tuple[StartupFailure, ...]] = (NOT_ENOUGH_MEMORY,)
 
     def runs_command(self, argv: Sequence[str]) -> bool:
-        """A ``vllm`` program or a ``vllm.*`` module anywhere on the command line."""
+        """A ``vllm`` program (``vllm serve``) or a ``vllm`` module run by ``-m``
+        (``python -m vllm.entrypoints.openai.api_server``)."""
         return any(
-            os.path.basename(arg) == ENGINE or arg == ENGINE or arg.startswith(ENGINE + ".")
-            for arg in argv
+            os.path.basename(arg) == ENGINE
+            or (i > 0 and argv[i - 1] == "-m" and arg.split(".")[0] == ENGINE)
+            for i, arg in enumerate(argv)
         )
 
     async def recognize(self, client: EndpointClient, card: Mapping[str, Any]) -> object | None:
