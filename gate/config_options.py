@@ -1,7 +1,7 @@
 """How a setting is given by a user, declared once per setting: :class:`SettingOption`.
 
 A settings class (:class:`~gate.models.load_settings.LoadSettings`,
-:class:`~gate.models.engine_settings.EngineSettings`,
+:class:`~gate.engines.settings.EngineSettings`,
 :class:`~gate.session.options.SessionOptions`,
 :class:`~gate.report.outputs.ReportTargets`) declares each field with
 :func:`setting`, whose metadata is the field's :class:`SettingOption`. From that

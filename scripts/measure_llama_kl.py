@@ -35,7 +35,7 @@ made by the recipes' own code, :func:`gate.models.llama_cpp.make.make_gguf`):
   :func:`gate.tiers.fidelity.measurements`) gives ``fidelity.kl_mean`` and
   ``fidelity.cga``; the exact KL against the baseline's full rows is given
   beside it. ``--served`` also scores each build through llama-server (gate's
-  served scoring, :mod:`gate.models.backends.llama_server`; ``--scoring-api``),
+  served scoring, :mod:`gate.engines.llama_cpp.server`; ``--scoring-api``),
   whose KL is an interval (its rows are exact in the ``--served-logprobs``
   tokens it returns).
 
@@ -402,7 +402,7 @@ def base_vs_base(
 
 def server_tokens(backend: Any, text: str) -> list[int]:
     """llama-server's ``/tokenize`` of ``text`` (no BOS), from the served backend's server."""
-    from gate.models.backends.llama_server import tokenize_payload, tokenized
+    from gate.engines.llama_cpp.server import tokenize_payload, tokenized
 
     url = backend.settings.root_url.rstrip("/") + "/tokenize"
     body = json.dumps(tokenize_payload(text)).encode()
@@ -465,11 +465,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import torch
 
     from gate.data.prompt_set import load_prompt_set
+    from gate.engines.llama_cpp.served import engine_for
+    from gate.engines.opening import open_engine
     from gate.models.backends.loading import load_backend
-    from gate.models.engine import open_engine
     from gate.models.llama_cpp.install import require
     from gate.models.llama_cpp.make import make_gguf
-    from gate.models.llama_cpp.served import engine_for
     from gate.models.recipes import parse_recipe
     from gate.models.spec import ModelSpec
 
@@ -549,7 +549,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.served:
         for b in builds:
             print(f"gate: {b} run by llama-server ...", file=sys.stderr)
-            # --engine llama.cpp's server command (gate.models.llama_cpp.served), more log-probs
+            # --engine llama.cpp's server command (gate.engines.llama_cpp.served), more log-probs
             engine = dataclasses.replace(
                 engine_for(llama, made[b]),
                 served_logprobs=args.served_logprobs,

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.http import HTTPBackend
 from gate.errors import ConfigError
+from gate.loadgen import guidellm
 from gate.metrics.load import RatePoint
-from gate.models import guidellm
-from gate.models.backends.http import HTTPBackend
 from gate.models.spec import ModelSpec
 from gate.session.run import GateRun
 from gate.tiers.load import Job, run_tier, to_measurements

@@ -1,7 +1,7 @@
 """Speculative tier (marker ``speculative``): lossless tokens, acceptance and speed-up.
 
 Thin: one test measures the build through :func:`gate.tiers.speculative.measure`
-(in process) or :func:`gate.tiers.speculative_served.measure_served` (a served
+(in process) or :func:`gate.tiers.served_speculation.measure_served` (a served
 build whose command speculates, beside the same server without speculation)
 and records its measurements; the comparison with the baseline (recorded with
 speculative decoding) happens at session end in the plugin.
@@ -17,7 +17,7 @@ from gate.session.run import GateRun
 from gate.tiers.speculative import Speculates, measure
 
 if TYPE_CHECKING:
-    from gate.models.backends.http import HTTPBackend
+    from gate.engines.http import HTTPBackend
 
 pytestmark = pytest.mark.speculative
 
@@ -26,8 +26,8 @@ def test_speculative(gate_run: GateRun) -> None:
     """Every prompt generated with and without the build's drafter."""
     settings = gate_run.settings("speculative")
     if gate_run.plain_build is not None:
-        from gate.models.backends.served_speculative import ServedPair
-        from gate.tiers.speculative_served import measure_served
+        from gate.engines.served_speculation_pair import ServedPair
+        from gate.tiers.served_speculation import measure_served
 
         served = cast("HTTPBackend", gate_run.backend)
         measured = measure_served(

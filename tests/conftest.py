@@ -22,8 +22,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if TYPE_CHECKING:
+    from gate.engines.http import HTTPBackend
     from gate.models.backends.hf import HFBackend
-    from gate.models.backends.http import HTTPBackend
     from gate.models.spec import ModelSpec
 
 pytest_plugins = ["pytester"]

@@ -26,7 +26,7 @@ import pytest
 from gate.models.spec import demo_model_dir
 
 if TYPE_CHECKING:
-    from gate.models.backends.http import HTTPBackend
+    from gate.engines.http import HTTPBackend
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup_engine.sh"
@@ -157,9 +157,9 @@ def api_server_pid(backend: HTTPBackend) -> int:
 
 def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Iterator[HTTPBackend]:
     """The demo model behind vLLM with ``extra`` server flags, warmed up; stopped on exit."""
+    from gate.engines.opening import open_engine
+    from gate.engines.settings import EngineSettings
     from gate.models.backends.base import ScoreRequest
-    from gate.models.engine import open_engine
-    from gate.models.engine_settings import EngineSettings
     from gate.models.spec import ModelSpec
 
     engine = EngineSettings(

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from gate.data.mcq import MCQuestion
+from gate.engines.http import HTTPBackend
 from gate.errors import ModelLoadError
 from gate.measurement import Measurement
 from gate.models.activity import Activity, Counting, Footprint
@@ -28,7 +29,6 @@ from gate.models.backends.capabilities import (
     last_kv_cache,
 )
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
 from gate.store.reference import load_pack
 from gate.tiers import exercised
 from gate.tiers import fidelity as ft

@@ -17,6 +17,9 @@ import math
 import numpy as np
 import pytest
 
+from gate.engines.client import EndpointSettings, public_url
+from gate.engines.http import HTTPBackend
+from gate.engines.serve import free_port
 from gate.errors import BaselineError, ConfigError, ExitCode, GateError, ModelLoadError
 from gate.hw.timing import PerfCounterClock
 from gate.metrics import fidelity as fm
@@ -24,9 +27,6 @@ from gate.metrics.latency import run_latency
 from gate.metrics.serving import load_summary
 from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.openai_client import EndpointSettings, public_url
-from gate.models.serve import free_port
 from gate.models.spec import ModelSpec
 from gate.tiers import accuracy
 from tests.fakes.openai_server import FakeOpenAIServer

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.http import HTTPBackend
 from gate.errors import ExitCode
 from gate.gating.thresholds import load_thresholds
-from gate.models.backends.http import HTTPBackend
 from tests.calibrate_support import calibrate_small
 
 pytestmark = pytest.mark.engine

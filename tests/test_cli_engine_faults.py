@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gate.engines.serve import free_port
 from gate.errors import ExitCode
-from gate.models.serve import free_port
 from tests.cli_support import GateRun, run_gate
 
 pytestmark = pytest.mark.slow

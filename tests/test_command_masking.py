@@ -1,6 +1,6 @@
 """A server command's secrets are masked wherever gate records or shows it, never where it runs.
 
-The rule (gate/models/masking.py) over every spelling an engine accepts: vLLM's
+The rule (gate/engines/secrets.py) over every spelling an engine accepts: vLLM's
 and llama-server's ``--api-key KEY``, ``--api-key=KEY``, ``--api_key``,
 ``--hf-token`` (a bare one in vLLM), llama-server's ``-hft``, several keys
 after one option, repeated options, a key that starts with a dash,
@@ -23,11 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.models.backends.http import HTTPBackend
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
-from gate.models.masking import (
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine
+from gate.engines.secrets import (
     MASK,
     mask_argv,
     mask_command,
@@ -36,7 +34,9 @@ from gate.models.masking import (
     scrub_text,
     secret_values,
 )
-from gate.models.serve import ManagedServer
+from gate.engines.serve import ManagedServer
+from gate.engines.settings import EngineSettings
+from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.models.spec import ModelSpec
 from tests.cli_support import run_gate
 

@@ -17,7 +17,7 @@ import click
 import pytest
 
 from gate.commands.group import cli
-from gate.models.engine_settings import EngineSettings, engine_setting_options
+from gate.engines.settings import EngineSettings, engine_setting_options
 from gate.session.run_config import RunDefaults
 from gate.tiers.registry import SETTINGS
 

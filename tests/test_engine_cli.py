@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 import pytest
 
+from gate.engines.http import HTTPBackend
 from gate.errors import ExitCode
-from gate.models.backends.http import HTTPBackend
 from tests.cli_support import GateRun, run_gate
 from tests.engine_support import engine_env
 

@@ -37,11 +37,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gate.engines.http import HTTPBackend
+from gate.engines.llama_cpp.server import forced_payload
 from gate.errors import BaselineError, ExitCode
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.llama_server import forced_payload
 from gate.models.spec import ModelSpec
 from tests.cli_support import run_gate
 from tests.engine_support import llama_server_path
@@ -83,8 +83,8 @@ def llama_served(
     server_path: str, gguf_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HTTPBackend]:
     """llama-server on the F16 file, connected with SmolLM2's tokenizer (one start per module)."""
-    from gate.models.engine import open_engine
-    from gate.models.engine_settings import EngineSettings
+    from gate.engines.opening import open_engine
+    from gate.engines.settings import EngineSettings
 
     engine = EngineSettings(serve=_serve(server_path, gguf_files["f16"]), max_concurrency=4)
     log_dir = tmp_path_factory.mktemp("llama-f16")
@@ -162,7 +162,7 @@ def test_positions_mode_agrees_with_forced_and_with_an_uncached_request(
 ) -> None:
     import dataclasses
 
-    from gate.models.backends.openai_client import run_sync
+    from gate.engines.client import run_sync
 
     one = requests_[:2]
     forced = llama_served.score(one, top_k=8)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.settings import EngineSettings, engine_setting_options
 from gate.errors import ConfigError
-from gate.models.engine_settings import EngineSettings, engine_setting_options
 from gate.report.outputs import ReportTargets
 from gate.session.engine import server_log_path, session_engines
 from gate.session.flags import ENGINE_ROWS, request_from_pytest

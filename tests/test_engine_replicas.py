@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine
+from gate.engines.replicas import ReplicaBackend
+from gate.engines.serve import group_members
+from gate.engines.settings import EngineSettings
 from gate.errors import ExitCode, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.replicas import ReplicaBackend
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
-from gate.models.serve import group_members
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import fidelity

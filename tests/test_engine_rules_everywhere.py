@@ -2,7 +2,7 @@
 
 Each command that takes engine options (``gate run``, ``gate baseline record``,
 ``gate calibrate``) reads them through
-:func:`gate.models.engine_settings.engine_from_options`: a broken rule is the
+:func:`gate.engines.settings.engine_from_options`: a broken rule is the
 same one line and exit 4 from each (``gate calibrate`` with both ``--serve``
 and ``--endpoint`` used to end in an internal error, exit 3), before anything
 is loaded, started or written. The suites' ``--gate-*`` options share the

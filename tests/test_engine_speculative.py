@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.secrets import MASK
 from gate.errors import ExitCode
-from gate.models.masking import MASK
 from tests.cli_support import run_gate
 from tests.engine_support import engine_env, engine_python, vllm_command
 from tests.secrets_support import (

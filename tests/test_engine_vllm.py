@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gate.engines.http import HTTPBackend
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity, decide
@@ -37,7 +38,6 @@ from gate.measurement import Measurement
 from gate.metrics.latency import run_latency
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
 from gate.models.spec import ModelSpec
 from gate.store.baseline import load_baseline_file

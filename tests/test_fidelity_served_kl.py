@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gate.engines.scores import scores_from_positions
 from gate.measurement import MeasurementDetail
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.openai_scores import scores_from_positions
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import fidelity

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.chat import ChatJudge
+from gate.engines.client import EndpointSettings
 from gate.errors import ExitCode, GateError, ModelLoadError
 from gate.judge.cache import CachedJudge, JudgeCache
 from gate.judge.panel import JudgeTemplates, Pair, judge_pairs
 from gate.judge.protocol import Outcome
 from gate.judge.template import default_template
-from gate.models.backends.chat_judge import ChatJudge
-from gate.models.backends.openai_client import EndpointSettings
 
 Reply = Callable[[dict[str, object]], tuple[int, bytes, dict[str, str]]]
 

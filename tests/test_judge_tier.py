@@ -485,7 +485,7 @@ def test_the_session_says_where_its_build_runs_in_process(
     one ``--device`` setting for a build in process, nothing for a served one."""
     from types import SimpleNamespace
 
-    from gate.models.engine_settings import EngineSettings
+    from gate.engines.settings import EngineSettings
     from gate.models.load_settings import LoadSettings
     from gate.session.options import SessionOptions
     from gate.session.plugin import GatePlugin

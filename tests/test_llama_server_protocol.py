@@ -1,4 +1,4 @@
-"""llama-server's side of the HTTP backend, unit by unit (gate.models.backends.llama_server):
+"""llama-server's side of the HTTP backend, unit by unit (gate.engines.llama_cpp.server):
 its build number, the forced-decoding requests and their answers turned into the same
 TokenScores as every served engine, greedy ids, stream chunks, the tokenizer mismatch line,
 the engine's version in the drift check, and a ``--port`` that is taken. The real server is
@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gate.engines.client import EndpointSettings
+from gate.engines.llama_cpp import server as ls
+from gate.engines.scores import scores_from_positions
+from gate.engines.serve import ManagedServer, port_taken
+from gate.engines.settings import EngineSettings
 from gate.errors import BaselineError, ConfigError, ExitCode, ModelLoadError
 from gate.gating.versions import MeasuredWith, compare_versions
-from gate.models.backends import llama_server as ls
-from gate.models.backends.openai_client import EndpointSettings
-from gate.models.backends.openai_scores import scores_from_positions
-from gate.models.engine_settings import EngineSettings
-from gate.models.serve import ManagedServer, port_taken
 
 
 def test_the_build_number_is_the_engine_version() -> None:
@@ -141,7 +141,7 @@ class _Client:
 
 
 def test_a_free_position_reads_the_row_and_asks_for_all_of_it_when_the_target_is_deep() -> None:
-    from gate.models.backends.openai_client import run_sync
+    from gate.engines.client import run_sync
 
     row = {i: math.log(p) for i, p in enumerate([0.4, 0.3, 0.2, 0.06, 0.04])}
     forcing = ls.Forcing(unforceable=frozenset({4}), substitute=0, vocab_size=5)

@@ -39,9 +39,9 @@ from typing import Any
 
 import pytest
 
+from gate.engines.http import HTTPBackend
 from gate.errors import ExitCode
-from gate.models.backends.http import HTTPBackend
-from gate.models.guidellm import GUIDELLM_VERSION, default_executable
+from gate.loadgen.guidellm import GUIDELLM_VERSION, default_executable
 from tests.cli_support import run_gate
 from tests.engine_support import engine_env
 

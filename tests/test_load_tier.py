@@ -24,9 +24,9 @@ from gate.errors import ConfigError, DataError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path, require_a_bound
 from gate.gating.verdict import Severity
+from gate.loadgen import guidellm
 from gate.metrics import load as maths
 from gate.metrics.load import Latencies, RatePoint, Slo
-from gate.models import guidellm
 from gate.tiers.load import BatchRunner, Job, LoadTierSettings, run_tier, to_measurements
 from gate.tiers.registry import build_settings
 

@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.models.backends.openai_client import (
+from gate.engines.client import (
     EndpointSettings,
     LogprobsLimitError,
     http_error,
@@ -16,7 +15,7 @@ from gate.models.backends.openai_client import (
     public_url,
     server_message,
 )
-from gate.models.backends.openai_scores import (
+from gate.engines.scores import (
     FLOOR_LOGPROB,
     positions_from_echo,
     positions_from_prompt_logprobs,
@@ -24,6 +23,7 @@ from gate.models.backends.openai_scores import (
     scores_from_positions,
     token_id_of,
 )
+from gate.errors import ConfigError, ExitCode, ModelLoadError
 
 
 def test_rows_from_topk_are_exact_on_known_ids_and_sum_to_one() -> None:
@@ -151,7 +151,7 @@ def test_sse_lines() -> None:
 
 
 def test_rebuilt_rows_say_which_tokens_the_server_returned_and_bound_the_rest() -> None:
-    from gate.models.backends.openai_scores import scores_from_positions
+    from gate.engines.scores import scores_from_positions
 
     # top 3 asked; the target (id 7) is outside them at one position, inside at the other
     positions = [

@@ -320,7 +320,7 @@ def test_an_unwritable_latency_history_is_one_line(tmp_path: Path) -> None:
 
 
 def test_an_unwritable_server_log_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
-    from gate.models.serve import ManagedServer
+    from gate.engines.serve import ManagedServer
 
     log = _a_file(tmp_path) / "logs" / "server.log"
     server = ManagedServer(["true"], log_path=log)

@@ -311,7 +311,7 @@ def test_an_in_process_backend_counts_each_batch_into_the_phase(tiny_backend: An
 def test_requests_to_a_server_count_one_item_each() -> None:
     import asyncio
 
-    from gate.models.backends.openai_client import counted, gather_bounded
+    from gate.engines.client import counted, gather_bounded
 
     async def answer(value: int) -> int:
         await asyncio.sleep(0)

@@ -1,4 +1,4 @@
-"""Replicas of one served build (gate.models.backends.replicas) against small fake servers.
+"""Replicas of one served build (gate.engines.replicas) against small fake servers.
 
 Each fake server (tests/fakes) answers with the real tiny model, so what two
 replicas give together can be compared with what one gives alone. The real
@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine, replica_log
+from gate.engines.replicas import ReplicaBackend
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.replicas import ReplicaBackend
-from gate.models.engine import open_engine, replica_log
-from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
 from tests.fakes import served_inputs
 from tests.fakes.openai_server import FakeOpenAIServer

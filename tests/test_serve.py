@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine, served_settings
+from gate.engines.serve import ManagedServer, group_members, with_address
+from gate.engines.settings import EngineSettings
 from gate.errors import ExitCode, ModelLoadError
-from gate.models.backends.http import HTTPBackend
-from gate.models.engine import open_engine, served_settings
-from gate.models.engine_settings import EngineSettings
-from gate.models.serve import ManagedServer, group_members, with_address
 from gate.models.spec import ModelSpec
 
 ENGINE = str(Path(__file__).parent / "fakes" / "engine_process.py")
@@ -146,7 +146,7 @@ def test_signal_to_gate_stops_the_server(tmp_path: Path, sig: signal.Signals) ->
         f"""
         import time
         from pathlib import Path
-        from gate.models.serve import ManagedServer
+        from gate.engines.serve import ManagedServer
         with ManagedServer({_command("--child")!r}, log_path=Path({str(tmp_path)!r}) / "s.log") as s:
             print(s.pgid, flush=True)
             time.sleep(600)
@@ -173,7 +173,7 @@ def test_signal_to_gate_stops_the_server(tmp_path: Path, sig: signal.Signals) ->
 
 
 def test_log_tail_quotes_error_lines_not_warnings(tmp_path: Path) -> None:
-    from gate.models.serve import tail_lines
+    from gate.engines.serve import tail_lines
 
     log = tmp_path / "server.log"
     log.write_text(

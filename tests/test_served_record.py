@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gate.engines.client import EndpointSettings
+from gate.engines.http import HTTPBackend
 from gate.measurement import MeasurementDetail
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.backends.openai_client import EndpointSettings
 from gate.models.spec import ModelSpec
 from gate.store.reference import PackLayout, PackOrigin, load_pack, write_pack
 from gate.tiers import fidelity

@@ -18,32 +18,31 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.llama_cpp.counters import llama_counters
+from gate.engines.served_speculation import (
+    plain_command,
+    plain_engine,
+    read_speculation,
+    require_served_speculation,
+)
+from gate.engines.settings import EngineSettings
+from gate.engines.vllm.counters import exports_counters, vllm_counters
+from gate.engines.vllm.dialect import ENGINE as VLLM
 from gate.errors import ConfigError
 from gate.metrics.catalog import speculative as catalog
-from gate.metrics.speculative import PlainReference
-from gate.metrics.speculative_served import (
+from gate.metrics.served_speculation import (
     EngineDrafts,
     counted_acceptance_length,
     counted_acceptance_rate,
     counted_position_rates,
     delta,
     engine_acceptance_length,
-    exports_counters,
-    llama_counters,
-    vllm_counters,
 )
-from gate.models.engine_settings import EngineSettings
-from gate.models.served_speculation import (
-    LLAMA_SERVER,
-    VLLM,
-    plain_command,
-    plain_engine,
-    read_speculation,
-    require_served_speculation,
-)
+from gate.metrics.speculative import PlainReference
+from gate.models.llama_cpp.install import ENGINE as LLAMA_SERVER
 from gate.session.runner import check_tiers_fit
+from gate.tiers.served_speculation import measure_served
 from gate.tiers.speculative import SpeculativeSettings
-from gate.tiers.speculative_served import measure_served
 
 HERE = Path(__file__).resolve().parent / "speculative"
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
@@ -319,3 +318,17 @@ def test_measure_served_counts_a_confident_divergence() -> None:
     assert found[catalog.CONFIDENT_DIVERGENCES].value == 2.0
     near_tie = {m.name: m for m in measure_served(_Pair(3, margin=1e-5), settings)}  # type: ignore[arg-type]
     assert near_tie[catalog.CONFIDENT_DIVERGENCES].value == 0.0
+
+
+def test_each_command_is_read_by_the_dialect_of_its_engine() -> None:
+    from gate.engines.registry import dialect_for_command
+
+    assert dialect_for_command(VLLM_BASE).name == VLLM
+    assert dialect_for_command(["/venv/bin/vllm", "serve", "m"]).name == VLLM
+    assert dialect_for_command(LLAMA_BASE).name == LLAMA_SERVER
+    # a model file named like the other engine does not make it that engine
+    assert dialect_for_command(["llama-server", "-m", "/m/vllm.gguf"]).name == LLAMA_SERVER
+    # any other server is the generic one, which reads no speculative options
+    other = ["python", "-m", "sglang.launch_server", "--speculative-config", NGRAM]
+    assert dialect_for_command(other).name == "openai"
+    assert read_speculation(other) is None and plain_command(other) == other

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError, ExitCode, UsageError
 from gate.metrics.registry import TIERS, check_tier
-from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.session.flags import PYTEST_ROWS, request_from_pytest

@@ -29,8 +29,8 @@ from gate.config_options import (
     setting_default,
     setting_options,
 )
+from gate.engines.settings import EngineSettings
 from gate.errors import UsageError
-from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings, load_setting_names
 from gate.models.spec import check_device_name
 from gate.report.outputs import ReportTargets
@@ -229,14 +229,14 @@ collect_load = collect("load", load_setting_names(), load_settings)
 
 def engine_options(command: F) -> F:
     """The serving-engine options (docs/serving.md), one per field of
-    :class:`~gate.models.engine_settings.EngineSettings`, keyword-named as the field."""
+    :class:`~gate.engines.settings.EngineSettings`, keyword-named as the field."""
     return settings_options(EngineSettings)(command)
 
 
 def engine_settings(**given: Any) -> EngineSettings | None:
     """The engine the command line names (``None``: none); the one reader of engine options
-    (:func:`gate.models.engine_settings.engine_from_options`)."""
-    from gate.models.engine_settings import engine_from_options
+    (:func:`gate.engines.settings.engine_from_options`)."""
+    from gate.engines.settings import engine_from_options
 
     return engine_from_options(given)
 

@@ -22,7 +22,7 @@ Which versions count — those that compute the numbers the gate compares:
   compressed build's arithmetic;
 * the serving engine, as the server names it (``owned_by`` of ``/v1/models``)
   with the version its ``/version`` endpoint reports (vLLM's), when both sides
-  were served (:meth:`gate.models.backends.http.HTTPBackend.provenance`): for a
+  were served (:meth:`gate.engines.http.HTTPBackend.provenance`): for a
   served build the engine computes every number.
 
 Not counted, although :func:`gate.provenance.environment` records them:

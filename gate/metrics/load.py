@@ -54,7 +54,7 @@ Latencies observed request by request
     out of TTFT and ITL: one whose token stream the load generator read in one
     burst, after the server had sent it all (its mean ITL below
     ``BURST_ITL_MS`` and its later tokens within ``BURST_SHARE`` of its latency,
-    :mod:`gate.models.guidellm`). A client that was not
+    :mod:`gate.loadgen.guidellm`). A client that was not
     scheduled while the tokens arrived (a loaded machine) moves the whole
     decode into that request's TTFT and leaves an ITL of microseconds that no
     server produced; with a handful of requests per rate such a request can be

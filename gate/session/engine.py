@@ -5,7 +5,7 @@ in pytest; an ``engine`` table in ``gate.toml``) say that the build under test
 is served by an engine rather than loaded in process; ``--baseline-serve`` /
 ``--baseline-endpoint`` name the engine of the baseline build for the paired
 A/B latency mode. Each arrives as one typed
-:class:`~gate.models.engine_settings.EngineSettings` (which holds the rules
+:class:`~gate.engines.settings.EngineSettings` (which holds the rules
 that need no environment); :func:`session_engines` splits it into the
 candidate's and the baseline's engine and checks what needs the environment
 without starting or contacting anything (the URL, that the server program
@@ -26,10 +26,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.engines.secrets import mask_argv
+from gate.engines.serve import parse_command
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError
-from gate.models.engine_settings import EngineSettings
-from gate.models.masking import mask_argv
-from gate.models.serve import parse_command
 from gate.session.options import SessionOptions
 
 

@@ -8,7 +8,7 @@ of the typed objects: the rows of :class:`~gate.session.options.SessionOptions`
 (:data:`~gate.session.options.SESSION_FIELDS`), the report files
 (:data:`REPORT_ROWS`), the load settings
 (:func:`~gate.models.load_settings.load_setting_options`) and the engine settings
-(:func:`~gate.models.engine_settings.engine_setting_options`). They are read ONCE, at
+(:func:`~gate.engines.settings.engine_setting_options`). They are read ONCE, at
 this edge, by :func:`request_from_pytest`.
 
 This module imports neither pytest nor a model library.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.config_options import PATH_KINDS, DeclaredSetting, declared_settings
-from gate.models.engine_settings import EngineSettings, engine_from_options
+from gate.engines.settings import EngineSettings, engine_from_options
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.session.options import SESSION_FIELDS, SessionOptions
@@ -30,7 +30,7 @@ from gate.session.request import SessionRequest
 #: The report rows, one per field of :class:`~gate.report.outputs.ReportTargets`.
 REPORT_ROWS: tuple[DeclaredSetting, ...] = declared_settings(ReportTargets)
 #: The engine rows (text as given; numbers are read by
-#: :func:`gate.models.engine_settings.engine_from_options`).
+#: :func:`gate.engines.settings.engine_from_options`).
 ENGINE_ROWS: tuple[DeclaredSetting, ...] = declared_settings(EngineSettings)
 #: The load rows (``--gate-device``, ``--gate-dtype``, ``--gate-trust-remote-code``).
 LOAD_ROWS: tuple[DeclaredSetting, ...] = declared_settings(LoadSettings)

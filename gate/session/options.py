@@ -12,7 +12,7 @@ setting. Three fields group others, each class declaring its own settings:
 :class:`~gate.report.outputs.ReportTargets`), :attr:`SessionOptions.load` (device,
 dtype and remote-code trust, :class:`~gate.models.load_settings.LoadSettings`)
 and :attr:`SessionOptions.engine` (the serving engine,
-:class:`~gate.models.engine_settings.EngineSettings`). From the rows come
+:class:`~gate.engines.settings.EngineSettings`). From the rows come
 
 * the ``--gate-*`` pytest options and their one typed reading
   (:mod:`gate.session.flags`);
@@ -44,7 +44,7 @@ from gate.config_options import (
     setting_default,
 )
 from gate.config_options import setting as declare
-from gate.models.engine_settings import EngineSettings
+from gate.engines.settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.report.outputs import ReportTargets
 from gate.store.location import DEFAULT_STORE

@@ -38,7 +38,7 @@ texts from ``--gate-calibration`` or the packaged set when the recipe needs
 them, :mod:`gate.data.activation_prompts`).
 
 Served builds (``--gate-serve``/``--gate-endpoint``, :mod:`gate.session.engine`):
-the backend is an engine opened with :func:`gate.models.engine.open_engine` on
+the backend is an engine opened with :func:`gate.engines.opening.open_engine` on
 the session's ``ExitStack`` on first access, so a server gate starts runs once
 per session and is stopped when the session finishes, however it finishes
 (a failure, Ctrl-C); a failure to open it is remembered, not retried by every
@@ -66,8 +66,8 @@ from gate.session.options import SessionOptions
 from gate.session.request import SessionRequest, SessionRequestPlugin
 
 if TYPE_CHECKING:
+    from gate.engines.settings import EngineSettings
     from gate.models.backends.base import Backend
-    from gate.models.engine_settings import EngineSettings
     from gate.session.finish import SessionEnd
     from gate.session.inputs import SessionInputs
     from gate.session.run import GateRun
@@ -232,14 +232,14 @@ class GatePlugin:
     ) -> Callable[[], Backend]:
         """Opens ``engine`` once on the session's stack; a failure is remembered and re-raised.
 
-        ``opener`` replaces :func:`gate.models.engine.open_engine` (``--engine llama.cpp``:
+        ``opener`` replaces :func:`gate.engines.opening.open_engine` (``--engine llama.cpp``:
         the recipe's file made, then served)."""
         outcome: list[Backend | GateError] = []
 
         def open_() -> Backend:
             if not outcome:
-                from gate.models.backends.replicas import replica_lines
-                from gate.models.engine import open_engine, replica_log
+                from gate.engines.opening import open_engine, replica_log
+                from gate.engines.replicas import replica_lines
                 from gate.models.spec import ModelSpec
 
                 state = self.state
@@ -270,9 +270,9 @@ class GatePlugin:
 
     def _made_engine(self, model: str, options: SessionOptions, log: Path) -> Callable[[], Backend]:
         """The opener of a ``gguf-*`` recipe's file run by ``--engine llama.cpp``
-        (:func:`gate.models.llama_cpp.served.open_made_engine`), on the session's stack."""
-        from gate.models.engine_settings import EngineSettings
-        from gate.models.llama_cpp.served import open_made_engine
+        (:func:`gate.engines.llama_cpp.served.open_made_engine`), on the session's stack."""
+        from gate.engines.llama_cpp.served import open_made_engine
+        from gate.engines.settings import EngineSettings
         from gate.models.recipes import parse_recipe
 
         spec = options.load.spec(model, allow_pickle=options.allow_pickle)
@@ -322,7 +322,7 @@ class GatePlugin:
         served = engines.candidate is not None or options.runtime is not None
         plain_build = None
         if engines.candidate is not None:  # a speculating server's plain twin, started on demand
-            from gate.models.served_speculation import plain_engine
+            from gate.engines.served_speculation import plain_engine
 
             plain = plain_engine(engines.candidate)
             if plain is not None:

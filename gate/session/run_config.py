@@ -41,7 +41,7 @@ Layout (documented with an example in docs/run-config.md)::
 
 ``[run.engine]`` is the default engine of every candidate without its own; an
 engine table's keys are the fields of
-:class:`~gate.models.engine_settings.EngineSettings` (each also a ``gate run`` option).
+:class:`~gate.engines.settings.EngineSettings` (each also a ``gate run`` option).
 
 Everything is validated before any model is loaded: unknown keys and tiers
 fail with a did-you-mean (every ``[tiers.<name>]`` table is built into its
@@ -61,9 +61,9 @@ from pathlib import Path
 from typing import Any
 
 from gate.config import build_dataclass, check_keys, load_toml_file
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError, UsageError
 from gate.metrics.registry import TIERS, check_tier
-from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 
 TOP_KEYS = ("run", "candidates", "tiers", "judges")

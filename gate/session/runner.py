@@ -30,7 +30,7 @@ from gate.session.run import MODES, Mode
 from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 
 if TYPE_CHECKING:
-    from gate.models.engine_settings import EngineSettings
+    from gate.engines.settings import EngineSettings
     from gate.session.inputs import SessionInputs
 
 
@@ -89,8 +89,8 @@ def check_tiers_fit(
     from gate.models.stack import parse_stack
 
     if SPECULATIVE in tiers and engine is not None:
-        from gate.models.serve import parse_command
-        from gate.models.served_speculation import require_served_speculation
+        from gate.engines.serve import parse_command
+        from gate.engines.served_speculation import require_served_speculation
 
         commands = engine.serve_commands
         serve = parse_command(commands[0]) if commands and not engine.endpoints else None

@@ -130,7 +130,7 @@ class JudgeConfig:
                     "(give a local model directory, 'bundled', or an endpoint)"
                 )
         else:
-            from gate.models.backends.openai_client import EndpointSettings
+            from gate.engines.client import EndpointSettings
 
             try:
                 EndpointSettings(self.endpoint, model=self.model, api_key_env=self.api_key_env)
@@ -241,8 +241,8 @@ def open_judge(config: JudgeConfig, device: str = DEFAULT_DEVICE) -> Any:
     """The :class:`~gate.judge.judges.Judge` of one ``[[judges]]`` entry; an in-process
     judge on its own ``device``, else on ``device`` (the run's), ``auto`` resolved here."""
     if config.endpoint is not None:
-        from gate.models.backends.chat_judge import ChatJudge
-        from gate.models.backends.openai_client import EndpointSettings
+        from gate.engines.chat import ChatJudge
+        from gate.engines.client import EndpointSettings
 
         endpoint = EndpointSettings(
             config.endpoint,

@@ -15,7 +15,7 @@ pytest suite can drive it with pytest-benchmark's ``benchmark.pedantic``.
 Served builds (an engine behind an endpoint, :class:`LoadRunner`)
 -----------------------------------------------------------------
 The timed loop and the sweep run as for an in-process model, from the
-streams (:meth:`~gate.models.backends.http.HTTPBackend.generate_timed`:
+streams (:meth:`~gate.engines.http.HTTPBackend.generate_timed`:
 TTFT/ITL/TPOT/E2E from token arrival times). Then a *load run* at each of
 ``load_concurrency`` (like ``vllm bench serve``): ``load_requests`` streamed
 requests of ``new_tokens`` tokens, sent at ``load_request_rate`` requests/s

@@ -3,7 +3,7 @@
 Does the compressed build serve more requests on the same hardware? Both
 builds are behind OpenAI-compatible servers (``--serve``/``--endpoint`` and
 ``--baseline-serve``/``--baseline-endpoint``). GuideLLM
-(:mod:`gate.models.guidellm`) sweeps each over the same offered request rates
+(:mod:`gate.loadgen.guidellm`) sweeps each over the same offered request rates
 with the same synthetic workload; ``gate`` reads its results files and compares
 the two builds (:mod:`gate.metrics.load`).
 
@@ -12,7 +12,7 @@ of each pass the two builds run back to back, the order alternating pair by
 pair (baseline, candidate; candidate, baseline; ...), so a shared machine's
 drift lands on both builds of a pair and a linear drift cancels. Every
 benchmark of the plan runs in one GuideLLM process (its start-up is paid once,
-:func:`gate.models.guidellm.run_batch`); the benchmarks of one build and pass
+:func:`gate.loadgen.guidellm.run_batch`); the benchmarks of one build and pass
 make up its sweep of that pass.
 
 Metrics (each candidate / baseline, ``SampleKind.RATIO``, with the intervals of

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gate import progress
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError, ExitCode, GateError, decided
 from gate.gating.calibration.bounds import (
     DEFAULT_MARGIN,
@@ -65,7 +66,6 @@ from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound
 from gate.measurement import Measurement
 from gate.metrics.spec import MetricSpec, SampleKind
-from gate.models.engine_settings import EngineSettings
 from gate.models.load_settings import LoadSettings
 from gate.session.inputs import InputFiles
 from gate.session.options import SessionOptions

@@ -32,8 +32,8 @@ from gate.session.options import DEFAULT_STORE, SessionOptions
 from gate.store.writable import check_writable, check_writable_dir
 
 if TYPE_CHECKING:
+    from gate.engines.settings import EngineSettings
     from gate.gating.thresholds import Thresholds
-    from gate.models.engine_settings import EngineSettings
     from gate.report.outputs import ReportTargets
     from gate.session.inputs import SessionInputs
     from gate.session.run_config import Candidate, CandidateOverrides, RunConfig

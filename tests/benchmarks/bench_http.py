@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import torch
 
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine
+from gate.engines.settings import EngineSettings
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity

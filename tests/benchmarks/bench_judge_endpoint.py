@@ -2,7 +2,7 @@
 
 Marked ``engine`` (vLLM's CPU build, set up by scripts/setup_engine.sh). The judge
 (``gate/assets/judge_model``) is served as ``judge`` and asked through
-:class:`gate.models.backends.chat_judge.ChatJudge`, the path a user's own judge
+:class:`gate.engines.chat.ChatJudge`, the path a user's own judge
 endpoint takes. The same 32 pairwise questions (fitted to the judge's field limits
 by the in-process judge's tokenizer) are asked
 
@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from gate.data.prompt_set import load_prompt_set
+from gate.engines.chat import ChatJudge
+from gate.engines.client import EndpointSettings
+from gate.engines.serve import ManagedServer
 from gate.judge.judges import TransformersJudge
 from gate.judge.template import default_template
-from gate.models.backends.chat_judge import ChatJudge
-from gate.models.backends.openai_client import EndpointSettings
-from gate.models.serve import ManagedServer
 from tests.engine_support import MAX_MODEL_LEN, engine_env, engine_python
 
 pytestmark = pytest.mark.engine

@@ -26,11 +26,11 @@ from typing import Any
 
 import pytest
 
+from gate.engines.client import ScoringApi
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine
+from gate.engines.settings import EngineSettings
 from gate.models.backends.base import ScoreRequest
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.openai_client import ScoringApi
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
 from tests.engine_support import llama_server_path
 

@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
+from gate.engines.client import EndpointSettings
+from gate.engines.http import HTTPBackend
+from gate.engines.opening import open_engine
+from gate.engines.replicas import ReplicaBackend
+from gate.engines.settings import EngineSettings
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.http import HTTPBackend
 from gate.models.backends.loading import load_backend
-from gate.models.backends.openai_client import EndpointSettings
-from gate.models.backends.replicas import ReplicaBackend
-from gate.models.engine import open_engine
-from gate.models.engine_settings import EngineSettings
 from gate.models.spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gate.engines.client import EndpointSettings
 from gate.models.backends.base import Backend, ScoreRequest
-from gate.models.backends.openai_client import EndpointSettings
 
 #: Prompts of several kinds (arithmetic, JSON, summary, code, plain text).
 TEXTS: tuple[str, ...] = (

@@ -7,7 +7,7 @@ declaration come
 * the ``gate run`` option (``--serve``, ``--request-timeout``; :mod:`gate.commands.run`);
 * the pytest option of the suites (``--gate-serve``; :mod:`gate.session.flags`);
 * the key of a ``gate.toml`` engine table (the field name; :mod:`gate.session.run_config`);
-* what the session and :func:`gate.models.engine.open_engine` read.
+* what the session and :func:`gate.engines.opening.open_engine` read.
 
 The rules that need no environment hold in :meth:`EngineSettings.__post_init__`
 (exactly one of ``serve`` and ``endpoint``, at most one baseline engine,
@@ -30,8 +30,7 @@ from pathlib import Path
 
 from gate.config import build_dataclass
 from gate.config_options import SettingOption, option_of, setting, setting_options
-from gate.errors import ConfigError
-from gate.models.backends.openai_client import (
+from gate.engines.client import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_SERVED_LOGPROBS,
@@ -39,7 +38,8 @@ from gate.models.backends.openai_client import (
     EndpointSettings,
     ScoringApi,
 )
-from gate.models.masking import mask_command, mask_url
+from gate.engines.secrets import mask_command, mask_url
+from gate.errors import ConfigError
 
 #: Seconds a started server has to answer ``/health`` when nothing says otherwise.
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
@@ -52,7 +52,7 @@ class EngineSettings:
     Exactly one of ``serve`` (a server command gate starts and stops) and
     ``endpoint`` (the OpenAI base URL of a running server); either may be a
     list, one entry per replica of the same build (the requests of a tier are
-    spread over them: :mod:`gate.models.backends.replicas`). A list of one is
+    spread over them: :mod:`gate.engines.replicas`). A list of one is
     kept as its single string. ``baseline_serve``
     or ``baseline_endpoint`` names the engine of the baseline build, timed
     beside the candidate in the paired A/B latency mode (giving one turns that

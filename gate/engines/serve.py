@@ -23,7 +23,7 @@ appended; when it names no ``--host`` the server is bound to ``127.0.0.1``
 
 Credentials: the process runs the command as given (:attr:`ManagedServer.argv`);
 everything gate records or shows of it is :attr:`ManagedServer.recorded_argv`,
-with every secret value masked (:mod:`gate.models.masking`). Log lines quoted
+with every secret value masked (:mod:`gate.engines.secrets`). Log lines quoted
 in an error are masked too, and so is the log file once the server is stopped
 (an engine may echo its arguments there; vLLM 0.32 masks its own).
 """
@@ -47,8 +47,8 @@ from types import FrameType, TracebackType
 from typing import Any, BinaryIO
 
 from gate import progress
+from gate.engines.secrets import mask_argv, scrub_file, scrub_text, secret_values
 from gate.errors import ConfigError, ModelLoadError, UsageError
-from gate.models.masking import mask_argv, scrub_file, scrub_text, secret_values
 
 #: Lines of the server log quoted in an error.
 LOG_TAIL_LINES = 3
@@ -149,19 +149,6 @@ def tail_lines(path: Path, count: int = LOG_TAIL_LINES) -> list[str]:
         if len(errors) == count:
             break
     return list(reversed(errors)) if errors else lines[-count:]
-
-
-#: vLLM's refusal to start when less memory is free than it reserves (0.32: the CPU
-#: worker's "Available memory on node ... is less than desired CPU memory utilization",
-#: the GPU worker's "Free memory on device ... is less than desired GPU memory utilization").
-_NOT_ENOUGH_MEMORY = re.compile(r"is less than desired (CPU|GPU) memory utilization")
-#: The fix gate names for it.
-MEMORY_HINT = (
-    "the engine reserves a share of the memory at start (vLLM: 92 % by default, of the RAM "
-    "on its CPU build) and less was free: start it with a smaller --gpu-memory-utilization "
-    "(e.g. 0.2), or on the CPU build set VLLM_CPU_KVCACHE_SPACE=<GiB> in its environment; "
-    "see the server log"
-)
 
 
 #: A server that could not bind its port (llama-server's "couldn't bind HTTP server socket",
@@ -421,8 +408,12 @@ class ManagedServer:
     def _error(self, message: str, hint: str) -> ModelLoadError:
         tail = scrub_text(" | ".join(tail_lines(self.log_path)), self._secrets)
         detail = f"; last log lines: {tail}" if tail else ""
-        if log_says(self.log_path, _NOT_ENOUGH_MEMORY):
-            hint = MEMORY_HINT
+        from gate.engines.registry import startup_failures
+
+        for failure in startup_failures():
+            if log_says(self.log_path, failure.pattern):
+                hint = failure.hint
+                break
         return ModelLoadError(f"{message}{detail}", f"{hint}: {self.log_path}")
 
     def stop(self) -> None:

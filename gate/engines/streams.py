@@ -1,7 +1,7 @@
 """Streamed requests to served builds: what one server and its replicas share.
 
-:class:`~gate.models.backends.http.HTTPBackend` (one server) and
-:class:`~gate.models.backends.replicas.ReplicaBackend` (several) differ only in
+:class:`~gate.engines.http.HTTPBackend` (one server) and
+:class:`~gate.engines.replicas.ReplicaBackend` (several) differ only in
 where each streamed request goes; the rest is here, once:
 
 * :func:`check_load_run` — a load run's arguments (at least one prompt,
@@ -29,12 +29,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
+from gate.engines.client import gather_bounded
 from gate.errors import ConfigError, DataError, ModelLoadError
 from gate.measurement import TimedGeneration
 from gate.metrics.serving import LoadSummary, StreamTiming, load_summary, step_times
 from gate.models.backends.base import StepClock
 from gate.models.backends.capabilities import LoadRunner
-from gate.models.backends.openai_client import gather_bounded
 
 #: Send one prompt's streamed request; ``begun`` is its offset in the run (seconds).
 Send = Callable[[Sequence[int], float], Awaitable[StreamTiming]]

@@ -14,7 +14,7 @@ rates, each rate for ``max_duration`` seconds, synthetic prompts of
 ``synthetic_text`` data, made with the model's own tokenizer, seeded), the
 per-request SLO for GuideLLM's own goodput (``ttft_ms``, ``tpot_ms``), and the
 results as JSON. :func:`run_batch` runs a list of them in order in ONE
-GuideLLM process (:mod:`gate.models.guidellm_batch`, run by the tool env's
+GuideLLM process (:mod:`gate.loadgen.guidellm_batch`, run by the tool env's
 Python through GuideLLM's own entry point), so GuideLLM's start-up is paid
 once. :func:`read_results` turns each results file (GuideLLM's report,
 ``metadata.version`` 2) into one :class:`~gate.metrics.load.RatePoint` per rate.
@@ -164,7 +164,7 @@ def batch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
     One worker: the load is a few requests/s and each worker costs seconds to
     start on a small machine; ``forkserver``: the workers are forked from a
-    process that has GuideLLM imported (:mod:`gate.models.guidellm_batch`).
+    process that has GuideLLM imported (:mod:`gate.loadgen.guidellm_batch`).
     Values already set in ``environ`` win.
     """
     env = dict(os.environ if environ is None else environ)

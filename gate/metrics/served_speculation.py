@@ -8,12 +8,12 @@ requests go one at a time:
   ``..._num_accepted_tokens_total`` and
   ``..._num_accepted_tokens_per_pos_total{position="j"}`` (steps whose draft
   token ``j``, from 0, was accepted: every earlier one was too). The difference
-  of two readings around one request (:func:`vllm_counters`, :func:`delta`) is
+  of two readings around one request (:func:`delta`; read by :mod:`gate.engines.vllm.counters`) is
   that request's.
 * **llama-server** (the ``timings`` of a ``/completion`` answer):
   ``draft_n`` (draft tokens proposed), ``draft_n_accepted`` and
   ``predicted_n`` (tokens generated); no step count, no positions
-  (:func:`llama_counters`).
+  (read by :mod:`gate.engines.llama_cpp.counters`).
 
 From them, with ``T`` the tokens the engine generated and ``A`` the draft
 tokens it accepted: every target forward pass (the prefill, then each decode
@@ -32,18 +32,8 @@ proposed tokens, not their count per position); llama-server reports none.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-#: vLLM's counters (vllm/v1/spec_decode/metrics.py, 0.32).
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-
-_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_POSITION = re.compile(r'position="(\d+)"')
 
 
 @dataclass(frozen=True)
@@ -68,37 +58,6 @@ class EngineDrafts:
             raise ValueError(f"{self.accepted} accepted draft tokens in {self.tokens} generated")
 
 
-def vllm_counters(text: str) -> EngineDrafts:
-    """vLLM's speculative counters in a ``/metrics`` text, summed over engines (zeros when the
-    server exports none: it does not speculate)."""
-    totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED: 0.0}
-    positions: dict[int, float] = {}
-    for line in text.splitlines():
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        name, labels, value = found.group(1), found.group(2) or "", found.group(3)
-        if name in totals:
-            totals[name] += float(value)
-        elif name == ACCEPTED_PER_POSITION:
-            pos = _POSITION.search(labels)
-            if pos is not None:
-                j = int(pos.group(1))
-                positions[j] = positions.get(j, 0.0) + float(value)
-    per_position = tuple(round(positions.get(j, 0.0)) for j in range(len(positions)))
-    return EngineDrafts(
-        draft_tokens=round(totals[DRAFT_TOKENS]),
-        accepted=round(totals[ACCEPTED]),
-        drafts=round(totals[DRAFTS]),
-        accepted_per_position=per_position,
-    )
-
-
-def exports_counters(text: str) -> bool:
-    """Whether a ``/metrics`` text carries vLLM's speculative counters."""
-    return any(line.startswith(DRAFTS) for line in text.splitlines())
-
-
 def delta(before: EngineDrafts, after: EngineDrafts, tokens: int) -> EngineDrafts:
     """One request's counts: ``after - before``, with the ``tokens`` it generated."""
     width = max(len(before.accepted_per_position), len(after.accepted_per_position))
@@ -113,21 +72,6 @@ def delta(before: EngineDrafts, after: EngineDrafts, tokens: int) -> EngineDraft
         drafts=drafts,
         accepted_per_position=tuple(b - a for a, b in zip(old, new, strict=True)),
         tokens=tokens,
-    )
-
-
-def llama_counters(timings: Mapping[str, object]) -> EngineDrafts:
-    """One ``/completion`` answer's ``timings``: ``draft_n``, ``draft_n_accepted`` (absent when
-    nothing was drafted), ``predicted_n``."""
-
-    def count(key: str) -> int:
-        value = timings.get(key, 0)
-        return int(value) if isinstance(value, int | float) else 0
-
-    return EngineDrafts(
-        draft_tokens=count("draft_n"),
-        accepted=count("draft_n_accepted"),
-        tokens=count("predicted_n"),
     )
 
 
@@ -167,17 +111,10 @@ def counted_position_rates(counts: Sequence[EngineDrafts]) -> list[float]:
 
 
 __all__ = [
-    "ACCEPTED",
-    "ACCEPTED_PER_POSITION",
-    "DRAFTS",
-    "DRAFT_TOKENS",
     "EngineDrafts",
     "counted_acceptance_length",
     "counted_acceptance_rate",
     "counted_position_rates",
     "delta",
     "engine_acceptance_length",
-    "exports_counters",
-    "llama_counters",
-    "vllm_counters",
 ]

@@ -13,13 +13,13 @@ The rule, token by token:
 * **Secret options.** An option is secret when its name (``--`` or ``-``
   stripped, lower case, underscores read as dashes, as vLLM's and llama.cpp's
   parsers read them; vLLM's abbreviations such as ``--api-k`` too) is one of
-  :data:`SECRET_OPTIONS` or ends with one of :data:`SECRET_SUFFIXES` after a
+  :func:`secret_options` or ends with one of :data:`SECRET_SUFFIXES` after a
   dash (``--admin-api-key``, ``--ssl-keyfile-password``); ``--api-key-file
   PATH`` and ``--ssl-key-file PATH`` name files and are kept.
   ``--name=VALUE`` becomes ``--name=***``. ``--name VALUE``: the next token
   is masked whatever it looks like
   (llama-server takes it verbatim, ``-`` included), except for an option whose
-  value may be left out (:data:`OPTIONAL_VALUE`: vLLM's bare ``--hf-token``),
+  value may be left out (:func:`optional_value`: vLLM's bare ``--hf-token``),
   whose next token is kept when it starts with ``-``; the tokens after it that
   do not start with ``-`` are masked too (vLLM's ``--api-key K1 K2``: a
   positional word after them is read by vLLM as a key as well). Every
@@ -53,20 +53,33 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 #: What a secret value is replaced by.
 MASK = "***"
 
-#: Names that carry a credential: ``--api-key`` (vLLM, SGLang, llama-server), ``--hf-token``
-#: (vLLM, llama-server), llama-server's short ``-hft``, vLLM's ``--watermark-config`` (which
-#: vLLM itself redacts from its log), and a bare ``--token``, ``--secret``, ``--password``
-#: (a bare ``--key`` is often a TLS key's path, so it is not among them).
-SECRET_OPTIONS: frozenset[str] = frozenset(
-    {"api-key", "hf-token", "hft", "watermark-config", "token", "secret", "password", "passwd"}
+#: Names that carry a credential whatever the engine: ``--api-key`` and a bare ``--token``,
+#: ``--secret``, ``--password`` (a bare ``--key`` is often a TLS key's path, so it is not
+#: among them); each engine's dialect names its own beside them (``--hf-token``,
+#: ``--watermark-config`` ...: :attr:`gate.engines.dialect.EngineDialect.secret_options`).
+GENERIC_SECRET_OPTIONS: frozenset[str] = frozenset(
+    {"api-key", "token", "secret", "password", "passwd"}
 )
 #: Any option, environment variable or URL query parameter whose name ends with one of
 #: these after a dash or an underscore carries a credential too (``--admin-api-key``,
 #: ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``); ``--api-key-file`` ends in ``file`` and is kept.
 SECRET_SUFFIXES: tuple[str, ...] = ("key", "token", "secret", "password", "passwd")
-#: Secret options whose value may be left out (vLLM's ``--hf-token`` alone means the
-#: token of ``huggingface-cli login``): a next token starting with ``-`` is an option.
-OPTIONAL_VALUE: frozenset[str] = frozenset({"hf-token"})
+
+
+def secret_options() -> frozenset[str]:
+    """Every name that carries a credential: the generic ones and every registered engine's."""
+    from gate.engines.registry import engine_secret_options as engines
+
+    return GENERIC_SECRET_OPTIONS | engines()[0]
+
+
+def optional_value() -> frozenset[str]:
+    """Secret options whose value may be left out (vLLM's ``--hf-token`` alone means the
+    token of ``huggingface-cli login``): a next token starting with ``-`` is an option."""
+    from gate.engines.registry import engine_secret_options as engines
+
+    return engines()[1]
+
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
@@ -76,7 +89,7 @@ def _secret_name(name: str) -> bool:
     """Whether an option's or a variable's bare name (no dashes) names a credential."""
     words = re.split(r"[-_]", name.lower())
     joined = "-".join(words)
-    return joined in SECRET_OPTIONS or (len(words) > 1 and words[-1] in SECRET_SUFFIXES)
+    return joined in secret_options() or (len(words) > 1 and words[-1] in SECRET_SUFFIXES)
 
 
 def _option_name(token: str) -> str | None:
@@ -101,7 +114,7 @@ def _secret_option(word: str) -> str | None:
     if _secret_name(name):
         return name
     if word.startswith("--"):
-        for full in sorted(SECRET_OPTIONS):
+        for full in sorted(secret_options()):
             head, dash, _ = full.partition("-")
             if dash and full.startswith(name) and len(name) > len(head) + 1:
                 return full
@@ -179,7 +192,7 @@ def _mask(words: Sequence[str], found: list[str]) -> list[str]:
             continue
         out.append(token)
         i += 1
-        if i < len(argv) and not (name in OPTIONAL_VALUE and argv[i].startswith("-")):
+        if i < len(argv) and not (name in optional_value() and argv[i].startswith("-")):
             found.append(argv[i])
             out.append(MASK)
             i += 1
@@ -260,14 +273,15 @@ def scrub_file(path: Path, values: Sequence[str]) -> bool:
 
 
 __all__ = [
+    "GENERIC_SECRET_OPTIONS",
     "MASK",
-    "OPTIONAL_VALUE",
-    "SECRET_OPTIONS",
     "SECRET_SUFFIXES",
     "mask_argv",
     "mask_command",
     "mask_url",
+    "optional_value",
     "scrub_file",
     "scrub_text",
+    "secret_options",
     "secret_values",
 ]

@@ -1,15 +1,15 @@
 """Point gate at a serving engine: an existing endpoint, or a server gate runs itself.
 
-:class:`~gate.models.engine_settings.EngineSettings` is what a run config
+:class:`~gate.engines.settings.EngineSettings` is what a run config
 (``gate.toml``) or the command line says about the engine; :func:`open_engine`
 turns it, with the
 :class:`~gate.models.spec.ModelSpec` whose tokenizer the reference pack was
-recorded with, into a connected :class:`~gate.models.backends.http.HTTPBackend`:
+recorded with, into a connected :class:`~gate.engines.http.HTTPBackend`:
 
 * ``endpoint = "http://host:8000/v1"``: a server someone else runs; gate
   connects, checks the tokenizer and records provenance;
 * ``serve = "python -m vllm.entrypoints.openai.api_server --model ... -tp 8"``:
-  gate starts the command (:class:`~gate.models.serve.ManagedServer`: own
+  gate starts the command (:class:`~gate.engines.serve.ManagedServer`: own
   process group, ``/health`` wait, the log kept as ``<log_dir>/server.log``)
   and stops it when the ``with`` block ends, however it ends.
 
@@ -25,14 +25,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gate.engines.serve import ManagedServer
+from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError
-from gate.models.engine_settings import EngineSettings
-from gate.models.serve import ManagedServer
 from gate.models.spec import ModelSpec
 
 if TYPE_CHECKING:  # the backend (numpy, the tokenizer) is imported when an engine opens
-    from gate.models.backends.http import HTTPBackend
-    from gate.models.backends.replicas import ReplicaBackend, Warn
+    from gate.engines.http import HTTPBackend
+    from gate.engines.replicas import ReplicaBackend, Warn
 
 #: Server log file name inside ``log_dir`` (a report artifact).
 SERVER_LOG = "server.log"
@@ -104,10 +104,10 @@ def open_engine(
 
     Several replicas (``serve``/``endpoint`` lists) are opened one after another
     (replica ``i`` > 0 logs to :func:`replica_log`), checked to be one build and
-    returned as one :class:`~gate.models.backends.replicas.ReplicaBackend`;
+    returned as one :class:`~gate.engines.replicas.ReplicaBackend`;
     ``warn`` receives its warning lines (a dropped replica).
     """
-    from gate.models.backends.replicas import ReplicaBackend
+    from gate.engines.replicas import ReplicaBackend
 
     if log_path is None and log_dir is not None:
         log_path = Path(log_dir) / SERVER_LOG
@@ -144,7 +144,7 @@ def _open_one(
 ) -> Iterator[HTTPBackend]:
     """One server (``engine`` names one ``serve`` or one ``endpoint``), connected unless
     ``connect`` is false (the replicas connect together, each named in its errors)."""
-    from gate.models.backends.http import HTTPBackend
+    from gate.engines.http import HTTPBackend
 
     if engine.serve is None:
         assert isinstance(engine.endpoint, str)

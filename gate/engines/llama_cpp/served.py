@@ -2,7 +2,7 @@
 
 :func:`open_made_engine` makes the recipe's file (:func:`gate.models.llama_cpp.make.make_gguf`),
 then goes through the serve machinery every ``--serve`` build uses
-(:func:`gate.models.engine.open_engine`: :class:`~gate.models.serve.ManagedServer`
+(:func:`gate.engines.opening.open_engine`: :class:`~gate.engines.serve.ManagedServer`
 starts the command on a free loopback port, waits for ``/health``, keeps its
 log and always stops it), with the command :func:`server_command` writes::
 
@@ -14,7 +14,7 @@ up to their cut), and :data:`SLOTS` requests run at once (gate's
 ``max_concurrency`` for this engine is the same number, so no request waits
 for a slot); ``-t`` is the machine's cores.
 
-The backend is the engine's own (:class:`~gate.models.backends.http.HTTPBackend`,
+The backend is the engine's own (:class:`~gate.engines.http.HTTPBackend`,
 which scores, generates and times through llama-server), wrapped so that its
 provenance also states the recipe, the file (sha256, tensor types written),
 ``engine: llama.cpp`` with the build that made and runs it, and
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gate.models.engine_settings import EngineSettings
+from gate.engines.settings import EngineSettings
 from gate.models.llama_cpp.install import ENGINE, LlamaCpp, require
 from gate.models.llama_cpp.make import MadeGGUF, make_gguf
 from gate.models.llama_cpp.written import activity
@@ -93,7 +93,7 @@ def open_made_engine(
     """``recipe``'s file made from ``spec``, served by llama-server and connected (stopped on
     exit, however the block ends). ``spec`` also names the tokenizer the server is checked
     against (the baseline's)."""
-    from gate.models.engine import open_engine
+    from gate.engines.opening import open_engine
 
     llama = require(f"--engine {ENGINE}")
     made = make_gguf(spec, recipe, llama=llama)

@@ -20,15 +20,15 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from gate.errors import ConfigError, ModelLoadError
-from gate.judge.judges import JudgeAnswer, JudgeIdentity
-from gate.judge.template import FieldLimits, TextCodec
-from gate.models.backends.openai_client import (
+from gate.engines.client import (
     EndpointClient,
     EndpointSettings,
     gather_bounded,
     public_url,
 )
+from gate.errors import ConfigError, ModelLoadError
+from gate.judge.judges import JudgeAnswer, JudgeIdentity
+from gate.judge.template import FieldLimits, TextCodec
 
 __all__ = ["ChatJudge"]
 

@@ -4,9 +4,9 @@
 speculative options (vLLM's ``--speculative-config``, llama-server's
 ``--spec-type``/``-md``): the session starts CMD as the build and, for this
 tier, the plain command gate writes from it (the same server without its
-speculative options, :mod:`gate.models.served_speculation`). Each prompt is
+speculative options, :mod:`gate.engines.served_speculation`). Each prompt is
 generated greedy on both, one request at a time
-(:class:`~gate.models.backends.served_speculative.ServedPair`):
+(:class:`~gate.engines.served_speculation_pair.ServedPair`):
 
 * ``speculative.lossless`` / ``speculative.confident_divergences`` as in
   process (:func:`gate.metrics.speculative.divergence`), the margin at a
@@ -14,7 +14,7 @@ generated greedy on both, one request at a time
   decode path vs its prefill path (module doc of the pair);
 * ``speculative.acceptance_length`` / ``speculative.acceptance_rate`` per
   prompt from the engine's own counters
-  (:mod:`gate.metrics.speculative_served`): tokens per target forward pass,
+  (:mod:`gate.metrics.served_speculation`): tokens per target forward pass,
   accepted / proposed draft tokens; the details add vLLM's own acceptance length
   (draft-carrying steps only) and its per-position rates;
 * ``speculative.speedup``: one request on each server back to back per prompt,
@@ -30,17 +30,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from gate.engines.served_speculation import ServedSpeculation
 from gate.measurement import Measurement
 from gate.metrics.catalog import speculative as catalog
-from gate.metrics.speculative import PlainReference
-from gate.metrics.speculative_served import (
+from gate.metrics.served_speculation import (
     EngineDrafts,
     counted_acceptance_length,
     counted_acceptance_rate,
     counted_position_rates,
     engine_acceptance_length,
 )
-from gate.models.served_speculation import ServedSpeculation
+from gate.metrics.speculative import PlainReference
 from gate.tiers.speculative import (
     SpeculativeSettings,
     lossless_measurements,
@@ -51,7 +51,7 @@ from gate.tiers.speculative import (
 
 class ServedSpeculates(Protocol):
     """Two servers of one build, with and without speculation
-    (:class:`gate.models.backends.served_speculative.ServedPair`)."""
+    (:class:`gate.engines.served_speculation_pair.ServedPair`)."""
 
     speculation: ServedSpeculation
 

@@ -3,7 +3,7 @@
 ``--serve`` / ``--endpoint`` given several times (a list in ``[candidates.engine]``)
 names replicas of the same build: data-parallel copies of one model behind
 separate OpenAI-compatible servers. :class:`ReplicaBackend` wraps one connected
-:class:`~gate.models.backends.http.HTTPBackend` per replica and is itself a
+:class:`~gate.engines.http.HTTPBackend` per replica and is itself a
 ``Backend``:
 
 * **Same build, checked first.** :func:`check_same_build` compares what each
@@ -49,6 +49,22 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from gate.engines.client import (
+    EndpointClient,
+    counted,
+    gather_bounded,
+    public_url,
+    run_sync,
+)
+from gate.engines.http import HTTPBackend
+from gate.engines.streams import (
+    LoadRuns,
+    check_load_run,
+    require_a_token,
+    run_load,
+    streams_at_once,
+    timed_generation,
+)
 from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.measurement import TimedGeneration
 from gate.metrics.serving import StreamTiming, arrival_offsets
@@ -59,22 +75,6 @@ from gate.models.backends.base import (
     require_contexts,
     require_prompts,
     require_timed,
-)
-from gate.models.backends.http import HTTPBackend
-from gate.models.backends.openai_client import (
-    EndpointClient,
-    counted,
-    gather_bounded,
-    public_url,
-    run_sync,
-)
-from gate.models.backends.streams import (
-    LoadRuns,
-    check_load_run,
-    require_a_token,
-    run_load,
-    streams_at_once,
-    timed_generation,
 )
 from gate.provenance import ModelProvenance
 

@@ -57,8 +57,8 @@ DEFAULT_SERVED_LOGPROBS = 64
 _QUOTE = 240
 
 ScoringApi = Literal["auto", "prompt_logprobs", "echo", "forced", "positions"]
-#: Every ``scoring_api`` (:mod:`gate.models.backends.http`; ``forced`` and ``positions`` are
-#: llama-server's, :mod:`gate.models.backends.llama_server`).
+#: Every ``scoring_api`` (:mod:`gate.engines.http`; ``forced`` and ``positions`` are
+#: llama-server's, :mod:`gate.engines.llama_cpp.server`).
 SCORING_APIS: tuple[str, ...] = ("auto", "prompt_logprobs", "echo", "forced", "positions")
 #: A check that returns an error when the server behind the endpoint has died.
 Liveness = Callable[[], GateError | None]

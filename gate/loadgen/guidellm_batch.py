@@ -1,10 +1,10 @@
 """Several GuideLLM benchmarks in one GuideLLM process: run by GuideLLM's own interpreter.
 
-``gate`` never imports this module: :func:`gate.models.guidellm.run_batch`
+``gate`` never imports this module: :func:`gate.loadgen.guidellm.run_batch`
 runs it as a script with the Python of GuideLLM's cached tool environment,
 ``python guidellm_batch.py MANIFEST``. MANIFEST is a JSON list of
 ``{"name": ..., "scenario": ...}``; each scenario (GuideLLM's own ``--scenario``
-file, :func:`gate.models.guidellm.scenario`) is run in order through
+file, :func:`gate.loadgen.guidellm.scenario`) is run in order through
 GuideLLM's Python entry point, the one its ``guidellm run`` command calls,
 and writes its results file. After each, one JSON line ``{"name": ...,
 "wall_s": ...}`` goes to stdout.

@@ -3,7 +3,7 @@
 The speculative tier on a served build (``gate run --serve "CMD" --tiers
 speculative``, CMD with the engine's speculative options) needs two servers
 of one build: the command as given, and the plain command gate writes from it
-(:func:`gate.models.served_speculation.plain_command`), started by gate in the
+(:func:`gate.engines.served_speculation.plain_command`), started by gate in the
 same session. Every request goes to one server at a time, so the engine's
 counters around it are that request's:
 
@@ -15,7 +15,7 @@ counters around it are that request's:
   log-probs), the margins, and the noise: the largest difference between the
   log-prob of each generated token on the decode path (the generation's own
   log-probs) and on the prefill path (the same tokens scored as one prompt
-  with :meth:`~gate.models.backends.http.HTTPBackend.score`: vLLM's
+  with :meth:`~gate.engines.http.HTTPBackend.score`: vLLM's
   ``prompt_logprobs``; llama-server scores by forced generation, so there the
   figure is the repeatability of its decode path, not a batched-pass noise);
 * :meth:`ServedPair.timed_pair`: tokens/s of one request on each server, back
@@ -29,30 +29,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from gate.engines.client import EndpointClient, run_sync
+from gate.engines.http import HTTPBackend
+from gate.engines.served_speculation import ServedSpeculation, read_speculation
 from gate.errors import ConfigError, ModelLoadError
+from gate.metrics.served_speculation import EngineDrafts
 from gate.metrics.speculative import PlainReference
-from gate.metrics.speculative_served import (
-    EngineDrafts,
-    delta,
-    exports_counters,
-    llama_counters,
-    vllm_counters,
-)
-from gate.models.backends import llama_server
 from gate.models.backends.base import ScoreRequest, require_prompts
-from gate.models.backends.http import GREEDY, HTTPBackend
-from gate.models.backends.openai_client import EndpointClient, run_sync
-from gate.models.served_speculation import ServedSpeculation, read_speculation
 
 T = TypeVar("T")
 
 #: Log-probs asked per generated position of the plain server (the top-2 margin).
 MARGIN_TOP_K = 2
-
-
-def _among(value: float, values: Sequence[float]) -> bool:
-    """Whether ``value`` (a finite log-prob or ``-inf``) is one of ``values``."""
-    return not math.isfinite(value) or any(abs(v - value) <= 1e-9 for v in values)
 
 
 class ServedPair:
@@ -69,8 +57,10 @@ class ServedPair:
         self.speculative = speculative
         self.plain = plain
         self.speculation: ServedSpeculation = found
-        self.llama = speculative.connect().llama is not None
+        speculative.connect()
         plain.connect()
+        #: The engine's dialect (both servers run the same engine).
+        self.dialect = speculative.spoken
         self.eos_ids = list(speculative.eos_ids)
         self.name = speculative.name
 
@@ -102,45 +92,17 @@ class ServedPair:
         max_new_tokens: int,
         logprobs: int | None = None,
     ) -> Mapping[str, Any]:
-        """One greedy completion's answer (llama-server's ``/completion`` or ``/v1/completions``)."""
-        if self.llama:
-            payload = llama_server.generate_payload(prompt, max_new_tokens)
-            payload["response_fields"] = [*payload["response_fields"], "timings"]
-            if logprobs is not None:
-                payload["n_probs"] = logprobs
-            answer = await client.post("/completion", payload, root=True)
-        else:
-            body: dict[str, Any] = {
-                "model": backend.model,
-                "prompt": [int(t) for t in prompt],
-                "max_tokens": max_new_tokens,
-                "return_token_ids": True,
-                **GREEDY,
-            }
-            if logprobs is not None:
-                body["logprobs"] = logprobs
-            answer = await client.post("/completions", body)
+        """One greedy completion's answer, as the server's dialect asks for it."""
+        post = self.dialect.generate_post(backend.model, prompt, max_new_tokens, logprobs)
+        answer = await client.post(post.path, post.body, root=post.root)
         if not isinstance(answer, Mapping):
             raise ModelLoadError("the server's completion is not a JSON object", "see its log")
         return answer
 
     def _ids(self, answer: Mapping[str, Any]) -> tuple[list[int], int]:
         """``(new ids, the engine's count of generated tokens)`` of an answer."""
-        if self.llama:
-            ids = llama_server.generated_ids(answer, self.eos_ids)
-            count = answer.get("tokens_predicted")
-            return ids, int(count) if isinstance(count, int) else len(answer.get("tokens", []))
-        choices = answer.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else None
-        if not isinstance(choice, Mapping) or not isinstance(choice.get("token_ids"), list):
-            raise ModelLoadError(
-                "the server's completion carries no token_ids",
-                "serve with vLLM >= 0.10 (return_token_ids)",
-            )
-        ids = [int(t) for t in choice["token_ids"]]
-        usage = answer.get("usage")
-        count = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
-        return ids, int(count) if isinstance(count, int) else len(ids)
+        generated = self.dialect.generated(answer, self.speculative)
+        return generated.ids, generated.count
 
     # -- with speculation -----------------------------------------------------------------
 
@@ -151,32 +113,12 @@ class ServedPair:
         require_prompts([prompt])
 
         async def run(client: EndpointClient) -> tuple[tuple[int, ...], EngineDrafts]:
-            if self.llama:
-                answer = await self._complete(client, self.speculative, prompt, max_new_tokens)
-                ids, count = self._ids(answer)
-                timings = answer.get("timings")
-                counts = llama_counters(timings if isinstance(timings, Mapping) else {})
-                if counts.tokens != count:
-                    counts = llama_counters({**(timings or {}), "predicted_n": count})
-                return self._cut(ids[:max_new_tokens]), counts
-            before = await self._metrics(client)
-            answer = await self._complete(client, self.speculative, prompt, max_new_tokens)
-            after = await self._metrics(client)
-            ids, count = self._ids(answer)
-            return self._cut(ids[:max_new_tokens]), delta(
-                vllm_counters(before), vllm_counters(after), count
+            generated, counts = await self.dialect.speculate(
+                client, self.speculative, prompt, max_new_tokens
             )
+            return self._cut(generated.ids[:max_new_tokens]), counts
 
         return self._call(self.speculative, run)
-
-    async def _metrics(self, client: EndpointClient) -> str:
-        text = await client.get_text("/metrics", root=True)
-        if not text or not exports_counters(text):
-            raise ModelLoadError(
-                "the speculative server's /metrics has no vllm:spec_decode_* counters",
-                "serve with vLLM >= 0.10 and its metrics endpoint on (the default)",
-            )
-        return text
 
     # -- without ----------------------------------------------------------------------------
 
@@ -207,30 +149,7 @@ class ServedPair:
 
     def _decode_logprobs(self, answer: Mapping[str, Any]) -> list[tuple[float, list[float]]]:
         """Per generated position: the chosen token's log-prob and the top log-probs, descending."""
-        if self.llama:
-            out = []
-            for token, position in llama_server.positions_from_steps(answer):
-                values = sorted((lp for _, lp in position), reverse=True)
-                chosen = next((lp for t, lp in position if t == token), -math.inf)
-                out.append((chosen, values))
-            return out
-        choice = answer["choices"][0]
-        logprobs = choice.get("logprobs")
-        if not isinstance(logprobs, Mapping) or not isinstance(logprobs.get("top_logprobs"), list):
-            raise ModelLoadError(
-                "the plain server's completion carries no log-probs",
-                "serve with --max-logprobs 2 or more",
-            )
-        picked = [float(x) if x is not None else -math.inf for x in logprobs["token_logprobs"]]
-        tops = [
-            sorted((float(v) for v in (row or {}).values()), reverse=True)
-            for row in logprobs["top_logprobs"]
-        ]
-        # two ids that decode to one text share a key: the chosen token's log-prob is exact
-        return [
-            (c, top if _among(c, top) else sorted([*top, c], reverse=True))
-            for c, top in zip(picked, tops, strict=False)
-        ]
+        return self.dialect.generated_logprobs(answer)
 
     # -- timing -------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
 """llama.cpp's ``llama-server`` as a served engine: what differs from the OpenAI-compatible servers.
 
-:class:`~gate.models.backends.http.HTTPBackend` speaks to every server; when the
+:class:`~gate.engines.http.HTTPBackend` speaks to every server; when the
 server it connects to is llama-server (``/props`` answers with a
-``build_info``, or ``/v1/models`` says ``owned_by: llamacpp``) it takes the
-paths of this module, on llama-server's own endpoints (``/completion``,
-``/tokenize``, ``/props``). Only token ids cross the wire, as with every server.
+``build_info``, or ``/v1/models`` says ``owned_by: llamacpp``) its dialect
+(:mod:`gate.engines.llama_cpp.dialect`) takes the paths of this module, on
+llama-server's own endpoints (``/completion``, ``/tokenize``, ``/props``). Only token ids cross the wire, as with every server.
 
 **Teacher-forced scoring without prompt log-probs.** llama-server returns no
 log-probs of prompt tokens (no ``prompt_logprobs``, no ``echo``). It returns,
@@ -53,7 +53,7 @@ row when it is not among them.
 
 What is exact and what is bounded, per position, with ``K = max(top_k,
 served_logprobs)`` returned log-probs (as for vLLM's top-K,
-:mod:`gate.models.backends.openai_scores`): the target's log-prob is exact (the
+:mod:`gate.engines.scores`): the target's log-prob is exact (the
 forced token is the sampled one); the top-``K`` ids and log-probs are exact; a
 full row is rebuilt from them (the rest of the mass spread evenly), and every
 unreturned token's log-prob is at most the ``K``-th returned one, so the
@@ -87,9 +87,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gate.engines.client import EndpointClient
+from gate.engines.scores import Position
 from gate.errors import BaselineError, ConfigError, ModelLoadError
-from gate.models.backends.openai_client import EndpointClient
-from gate.models.backends.openai_scores import Position
 from gate.models.llama_cpp.install import ENGINE
 
 #: ``owned_by`` of llama-server's ``/v1/models`` entries.

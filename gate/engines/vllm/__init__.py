@@ -1,0 +1,1 @@
+"""vLLM's OpenAI-compatible server as a serving engine: its dialect."""

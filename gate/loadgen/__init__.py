@@ -1,0 +1,1 @@
+"""Load generators gate drives against served builds (GuideLLM)."""
