@@ -410,7 +410,7 @@ def test_the_paper_panel_has_one_candidate_per_method(
 
     recipes = paper_panel.panel_recipes()
     assert recipes[0] == "none"
-    families = {get_method(r.name).family.name for r in recipes[1:]}
+    families = {get_method(parse_recipe(r).name).family.name for r in recipes[1:]}
     assert families == {"checkpoint", "weights", "attention", "cache"}
     names = {parse_recipe(r).name for r in recipes[1:]}
     # the CGA paper's nine methods

@@ -7,7 +7,7 @@ torchao tensor subclass; the method counts those (``linear modules quantized``).
 The schemes (torchao 0.18's version-2 configs, their defaults):
 
 * ``int8wo`` — ``Int8WeightOnlyConfig``: int8 weights, symmetric per output row,
-  ``w ~= s * q``, ``q = clamp(round(w / s), -128, 127)``, ``s = max|w_row| / 127.5``
+  ``w ~= s * q``, ``q = clamp(round(w * (1 / s)), -128, 127)``, ``s = max|w_row| / 127.5``
   (torchao's symmetric ``choose_qparams_affine``: the absmax over half the int8 range);
   activations stay float;
 * ``int8dq`` — ``Int8DynamicActivationInt8WeightConfig``: the same int8 weights, and
@@ -47,15 +47,19 @@ EXCLUDE: tuple[str, ...] = ("lm_head",)
 
 def _config(scheme: str) -> Any:
     """torchao's config object of a scheme (the module doc)."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)  # its CUDA kernels fail to load on a CPU
+    # its CUDA kernels fail to load on a CPU, and torch warns about one of its enums: quiet
+    for logger in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(logger).setLevel(logging.ERROR)
     from torchao import quantization as q
 
-    return {
+    configs = {
         "int8wo": q.Int8WeightOnlyConfig,
         "int8dq": q.Int8DynamicActivationInt8WeightConfig,
         "int4wo": q.Int4WeightOnlyConfig,
         "float8wo": q.Float8WeightOnlyConfig,
-    }[scheme]()
+    }
+    # gate runs eager (no torch.compile): torchao's inductor settings are not needed
+    return configs[scheme](set_inductor_config=False)
 
 
 @dataclass(frozen=True)
