@@ -115,3 +115,8 @@ def test_an_out_of_tree_method_registers_by_entry_point(monkeypatch: pytest.Monk
         monkeypatch.undo()
         registry.methods.cache_clear()
     assert "extra-int3" not in registry.methods()
+
+
+def test_the_docs_quote_the_registry_s_catalogue() -> None:
+    docs = (PACKAGE.parent / "docs" / "compression-families.md").read_text(encoding="utf-8")
+    assert registry.catalogue_table() in docs

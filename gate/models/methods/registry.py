@@ -110,4 +110,34 @@ def get_method(name: str) -> CompressionMethod:
     raise ConfigError(f"unknown recipe {name!r}", hint)
 
 
-__all__ = ["BUILT_IN", "ENTRY_POINTS", "families", "get_method", "method_names", "methods"]
+def catalogue_table() -> str:
+    """The markdown table of every method (docs/compression-families.md quotes it; a test
+    checks the quote): one row per method, ``gguf-*`` types folded into one row."""
+    rows = ["| recipe | family (slot) | argument | counts | needs |", "|---|---|---|---|---|"]
+    gguf_done = False
+    for method in methods().values():
+        if method.family is GGUF:
+            if gguf_done:
+                continue
+            gguf_done = True
+            name = f"`{RECIPE_PREFIX}<type>` (docs/gguf.md)"
+        else:
+            name = f"`{method.name}`"
+        slot = method.family.slot or "none"
+        counts = method.footprint.unit if method.footprint is not None else "nothing (the control)"
+        needs = method.requires.package if method.requires is not None else "-"
+        rows.append(
+            f"| {name} | {method.family.name} ({slot}) | {method.arg} | {counts} | {needs} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+__all__ = [
+    "BUILT_IN",
+    "ENTRY_POINTS",
+    "catalogue_table",
+    "families",
+    "get_method",
+    "method_names",
+    "methods",
+]
