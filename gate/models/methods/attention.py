@@ -29,7 +29,9 @@ class AttentionReplacement(CompressionMethod):
         return 0  # counted per call by the replacement itself
 
 
-def _attention(name: str, summary: str, arg: str = "none", per_call: bool = False) -> Any:
+def _attention(
+    name: str, summary: str, arg: str = "none", per_call: bool = False
+) -> AttentionReplacement:
     return AttentionReplacement(
         name,
         summary,
