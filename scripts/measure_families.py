@@ -38,9 +38,10 @@ sys.path.insert(0, str(ROOT))
 from gate.models import checkpoints  # noqa: E402
 from gate.models.backends.base import Backend  # noqa: E402
 from gate.models.backends.chunked import CacheBackend  # noqa: E402
+from gate.models.backends.loading import cache_method_of as cache_method  # noqa: E402
 from gate.models.backends.loading import load_backend  # noqa: E402
 from gate.models.compress import attention as attn  # noqa: E402
-from gate.models.compress.kvcache import CacheMethod, cache_method  # noqa: E402
+from gate.models.compress.kvcache import CacheMethod  # noqa: E402
 from gate.models.recipes import parse_recipe  # noqa: E402
 from gate.models.spec import ModelSpec  # noqa: E402
 from gate.store.reference import load_pack  # noqa: E402

@@ -24,6 +24,7 @@ from gate.models.backends.chunked import (
     generate_through_cache,
     score_through_cache,
 )
+from gate.models.backends.loading import cache_method_of as cache_method
 from gate.models.backends.loading import load_backend
 from gate.models.compress.kvcache import (
     CacheMethod,
@@ -33,7 +34,6 @@ from gate.models.compress.kvcache import (
     StreamingLLM,
     cache_argument,
     cache_bytes,
-    cache_method,
 )
 from gate.models.recipes import parse_recipe
 from gate.models.spec import ModelSpec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -12,20 +13,17 @@ import pytest
 import torch
 from torch import nn
 
+import gate.models.compress
 from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.hw.timing import PerfCounterClock
 from gate.models.activity import Activity, Counting
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.compress import (
-    HOOKS,
-    QUANTIZED,
-    RecipeHooks,
-    modules_of_class,
-    pruned_linears,
-)
-from gate.models.recipes import RECIPES, recipe_names
+from gate.models.compress.counting import modules_of_class, pruned_linears
+from gate.models.methods.base import CACHE, CHECKPOINT, GGUF, QUANTIZED
+from gate.models.methods.registry import get_method, methods
+from gate.models.recipes import recipe_names
 from gate.models.spec import ModelSpec, demo_model_dir
 from gate.tiers import exercised
 
@@ -57,7 +55,10 @@ LINEAR_CLASS = {
     "quanto-int8": "QLinear",
     "quanto-int4": "QLinear",
     "quanto-int2": "QLinear",
+    **{f"hqq-{bits}": "HQQLinear" for bits in (1, 2, 3, 4, 8)},
 }
+#: torchao keeps ``nn.Linear`` and swaps its weight for a torchao tensor (counted by that).
+TORCHAO_ON_CPU = ("torchao-int8wo", "torchao-int8dq", "torchao-float8wo")
 
 Loader = Callable[[str], HFBackend]
 
@@ -94,17 +95,20 @@ def _decoder_linears(backend: HFBackend) -> dict[str, torch.Tensor]:
     }
 
 
-def test_every_catalogued_recipe_has_hooks_and_no_hook_is_uncatalogued() -> None:
-    assert list(HOOKS) == list(RECIPES)
-
-
 #: Recipes made outside the process before loading: checkpoints (tests/test_family_recipes.py)
 #: and llama.cpp's GGUF files (tests/test_llama_cpp_make.py).
-MADE_ELSEWHERE = ("checkpoint", "gguf")
+MADE_ELSEWHERE = (CHECKPOINT, GGUF)
+#: Methods that need a CUDA GPU (refused on this CPU: tests/test_torchao_hqq.py).
+CUDA_ONLY = ("torchao-int4wo",)
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in recipe_names() if RECIPES[n].family not in MADE_ELSEWHERE]
+    "name",
+    [
+        n
+        for n in recipe_names()
+        if get_method(n).family not in MADE_ELSEWHERE and n not in CUDA_ONLY
+    ],
 )
 def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
     recipe = EXAMPLE.get(name, name)
@@ -116,6 +120,8 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
         expected = {"Linear": 1, LINEAR_CLASS[name]: 14}
     elif name == "drop-layers":
         expected = {"Linear": 8}
+    elif name in TORCHAO_ON_CPU:
+        expected = {"Linear": 15}  # the class stays; its weight is a torchao tensor
     else:
         expected = {"Linear": 15}
     assert prov.linear_class_counts == expected
@@ -130,6 +136,7 @@ def test_every_recipe_loads_and_is_recorded(load: Loader, name: str) -> None:
 #: (14 decoder linears; 1 of 2 layers dropped; attention and cache methods count later).
 ACTED_AT_LOAD = {
     **dict.fromkeys(LINEAR_CLASS, 14),
+    **dict.fromkeys(TORCHAO_ON_CPU, 14),
     "prune-magnitude": 14,
     "prune-wanda": 14,
     "drop-layers": 1,
@@ -161,17 +168,15 @@ def test_every_weight_and_attention_recipe_reports_how_much_it_acted(
 
 def test_the_control_has_no_activity_and_every_other_recipe_a_footprint(load: Loader) -> None:
     assert load("none").activity is None
-    for name in RECIPES:
-        assert name == "none" or HOOKS[name].footprint is not None, name
+    for name, method in methods().items():
+        assert name == "none" or method.footprint is not None, name
 
 
 def test_a_recipe_without_a_footprint_does_not_load(
     tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(HOOKS, "quanto-int8", RecipeHooks(None))
-    with pytest.raises(ModelLoadError, match="declares no footprint"):
-        load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"), "quanto-int8")
-    monkeypatch.delitem(HOOKS, "quanto-int8")
+    without = dataclasses.replace(get_method("quanto-int8"), footprint=None)
+    monkeypatch.setattr(gate.models.compress, "get_method", lambda name: without)
     with pytest.raises(ModelLoadError, match="declares no footprint"):
         load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32"), "quanto-int8")
 
@@ -383,7 +388,7 @@ def test_every_recipe_on_the_demo_model(demo_backend: HFBackend) -> None:
     prompts = [base.encode_prompt(t) for t in [*TEXTS, "Hello, how are you?", "What is 3 plus 4?"]]
     figures: dict[str, float] = {}
     for name in recipe_names():
-        if RECIPES[name].family in (*MADE_ELSEWHERE, "cache"):
+        if get_method(name).family in (*MADE_ELSEWHERE, CACHE) or name in CUDA_ONLY:
             continue  # tests/test_family_recipes.py, test_llama_cpp_make.py: made elsewhere
         recipe = EXAMPLE.get(name, name).replace("drop-layers:1", "drop-layers:2")
         cand = load_backend(spec, recipe, calibration=TEXTS)

@@ -29,15 +29,19 @@ from gate.models.backends.chunked import (
     score_through_cache,
 )
 from gate.models.backends.hf import HFBackend
+from gate.models.backends.loading import cache_method_of as cache_method
 from gate.models.backends.loading import load_backend, load_candidate
 from gate.models.compress.kvcache import (
     CacheMethod,
     ObservedAttention,
     SnapKV,
     StreamingLLM,
-    cache_method,
 )
-from gate.models.recipes import checkpoint_method, family, keyed, parse_recipe
+from gate.models.methods import base as methods_base
+from gate.models.methods.base import keyed
+from gate.models.methods.checkpoint import checkpoint_dir, checkpoint_method
+from gate.models.methods.registry import get_method
+from gate.models.recipes import parse_recipe
 from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import exercised, fidelity
@@ -73,7 +77,7 @@ def test_every_family_parses_to_a_canonical_text_that_parses_back(
     recipe = parse_recipe(text)
     assert str(recipe) == canonical
     assert parse_recipe(canonical) == recipe
-    assert family(recipe) == kind
+    assert get_method(recipe.name).family.name == kind
 
 
 @pytest.mark.parametrize(
@@ -131,7 +135,7 @@ def test_a_missing_demo_checkpoint_names_the_command_that_makes_it(
 
 
 def test_the_packaged_gptq_checkpoint_is_found() -> None:
-    path = precheck.checkpoint_dir(ModelSpec.parse("demo"), parse_recipe("gptq:w4a16"))
+    path = checkpoint_dir(ModelSpec.parse("demo"), parse_recipe("gptq:w4a16"))
     assert path == checkpoints.PACKAGED / "gptq-w4a16"
 
 
@@ -149,12 +153,12 @@ def test_a_checkpoint_recipe_on_another_model_says_to_pass_the_checkpoint(tmp_pa
 def test_kv_quant_without_optimum_quanto_is_a_missing_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = precheck.importlib.util.find_spec
+    real = methods_base.importlib.util.find_spec
 
     def find_spec(name: str, *args: Any) -> Any:
         return None if name.startswith("optimum") else real(name, *args)
 
-    monkeypatch.setattr(precheck.importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(methods_base.importlib.util, "find_spec", find_spec)
     with pytest.raises(ModelLoadError) as caught:
         precheck.check_recipe_runs("demo", "kv-quant:int4")
     assert "(pip install optimum-quanto)" in caught.value.format_line()
@@ -406,7 +410,7 @@ def test_the_paper_panel_has_one_candidate_per_method(
 
     recipes = paper_panel.panel_recipes()
     assert recipes[0] == "none"
-    families = {family(r) for r in recipes[1:]}
+    families = {get_method(parse_recipe(r).name).family.name for r in recipes[1:]}
     assert families == {"checkpoint", "weights", "attention", "cache"}
     names = {parse_recipe(r).name for r in recipes[1:]}
     # the CGA paper's nine methods

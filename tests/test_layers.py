@@ -219,8 +219,8 @@ def test_the_walk_sees_imports_inside_functions_and_from_imports_of_submodules()
     imports = {(i.source, i.target) for i in all_imports()}
     # a function-level import (ModelSpec is imported where it is needed in the plugin)
     assert ("gate.session.plugin", "gate.models.spec") in imports
-    # ``from gate.models.compress import bnb`` reaches the submodule
-    assert ("gate.models.compress", "gate.models.compress.bnb") in imports
+    # ``from gate.models.compress import quanto`` reaches the submodule
+    assert ("gate.localize.locate", "gate.models.compress.quanto") in imports
     assert ("gate.models.backends.hf", "torch") in imports
     assert "gate.suites.test_latency" in all_modules()
 

@@ -27,7 +27,9 @@ from gate.models.llama_cpp.types import (
     refuse_imatrix,
 )
 from gate.models.llama_cpp.written import WrittenTypes, acted
-from gate.models.recipes import RECIPES, family, format_recipe, parse_recipe
+from gate.models.methods.base import GGUF
+from gate.models.methods.registry import get_method, methods
+from gate.models.recipes import format_recipe, parse_recipe
 from gate.session.run_config import parse_run_config
 from tests.cli_support import run_gate
 
@@ -37,7 +39,7 @@ QUANTIZE_CPP = Path("src") / "tools" / "quantize" / "quantize.cpp"
 
 
 def test_every_llama_quantize_type_is_a_recipe_that_parses_and_writes_back() -> None:
-    names = [d.name for d in RECIPES.values() if d.family == "gguf"]
+    names = [d.name for d in methods().values() if d.family is GGUF]
     assert names == [t.recipe for t in QUANT_TYPES]
     for name in (
         "gguf-f16",
@@ -53,7 +55,7 @@ def test_every_llama_quantize_type_is_a_recipe_that_parses_and_writes_back() -> 
     ):
         assert name in names
         assert format_recipe(parse_recipe(name.upper())) == name
-        assert family(name) == "gguf"
+        assert get_method(name).family is GGUF
     keep = parse_recipe("gguf-q4_k_m:keep=model.layers.0.*,lm_head")
     assert keep.keep == ("model.layers.0.*", "lm_head")
     assert format_recipe(keep) == "gguf-q4_k_m:keep=model.layers.0.*,lm_head"

@@ -207,7 +207,8 @@ def test_run_localize_runs_only_on_a_blocked_run(monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_kv_press_evicts_on_its_layers_only_and_counts_them() -> None:
-    from gate.models.compress.kvcache import acted_pairs, cache_argument, cache_method
+    from gate.models.backends.loading import cache_method_of as cache_method
+    from gate.models.compress.kvcache import acted_pairs, cache_argument
 
     model = _load("none").model
     ids = torch.arange(3, 3 + 80).unsqueeze(0)

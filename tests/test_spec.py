@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from gate.errors import BaselineError, ConfigError, ExitCode, ModelLoadError
+from gate.models.methods.base import DRAFTED, TEST, CompressionMethod
+from gate.models.methods.registry import methods
 from gate.models.recipes import (
     ARG_KINDS,
-    RECIPES,
     Recipe,
     example,
     format_recipe,
@@ -127,7 +128,7 @@ def test_a_hand_built_recipe_is_validated_through_its_text() -> None:
 
 def test_every_argument_kind_round_trips_its_example() -> None:
     checked = set()
-    for definition in RECIPES.values():
+    for definition in methods().values():
         kind = ARG_KINDS[definition.arg]  # every catalogued kind has a parser
         if kind.name == "none":
             continue
@@ -200,9 +201,8 @@ def test_a_new_argument_kind_plugs_into_the_parser_unchanged(
     monkeypatch.setitem(
         recipes.ARG_KINDS, "keyed", recipes.ArgKind("keyed", "sinks=4", parse_keyed, format_keyed)
     )
-    monkeypatch.setitem(
-        recipes.RECIPES, "kv-window", recipes.RecipeDef("kv-window", "test only", arg="keyed")
-    )
+    window = CompressionMethod("kv-window", "test only", TEST, DRAFTED, arg="keyed")
+    monkeypatch.setitem(methods(), "kv-window", window)  # type: ignore[index]
     recipe = parse_recipe("KV-Window: sinks=4,window=256")
     assert recipe == Recipe("kv-window", (("sinks", 4), ("window", 256)))
     assert str(recipe) == "kv-window:sinks=4,window=256"

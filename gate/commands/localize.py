@@ -33,10 +33,6 @@ if TYPE_CHECKING:
     from gate.session.run_config import RunConfig
     from gate.workflows.plan import RunPlan
 
-#: Families whose candidates localize swaps decoder blocks of (attention and cache recipes act
-#: on every layer through one replaced function: select their layers with ``layers=`` instead).
-_LOCALIZABLE = ("weights", "checkpoint")
-
 
 def _echo_err(line: str) -> None:
     click.echo(line, err=True)
@@ -45,13 +41,12 @@ def _echo_err(line: str) -> None:
 def check_localizable(recipe: str | None) -> None:
     """Refuse a recipe whose build localize cannot swap layers of (one line, exit 4); a
     stack is localized on its weight part."""
-    from gate.models.recipes import family
+    from gate.models.methods.registry import get_method
     from gate.models.stack import parse_stack
 
     stack = parse_stack(recipe)
     parsed = stack.weights if stack.part("weights") is not None else stack.parts[0]
-    kind = family(parsed)
-    if kind not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
+    if not get_method(parsed.name).localizable:
         raise ConfigError(
             f"gate localize swaps decoder layers of a weight-compressed build; {parsed} is not one",
             "localize a weight recipe (bnb-*, quanto-*, prune-*) or a checkpoint (a model "
@@ -259,14 +254,14 @@ def _write_outputs(result: Any, outputs: Any) -> None:
 
 def localize_blocked(plan: Any, json_out: Path | None) -> None:
     """``gate run --localize``: localize the blocked single candidate of ``plan``."""
-    from gate.models.recipes import family
+    from gate.models.methods.registry import get_method
     from gate.models.stack import parse_stack
 
     (candidate,) = plan.candidates
     recipe = candidate.recipe
     stack = parse_stack(recipe)
     parsed = stack.weights if stack.part("weights") is not None else stack.parts[0]
-    if family(parsed) not in _LOCALIZABLE or parsed.name in ("drop-layers", "delay"):
+    if not get_method(parsed.name).localizable:
         _echo_err(f"gate: --localize: {parsed} is not a weight-compressed build; not localized")
         return
     _echo_err(f"gate: the build is blocked; localizing {candidate.model} ({parsed})")

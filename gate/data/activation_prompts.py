@@ -36,7 +36,7 @@ from gate.data.categorize import strip_noise
 from gate.data.jsonl import read_jsonl
 from gate.data.sharegpt import Conversation, is_heldout
 from gate.errors import DataError
-from gate.models.recipes import get_recipe
+from gate.models.methods.registry import get_method
 
 DEFAULT_SIZE = 128
 DEFAULT_MAX_CHARS = 768
@@ -145,7 +145,7 @@ def activation_prompts_for(recipe: str | None, path: Path | None = None) -> list
     from gate.models.stack import parse_stack
 
     parts = parse_stack(recipe).parts
-    if not any(get_recipe(part.name).needs_calibration for part in parts):
+    if not any(get_method(part.name).needs_calibration for part in parts):
         return None
     return load_activation_prompts(path)
 

@@ -54,7 +54,8 @@ from gate.localize.result import LayerScore, Localization, Repair
 from gate.localize.suggest import repaired_recipe, snippets
 from gate.metrics.catalog import fidelity as fidelity_catalog
 from gate.models.compress import quanto, select
-from gate.models.recipes import Recipe, format_recipe, get_recipe
+from gate.models.methods.registry import get_method
+from gate.models.recipes import Recipe, format_recipe
 from gate.store.reference import ReferencePack
 
 #: The gated fidelity metric behind each loss signal (its ``critical`` bound bounds the loss).
@@ -170,7 +171,7 @@ def _recipe_text(
     recipe: Recipe | None, names: Sequence[str], base: nn.Module
 ) -> tuple[str | None, str]:
     """The repaired recipe's text, and a note when there is none."""
-    if recipe is None or get_recipe(recipe.name).family != "weights" or recipe.name == "none":
+    if recipe is None or not get_method(recipe.name).repairable:
         return None, "the candidate is not a weight-recipe build: apply the snippets to its tool"
     if not names:
         return format_recipe(recipe), ""

@@ -3,7 +3,7 @@
 A regression gate that measures a build whose compression silently did nothing
 approves the uncompressed model under the compressed build's name. So every
 recipe counts, during the run, what it changed, in a unit of its own
-(:data:`gate.models.compress.HOOKS` declares it; a recipe without one does not
+(its method, :mod:`gate.models.methods`, declares it; a recipe without one does not
 load):
 
 * weight recipes and checkpoints count **at load** the modules they changed

@@ -19,11 +19,11 @@ Today's kinds and their ranges:
 * ``count`` — a whole number >= 1 (``drop-layers:2``);
 * ``duration`` — milliseconds, written ``20ms``, ``0.5s`` or a bare ``7`` (ms),
   always written back in ms (``delay:0.5s`` -> ``delay:500ms``);
-* ``choice`` — one of the words :data:`CHOICES` lists for the recipe
+* ``choice`` — one of the words its method lists (``choices``)
   (``gptq:w4a16``, ``kv-quant:int2``);
 * ``press`` — a KV-eviction budget: a bare compression ratio in (0, 1) (the
   fraction of the prompt's key/value pairs removed, ``kv-snapkv:0.5``) or keyed
-  values ``ratio=0.5,window=16,kernel=5`` (the keys :data:`PRESS_KEYS` allows
+  values ``ratio=0.5,window=16,kernel=5`` (the keys its method's ``press_keys`` allow
   for the recipe), written back bare when only the ratio is given;
 * ``budget`` — ``sinks=4,window=256`` (whole numbers, window >= 1);
 * ``draft`` — a weight recipe the draft model is made with from the build's own
@@ -58,7 +58,10 @@ canonical text writes them in the order ``keep``, ``only``, ``layers``. A glob
 that matches no module is refused when the recipe is applied (the names are
 known only then); malformed syntax is refused here.
 
-Recipes belong to a *family* (:data:`FAMILIES`): weights changed at load time,
+Each name is one compression method (:mod:`gate.models.methods`: one class per
+method, read through :func:`gate.models.methods.registry.get_method`), which
+declares the kind of its argument, its choices and press keys, and its *family*
+(:data:`gate.models.methods.base.FAMILIES`): weights changed at load time,
 a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
 attention replacement, a KV-cache method, which runs through the
 compressed cache in scoring and generation, or a GGUF file llama.cpp's tools
@@ -69,20 +72,14 @@ declared once in :mod:`gate.models.llama_cpp.types`), or speculative decoding
 
 from __future__ import annotations
 
-import difflib
 import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from fnmatch import fnmatchcase
-from typing import TypeAlias
 
 from gate.errors import ConfigError
-from gate.models.llama_cpp.types import QUANT_TYPES, RECIPE_PREFIX
-
-#: A parsed recipe argument. Numbers today; a later kind may parse to text or to
-#: ``(key, value)`` pairs, which keeps :class:`Recipe` frozen and hashable.
-RecipeValue: TypeAlias = float | int | str | tuple[tuple[str, float | int | str], ...] | None
+from gate.models.methods.base import WEIGHTS, RecipeValue, module_matches
+from gate.models.methods.registry import get_method, method_names
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,7 @@ class Recipe:
 
     Canonical text forms: ``none``, ``bnb-nf4``, ``prune-magnitude:0.5``,
     ``drop-layers:2``, ``delay:20ms``. Build one with :meth:`parse`, which
-    validates the name and argument against the catalogue (:data:`RECIPES`).
+    validates the name and argument against its method (:func:`get_method`).
     """
 
     name: str
@@ -119,6 +116,11 @@ class Recipe:
         """Whether an attention/KV recipe acts on decoder layer ``index``."""
         return not self.layers or index in self.layers
 
+    @property
+    def argument(self) -> str | None:
+        """The canonical text of its own argument, without selectors (``None``: none)."""
+        return argument_text(self)
+
     @classmethod
     def parse(cls, text: str | Recipe | None) -> Recipe:
         """Parse and validate a recipe string (unknown names get a did-you-mean)."""
@@ -126,17 +128,6 @@ class Recipe:
 
     def __str__(self) -> str:
         return format_recipe(self)
-
-
-def module_matches(glob: str, module_name: str) -> bool:
-    """Whether ``glob`` names ``module_name`` or one of the modules that contain it.
-
-    ``fnmatchcase`` on the name and on each of its dotted prefixes, so
-    ``model.layers.0`` selects the whole block ``model.layers.0.*`` and
-    ``model.layers.1*`` selects blocks 1, 10-19 (fnmatch's ``*`` crosses dots).
-    """
-    parts = module_name.split(".")
-    return any(fnmatchcase(".".join(parts[:n]), glob) for n in range(1, len(parts) + 1))
 
 
 @dataclass(frozen=True)
@@ -153,178 +144,6 @@ class ArgKind:
     example: str
     parse: Callable[[str, str], RecipeValue]
     format: Callable[[RecipeValue], str]
-
-
-@dataclass(frozen=True)
-class RecipeDef:
-    """One catalogued recipe: its name, what it does and the kind of its argument."""
-
-    name: str
-    summary: str
-    #: Name of the argument kind in :data:`ARG_KINDS` (``none``: no argument).
-    arg: str = "none"
-    #: Whether the recipe needs calibration prompts (it reads activations).
-    needs_calibration: bool = False
-    #: Whether the recipe changes weights (it cannot run on a pre-quantized checkpoint).
-    changes_weights: bool = True
-    #: What the recipe acts on (:data:`FAMILIES`).
-    family: str = "weights"
-
-
-RECIPES: dict[str, RecipeDef] = {
-    d.name: d
-    for d in (
-        RecipeDef("none", "the unmodified model", changes_weights=False),
-        RecipeDef("bnb-int8", "bitsandbytes LLM.int8() weights"),
-        RecipeDef("bnb-nf4", "bitsandbytes 4-bit NormalFloat weights"),
-        RecipeDef("bnb-fp4", "bitsandbytes 4-bit float weights"),
-        RecipeDef("quanto-int8", "optimum-quanto int8 weights"),
-        RecipeDef("quanto-int4", "optimum-quanto int4 weights"),
-        RecipeDef("quanto-int2", "optimum-quanto int2 weights"),
-        RecipeDef(
-            "prune-magnitude",
-            "unstructured magnitude pruning of decoder linear weights",
-            arg="fraction",
-        ),
-        RecipeDef(
-            "prune-wanda",
-            "Wanda pruning (|W| x input-norm), needs calibration prompts",
-            arg="fraction",
-            needs_calibration=True,
-        ),
-        RecipeDef("drop-layers", "drop the last n decoder layers", arg="count"),
-        RecipeDef(
-            "delay",
-            "spend N ms of CPU before every forward call (tests the latency tier)",
-            arg="duration",
-            changes_weights=False,
-            family="test",
-        ),
-        RecipeDef(
-            "gptq",
-            "a GPTQ W4A16 checkpoint made offline (compressed-tensors)",
-            arg="choice",
-            changes_weights=False,
-            family="checkpoint",
-        ),
-        RecipeDef(
-            "awq",
-            "an AWQ W4A16 checkpoint made offline (compressed-tensors)",
-            arg="choice",
-            changes_weights=False,
-            family="checkpoint",
-        ),
-        RecipeDef(
-            "sparsegpt",
-            "a SparseGPT unstructured-sparse checkpoint made offline",
-            arg="fraction",
-            changes_weights=False,
-            family="checkpoint",
-        ),
-        RecipeDef(
-            "attn-fp8",
-            "FP8 (e4m3) attention numerics, per-head scales",
-            changes_weights=False,
-            family="attention",
-        ),
-        RecipeDef(
-            "attn-sage",
-            "SageAttention numerics: INT8 QK with smoothed K, FP16 PV",
-            changes_weights=False,
-            family="attention",
-        ),
-        RecipeDef(
-            "attn-topk",
-            "Top-k sparse attention: each query keeps its top fraction of scores",
-            arg="fraction",
-            changes_weights=False,
-            family="attention",
-        ),
-        RecipeDef(
-            "kv-snapkv",
-            "SnapKV eviction of the prompt's KV cache (ratio removed)",
-            arg="press",
-            changes_weights=False,
-            family="cache",
-        ),
-        RecipeDef(
-            "kv-h2o",
-            "observed-attention (H2O-style) eviction of the prompt's KV cache",
-            arg="press",
-            changes_weights=False,
-            family="cache",
-        ),
-        RecipeDef(
-            "kv-streaming",
-            "StreamingLLM: attention sinks plus a rolling recent window",
-            arg="budget",
-            changes_weights=False,
-            family="cache",
-        ),
-        RecipeDef(
-            "kv-quant",
-            "KV cache quantized to int4/int2 (transformers' quantized cache, quanto)",
-            arg="choice",
-            changes_weights=False,
-            family="cache",
-        ),
-        RecipeDef(
-            "spec-ngram",
-            "speculative decoding by prompt lookup: N tokens proposed from n-grams of the text",
-            arg="count",
-            changes_weights=False,
-            family="speculative",
-        ),
-        RecipeDef(
-            "spec-draft",
-            "speculative decoding with a self-draft: the base weights compressed by RECIPE",
-            arg="draft",
-            changes_weights=False,
-            family="speculative",
-        ),
-        RecipeDef(
-            "spec-model",
-            "speculative decoding with a separate draft model of the same tokenizer",
-            arg="path",
-            changes_weights=False,
-            family="speculative",
-        ),
-        *(
-            RecipeDef(
-                t.recipe,
-                f"llama.cpp {t.name} GGUF ({t.summary}), made with llama.cpp's converter"
-                + ("" if t.is_float else " and llama-quantize"),
-                changes_weights=False,
-                family="gguf",
-            )
-            for t in QUANT_TYPES
-        ),
-    )
-}
-
-#: What a recipe acts on, by :attr:`RecipeDef.family`.
-FAMILIES: Mapping[str, str] = {
-    "weights": "weights changed after loading",
-    "checkpoint": "a pre-quantized or sparse checkpoint loaded as it is",
-    "attention": "the attention computation replaced",
-    "cache": "the KV cache compressed during generation",
-    "gguf": "a GGUF file made with llama.cpp's converter and llama-quantize (docs/gguf.md)",
-    "speculative": "speculative decoding: a drafter proposes, the build verifies (docs/speculative.md)",
-    "test": "no compression (a test instrument)",
-}
-
-#: The words a ``choice`` argument accepts, per recipe.
-CHOICES: Mapping[str, tuple[str, ...]] = {
-    "gptq": ("w4a16",),
-    "awq": ("w4a16",),
-    "kv-quant": ("int4", "int2"),
-}
-
-#: The keys a ``press`` argument accepts, per recipe (``ratio`` is required).
-PRESS_KEYS: Mapping[str, tuple[str, ...]] = {
-    "kv-snapkv": ("ratio", "window", "kernel"),
-    "kv-h2o": ("ratio",),
-}
 
 
 def _number_text(value: RecipeValue) -> str:
@@ -365,7 +184,7 @@ def _duration_ms(name: str, text: str) -> RecipeValue:
 
 
 def _choice(name: str, text: str) -> RecipeValue:
-    allowed = CHOICES.get(name, ())
+    allowed = get_method(name).choices
     word = text.lower()
     if word not in allowed:
         raise ConfigError(
@@ -394,7 +213,7 @@ def _whole(name: str, key: str, text: str, least: int) -> int:
 
 def _press(name: str, text: str) -> RecipeValue:
     args = _pairs(name, text) if "=" in text else {"ratio": text}
-    allowed = PRESS_KEYS.get(name, ("ratio",))
+    allowed = get_method(name).press_keys
     unknown = sorted(set(args) - set(allowed))
     if unknown or "ratio" not in args:
         what = f"unknown key {unknown[0]!r}" if unknown else "no ratio"
@@ -426,10 +245,6 @@ def _budget(name: str, text: str) -> RecipeValue:
     return (("sinks", sinks), ("window", _whole(name, "window", args["window"], 1)))
 
 
-#: The families a self-draft's recipe may come from (``spec-draft:RECIPE``).
-DRAFT_FAMILIES: tuple[str, ...] = ("weights",)
-
-
 def _draft(name: str, text: str) -> RecipeValue:
     if "+" in text:
         raise ConfigError(
@@ -437,9 +252,10 @@ def _draft(name: str, text: str) -> RecipeValue:
             "a self-draft takes one weight recipe (e.g. spec-draft:quanto-int4)",
         )
     draft = parse_recipe(text)
-    if draft.name != "none" and get_recipe(draft.name).family not in DRAFT_FAMILIES:
+    family = get_method(draft.name).family
+    if draft.name != "none" and family is not WEIGHTS:  # a self-draft's recipe changes weights
         raise ConfigError(
-            f"{name}: {draft} is a {get_recipe(draft.name).family} recipe, not a weight recipe",
+            f"{name}: {draft} is a {family.name} recipe, not a weight recipe",
             "a self-draft is the base weights compressed: e.g. spec-draft:quanto-int4",
         )
     return format_recipe(draft)
@@ -478,50 +294,20 @@ ARG_KINDS: Mapping[str, ArgKind] = {
 
 def recipe_names() -> list[str]:
     """Catalogued recipe names, in catalogue order."""
-    return list(RECIPES)
-
-
-def get_recipe(name: str) -> RecipeDef:
-    """The catalogue entry of a recipe name; unknown names get a did-you-mean."""
-    try:
-        return RECIPES[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, RECIPES, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(RECIPES)}"
-        if name.startswith(RECIPE_PREFIX):  # an unknown llama.cpp type: every known one
-            known = ", ".join(d.name for d in RECIPES.values() if d.family == "gguf")
-            what = f"unknown llama.cpp quantization type {name.removeprefix(RECIPE_PREFIX)!r}"
-            raise ConfigError(f"{what} (recipe {name!r})", f"{hint} known: {known}") from None
-        raise ConfigError(f"unknown recipe {name!r}", hint) from None
+    return method_names()
 
 
 def example(name: str) -> str:
     """A recipe text that parses, for hints: ``prune-wanda:0.5``, ``bnb-nf4``."""
-    definition = RECIPES.get(name)
-    if definition is None or definition.arg == "none":
+    try:
+        method = get_method(name)
+    except ConfigError:
         return name
-    if definition.arg == "choice":
-        return f"{name}:{CHOICES[name][0]}"
-    return f"{name}:{ARG_KINDS[definition.arg].example}"
-
-
-def family(recipe: Recipe | str) -> str:
-    """The family of a recipe (``weights``, ``checkpoint``, ``attention``, ``cache``, ``test``)."""
-    name = recipe.name if isinstance(recipe, Recipe) else parse_recipe(recipe).name
-    return get_recipe(name).family
-
-
-def keyed(recipe: Recipe) -> dict[str, float | int | str]:
-    """The keyed values of a ``press``/``budget`` recipe as a dict (``{"ratio": 0.5}``)."""
-    value = recipe.value
-    if not isinstance(value, tuple):
-        return {}
-    return {key: v for key, v in value}
-
-
-def checkpoint_method(recipe: Recipe) -> str:
-    """The checkpoint directory name of a checkpoint recipe (``gptq-w4a16``, ``sparsegpt-0.5``)."""
-    return f"{recipe.name}-{ARG_KINDS[get_recipe(recipe.name).arg].format(recipe.value)}"
+    if method.arg == "none":
+        return name
+    if method.arg == "choice":
+        return f"{name}:{method.choices[0]}"
+    return f"{name}:{ARG_KINDS[method.arg].example}"
 
 
 def parse_recipe(text: str | Recipe | None) -> Recipe:
@@ -537,7 +323,7 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
         return parse_recipe(format_recipe(text))
     name, sep, arg = text.strip().partition(":")
     name = name.strip().lower()
-    kind = ARG_KINDS[get_recipe(name).arg]
+    kind = ARG_KINDS[get_method(name).arg]
     if kind.name in WHOLE_ARGUMENT_KINDS:  # the argument is itself a recipe or a path
         if not arg.strip():
             raise ConfigError(f"recipe {name} needs an argument", f"e.g. {example(name)}")
@@ -555,24 +341,8 @@ def parse_recipe(text: str | Recipe | None) -> Recipe:
 #: Argument kinds read whole: no layer selectors are split from them.
 WHOLE_ARGUMENT_KINDS: tuple[str, ...] = ("draft", "path")
 
-#: The selector keys, in canonical order, and the families that take each.
-SELECTOR_KEYS: Mapping[str, tuple[str, ...]] = {
-    "keep": ("weights", "gguf"),
-    "only": ("weights", "gguf"),
-    "layers": ("attention", "cache"),
-}
-
-#: Recipes of a selecting family that cannot act on a part of the model.
-_NOT_SELECTIVE: Mapping[str, str] = {
-    "none": "it changes nothing",
-    "drop-layers": "it removes whole layers from the end: choose how many with drop-layers:n",
-    "kv-quant": "transformers' quantized cache quantizes every layer",
-    **{
-        t.recipe: "its converter writes every weight in that float type"
-        for t in QUANT_TYPES
-        if t.is_float
-    },
-}
+#: The selector keys, in canonical order (a method's family says which it takes).
+SELECTOR_KEYS: tuple[str, ...] = ("keep", "only", "layers")
 
 _GLOB_CHARS = frozenset(string.ascii_letters + string.digits + "_.*?[]!-/")
 
@@ -612,8 +382,7 @@ def _split_selectors(name: str, arg: str) -> tuple[str, dict[str, list[str]]]:
 
 
 def _selector_hint(name: str) -> str:
-    fam = get_recipe(name).family
-    if fam in ("weights", "gguf"):
+    if "keep" in get_method(name).family.selectors:
         return f"e.g. {name}:only=model.layers.2.* or {name}:keep=model.layers.0.*,lm_head"
     return f"e.g. {name}:layers=0-3,7"
 
@@ -644,17 +413,12 @@ def _layer_indices(name: str, parts: list[str]) -> tuple[int, ...]:
 def _selected(recipe: Recipe, selectors: Mapping[str, list[str]]) -> Recipe:
     if not selectors:
         return recipe
-    fam = get_recipe(recipe.name).family
+    method = get_method(recipe.name)
     for key in selectors:
-        if fam not in SELECTOR_KEYS[key] or recipe.name in _NOT_SELECTIVE:
-            why = _NOT_SELECTIVE.get(recipe.name, f"it is a {fam} recipe")
+        if key not in method.selectors:
+            why = method.not_selective or f"it is a {method.family.name} recipe"
             takes = "keep=/only= (module globs)" if key == "layers" else "layers= (indices)"
-            hint = (
-                f"{takes} instead"
-                if fam in SELECTOR_KEYS["keep"] + SELECTOR_KEYS["layers"]
-                and recipe.name not in _NOT_SELECTIVE
-                else f"write just {example(recipe.name)}"
-            )
+            hint = f"{takes} instead" if method.selectors else f"write just {example(recipe.name)}"
             raise ConfigError(f"{recipe.name} takes no {key}= ({why})", hint)
     keep = tuple(dict.fromkeys(_glob(recipe.name, g) for g in selectors.get("keep", [])))
     only = tuple(dict.fromkeys(_glob(recipe.name, g) for g in selectors.get("only", [])))
@@ -691,8 +455,10 @@ def argument_text(recipe: Recipe) -> str | None:
     """The canonical text of the recipe's own argument, without selectors (``None``: none)."""
     if recipe.value is None:
         return None
-    definition = RECIPES.get(recipe.name)
-    kind = ARG_KINDS[definition.arg] if definition is not None else ARG_KINDS["none"]
+    try:
+        kind = ARG_KINDS[get_method(recipe.name).arg]
+    except ConfigError:
+        kind = ARG_KINDS["none"]
     return kind.format(recipe.value)
 
 
@@ -704,25 +470,13 @@ def format_recipe(recipe: Recipe) -> str:
 
 __all__ = [
     "ARG_KINDS",
-    "CHOICES",
-    "DRAFT_FAMILIES",
-    "FAMILIES",
-    "PRESS_KEYS",
-    "RECIPES",
     "SELECTOR_KEYS",
     "WHOLE_ARGUMENT_KINDS",
     "ArgKind",
     "Recipe",
-    "RecipeDef",
-    "RecipeValue",
     "argument_text",
-    "checkpoint_method",
     "example",
-    "family",
     "format_recipe",
-    "get_recipe",
-    "keyed",
-    "module_matches",
     "parse_recipe",
     "recipe_names",
     "selector_text",

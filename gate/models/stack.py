@@ -7,7 +7,8 @@ is split at every ``+`` first, and each part is then read as one recipe
 (:func:`gate.models.recipes.parse_recipe`), so a part's argument never holds a
 ``+``.
 
-Each part fills one *slot*, named by its family (:data:`SLOT_OF_FAMILY`): the
+Each part fills one *slot*, which its method's family names
+(:attr:`gate.models.methods.base.Family.slot`): the
 weights (a weight recipe, a pre-quantized checkpoint or a GGUF file), the
 attention computation, the KV cache, the speculative decoder. A test instrument
 (``delay``) fills none. The rules, each refused in one line (exit 4) where the
@@ -33,21 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gate.errors import ConfigError
-from gate.models.recipes import Recipe, format_recipe, get_recipe, parse_recipe
+from gate.models.methods.registry import get_method
+from gate.models.recipes import Recipe, format_recipe, parse_recipe
 
 #: The separator of a stack's parts.
 SEPARATOR = "+"
-
-#: The slot each family fills (a test instrument fills none).
-SLOT_OF_FAMILY: Mapping[str, str | None] = {
-    "weights": "weights",
-    "checkpoint": "weights",
-    "gguf": "weights",
-    "attention": "attention",
-    "cache": "cache",
-    "speculative": "speculative",
-    "test": None,
-}
 
 #: The slots in the order a build is made (and a stack is written).
 SLOT_ORDER: tuple[str, ...] = ("weights", "attention", "cache", "speculative")
@@ -63,7 +54,7 @@ _TWO_OF: Mapping[str, str] = {
 
 def slot(recipe: Recipe) -> str | None:
     """The slot ``recipe`` fills (``None``: a test instrument)."""
-    return SLOT_OF_FAMILY[get_recipe(recipe.name).family]
+    return get_method(recipe.name).family.slot
 
 
 @dataclass(frozen=True)
@@ -160,7 +151,6 @@ def check_stack(stack: RecipeStack) -> None:
 
 __all__ = [
     "SEPARATOR",
-    "SLOT_OF_FAMILY",
     "SLOT_ORDER",
     "RecipeStack",
     "check_stack",

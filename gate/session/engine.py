@@ -93,7 +93,7 @@ def check_runtime(options: SessionOptions) -> str | None:
     if runtime is None:
         return None
     from gate.models.llama_cpp.install import ENGINE, require
-    from gate.models.recipes import family
+    from gate.models.methods.registry import get_method
 
     if runtime != ENGINE:
         raise ConfigError(
@@ -108,8 +108,9 @@ def check_runtime(options: SessionOptions) -> str | None:
             "give the gguf-* recipe alone, or drop --engine to run the stack in process",
         )
     recipe = stack.parts[0]
-    if family(recipe) != "gguf":
-        what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({family(recipe)})"
+    method = get_method(recipe.name)
+    if not method.runs_in_llama_cpp:
+        what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({method.family.name})"
         raise ConfigError(
             f"--engine {ENGINE} runs a gguf-* recipe's file, and this candidate has {what}",
             "give a gguf-* recipe (e.g. --recipe gguf-q4_k_m), or serve a model file of your"

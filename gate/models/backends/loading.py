@@ -44,16 +44,14 @@ from gate.errors import ConfigError, GateError, ModelLoadError
 from gate.models import gguf_parsing
 from gate.models.activity import Activity, Counting, StackActivity
 from gate.models.backends.hf import HFBackend
-from gate.models.compress import (
-    CHECKPOINT,
-    applies_after_loading,
-    apply_recipe,
-    load_kwargs,
-    quantized_checkpoint_layers,
-)
+from gate.models.compress import applies_after_loading, apply_recipe, load_kwargs
+from gate.models.compress.counting import quantized_checkpoint_layers
 from gate.models.gguf import GGUFSummary, read_gguf
-from gate.models.precheck import check_gguf_recipe, checkpoint_dir, require_quanto
-from gate.models.recipes import Recipe, get_recipe, parse_recipe
+from gate.models.methods.base import CHECKPOINT, CHECKPOINT_LAYERS, GGUF
+from gate.models.methods.checkpoint import checkpoint_dir
+from gate.models.methods.registry import get_method
+from gate.models.precheck import check_gguf_recipe
+from gate.models.recipes import Recipe, parse_recipe
 from gate.models.spec import ModelSpec
 from gate.models.stack import RecipeStack, parse_stack
 
@@ -356,7 +354,9 @@ def _linear_names(source: str, common: dict[str, Any]) -> list[str]:
 
 
 def _recipe_method(recipe: Recipe) -> str | None:
-    return "bitsandbytes" if recipe.name.startswith("bnb-") else None
+    """The package a recipe that quantizes while loading needs (named when it fails to import)."""
+    method = get_method(recipe.name)
+    return method.requires.package if method.quantizes_while_loading and method.requires else None
 
 
 def _load_tokenizer(source: str, common: dict[str, Any]) -> Any:
@@ -392,19 +392,8 @@ def cache_method_of(recipe: Recipe) -> CacheMethod | None:
     when it is missing this is a :class:`ModelLoadError` (exit 3) naming the
     package.
     """
-    if get_recipe(recipe.name).family != "cache":
-        return None
-    from gate.models.compress.kvcache import cache_method
-
-    method = cache_method(recipe)
-    if method.bits is not None:
-        require_quanto(recipe)
+    method: CacheMethod | None = get_method(recipe.name).cache_method(recipe)
     return method
-
-
-#: Attention recipes whose scales come from each call's tensors: scored one token per
-#: call, as generation runs them (a one-pass score would take the scales over the whole text).
-PER_CALL_SCALES = ("attn-fp8", "attn-sage")
 
 
 def load_candidate(
@@ -460,7 +449,7 @@ def load_candidate(
     backend.name = f"{spec.source}[{stack}]"
     top: Any = backend
     attention = stack.part("attention")
-    if method is not None or (attention is not None and attention.name in PER_CALL_SCALES):
+    if method is not None or (attention is not None and get_method(attention.name).per_call_scales):
         from gate.models.backends.chunked import CacheBackend
         from gate.models.compress.kvcache import CacheMethod
 
@@ -551,7 +540,9 @@ def _load_one(
     backend = load_backend(
         spec, recipe, calibration=calibration, allow_incomplete_weights=allow_incomplete_weights
     )
-    if method is None and recipe.name not in PER_CALL_SCALES:
+    # attention scales taken per call (attn-fp8, attn-sage) are scored one token per call, as
+    # generation runs them (a one-pass score would take the scales over the whole text)
+    if method is None and not get_method(recipe.name).per_call_scales:
         return backend
     from gate.models.backends.chunked import CacheBackend
     from gate.models.compress.kvcache import CacheMethod
@@ -578,10 +569,10 @@ def load_backend(
     backend's provenance lists them under ``incomplete_weights``.
     """
     recipe = parse_recipe(recipe)
-    definition = get_recipe(recipe.name)
-    if definition.family == "gguf":
+    definition = get_method(recipe.name)
+    if definition.family is GGUF:  # made by llama.cpp's tools before loading
         return _load_made_gguf(spec, recipe, allow_incomplete_weights=allow_incomplete_weights)
-    local = checkpoint_dir(spec, recipe) if definition.family == "checkpoint" else spec.local_dir
+    local = checkpoint_dir(spec, recipe) if definition.family is CHECKPOINT else spec.local_dir
     source = str(local) if local is not None else spec.source
     gguf: GGUFSummary | None = None
     if spec.gguf_file is not None:
@@ -608,7 +599,7 @@ def load_backend(
     with torch.no_grad():
         activity = apply_recipe(model, recipe, tokens)
     if activity is None and method is not None:  # a pre-quantized checkpoint given as the model
-        activity = Activity(f"checkpoint:{method}", CHECKPOINT)
+        activity = Activity(f"checkpoint:{method}", CHECKPOINT_LAYERS)
         activity.count(quantized_checkpoint_layers(model))
     for parameter in model.parameters():
         parameter.requires_grad_(False)

@@ -45,7 +45,7 @@ from gate.metrics.speculative import PlainReference, SpeculativeTrace, Verificat
 from gate.models.activity import Activity, StackActivity
 from gate.models.backends.base import ScoreRequest, TokenScores, require_prompts
 from gate.models.backends.tokens import InnerTokens
-from gate.models.compress import DRAFTED
+from gate.models.methods.base import DRAFTED
 from gate.models.recipes import Recipe, format_recipe
 from gate.provenance import ModelProvenance
 

@@ -48,7 +48,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,7 +57,6 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from gate.errors import ConfigError, ModelLoadError
-from gate.models.recipes import Recipe, keyed
 
 #: transformers' quantized-cache defaults, stated here because the docs quote them.
 KV_QUANT_GROUP = 64
@@ -565,35 +564,6 @@ def cache_bytes(cache: Cache) -> int:
 SNAPKV_WINDOW = 64
 
 
-def cache_method(recipe: Recipe) -> CacheMethod:
-    """The cache method of a parsed ``kv-*`` recipe (validated by :mod:`gate.models.recipes`).
-
-    ``kv-snapkv:<r>`` -> :class:`SnapKV` (window :data:`SNAPKV_WINDOW`, kernel 5
-    unless given), ``kv-h2o:<r>`` -> :class:`ObservedAttention`,
-    ``kv-streaming:sinks=s,window=w`` -> a rolling :class:`StreamingLLM`,
-    ``kv-quant:int4|int2`` -> a quantized cache of 4 / 2 bits.
-    """
-    return replace(_cache_method(recipe), layers=recipe.layers)
-
-
-def _cache_method(recipe: Recipe) -> CacheMethod:
-    values = keyed(recipe)
-    if recipe.name == "kv-quant":
-        return CacheMethod(bits=int(str(recipe.value).removeprefix("int")))
-    if recipe.name == "kv-streaming":
-        return CacheMethod(StreamingLLM(sinks=int(values["sinks"]), window=int(values["window"])))
-    ratio = float(values["ratio"])
-    if recipe.name == "kv-snapkv":
-        window = int(values.get("window", SNAPKV_WINDOW))
-        return CacheMethod(SnapKV(ratio, window=window, kernel=int(values.get("kernel", 5))))
-    if recipe.name == "kv-h2o":
-        return CacheMethod(ObservedAttention(ratio))
-    raise ConfigError(
-        f"{recipe.name} is not a KV-cache recipe",
-        "choose kv-snapkv, kv-h2o, kv-streaming or kv-quant",
-    )
-
-
 __all__ = [
     "AttentionCall",
     "CacheMethod",
@@ -607,7 +577,6 @@ __all__ = [
     "acted_pairs",
     "cache_argument",
     "cache_bytes",
-    "cache_method",
     "check_press_support",
     "query_states",
     "read_attention_call",

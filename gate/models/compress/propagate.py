@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +37,7 @@ from torch import nn
 
 from gate.errors import ModelLoadError
 from gate.models.compress.layers import decoder_layers
-
-#: The activation prompts of a recipe that reads activations (Wanda): token id lists, one
-#: per prompt, no padding. (Not ``gate calibrate``'s noise floor: a run config names
-#: their file ``calibration``.)
-ActivationPrompts = Sequence[Sequence[int]]
+from gate.models.methods.base import ActivationPrompts
 
 
 class _StopForward(Exception):

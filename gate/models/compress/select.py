@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from gate.errors import ConfigError
-from gate.models.recipes import Recipe, format_recipe, module_matches
+from gate.models.methods.base import RecipeArgs, module_matches
 
 
 def linear_names(model: nn.Module, exclude: Sequence[str] = ()) -> list[str]:
@@ -31,27 +31,27 @@ def linear_names(model: nn.Module, exclude: Sequence[str] = ()) -> list[str]:
     ]
 
 
-def check_globs(recipe: Recipe, candidates: Sequence[str]) -> None:
+def check_globs(recipe: RecipeArgs, candidates: Sequence[str]) -> None:
     """Refuse a ``keep``/``only`` glob of ``recipe`` that matches none of ``candidates``."""
     for key, globs in (("keep", recipe.keep), ("only", recipe.only)):
         for glob in globs:
             if not any(module_matches(glob, name) for name in candidates):
                 example = candidates[0] if candidates else "no module"
                 raise ConfigError(
-                    f"{format_recipe(recipe)}: {key}={glob} matches none of the"
+                    f"{recipe}: {key}={glob} matches none of the"
                     f" {len(candidates)} modules {recipe.name} compresses",
                     f"name modules as the model does, e.g. {example}"
                     " (gate localize lists the layers)",
                 )
 
 
-def selected(recipe: Recipe, candidates: Sequence[str]) -> list[str]:
+def selected(recipe: RecipeArgs, candidates: Sequence[str]) -> list[str]:
     """The candidates ``recipe`` compresses (every one without a selection); globs checked."""
     check_globs(recipe, candidates)
     chosen = [name for name in candidates if recipe.selects(name)]
     if recipe.selective and not chosen:
         raise ConfigError(
-            f"{format_recipe(recipe)} leaves no module to compress",
+            f"{recipe} leaves no module to compress",
             "narrow keep= or widen only=",
         )
     return chosen

@@ -52,7 +52,8 @@ from gate.models.llama_cpp.install import ENGINE, LlamaCpp, require
 from gate.models.llama_cpp.select import kept_tensors
 from gate.models.llama_cpp.types import QuantType, quant_type, refuse_imatrix
 from gate.models.llama_cpp.written import WrittenTypes, acted, written_types
-from gate.models.recipes import Recipe, format_recipe, get_recipe, parse_recipe, selector_text
+from gate.models.methods.registry import get_method
+from gate.models.recipes import Recipe, format_recipe, parse_recipe, selector_text
 from gate.models.spec import ModelSpec
 
 #: The file of facts written last into a made directory.
@@ -223,7 +224,7 @@ def make_gguf(
 ) -> MadeGGUF:
     """The file of ``gguf-*`` ``recipe`` made from ``spec``'s weights (made once, then reused)."""
     recipe = parse_recipe(recipe)
-    if get_recipe(recipe.name).family != "gguf":
+    if not get_method(recipe.name).runs_in_llama_cpp:
         raise ConfigError(f"recipe {recipe} does not make a GGUF file", "use a gguf-* recipe")
     refuse_imatrix(recipe.name)
     quant = quant_type(recipe.name)

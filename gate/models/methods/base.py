@@ -1,0 +1,273 @@
+"""The shape of one compression method, and the facts every method declares (no torch).
+
+A compression method is one class (the shape of transformers' ``quantizers/``:
+one ``HfQuantizer`` subclass per method, one mapping line in ``auto.py``). Its
+instances are the catalogued recipe names (``quanto-int4`` is
+``Quanto(bits=4)``), registered in :mod:`gate.models.methods.registry`. A method
+declares, as fields:
+
+* its name, one-line summary and the *kind* of its argument (a name of
+  :data:`gate.models.recipes.ARG_KINDS`), with the words a ``choice`` takes and
+  the keys a ``press`` takes;
+* its :class:`Family` (what it acts on), which names its *slot* in a stack
+  (weights / attention / KV cache / speculative decoder,
+  :mod:`gate.models.stack`) and the selectors it may take (``keep=``/``only=``
+  module globs or ``layers=`` indices);
+* its :class:`~gate.models.activity.Footprint`: what it counts as having acted
+  (only the control declares none);
+* the package it needs (:class:`Requirement`: the one-line install hint);
+* capabilities read by the planner, the loader and ``gate localize``: whether
+  it quantizes while loading (``from_pretrained`` arguments), needs activation
+  prompts, changes the weights, can be localized and repaired by ``keep=``,
+  runs in llama.cpp (a ``gguf-*`` file), takes its attention scales per call,
+  needs full-attention layers (a KV press);
+
+and, as methods, how it acts: :meth:`CompressionMethod.load_kwargs` (extra
+``from_pretrained`` arguments), :meth:`CompressionMethod.apply` (an in-place
+change of the loaded model that returns the units it finds changed),
+:meth:`CompressionMethod.cache_method` (a KV-cache method's cache) and
+:meth:`CompressionMethod.precheck` (refuse, before anything loads, a build that
+cannot run). A method's torch code is imported inside those methods only, so
+reading the catalogue never imports torch.
+
+A method reads a parsed recipe through :class:`RecipeArgs` (its name, value and
+selection), which :class:`gate.models.recipes.Recipe` satisfies; the method
+modules therefore sit below the recipe parser that reads them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gate.errors import ConfigError, ModelLoadError
+from gate.models.activity import Counting, Footprint
+
+if TYPE_CHECKING:
+    from gate.models.spec import ModelSpec
+
+#: A parsed recipe argument. Numbers, a word, or ``(key, value)`` pairs, which keeps a
+#: parsed recipe frozen and hashable.
+RecipeValue = float | int | str | tuple[tuple[str, float | int | str], ...] | None
+
+#: The activation prompts of a recipe that reads activations (Wanda): token id lists, one
+#: per prompt, no padding. (Not ``gate calibrate``'s noise floor: a run config names
+#: their file ``calibration``.)
+ActivationPrompts = Sequence[Sequence[int]]
+
+
+class RecipeArgs(Protocol):
+    """What a method reads of a parsed recipe (:class:`gate.models.recipes.Recipe`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> RecipeValue: ...
+
+    @property
+    def keep(self) -> tuple[str, ...]: ...
+
+    @property
+    def only(self) -> tuple[str, ...]: ...
+
+    @property
+    def layers(self) -> tuple[int, ...]: ...
+
+    @property
+    def selective(self) -> bool: ...
+
+    @property
+    def argument(self) -> str | None: ...
+
+    def selects(self, module_name: str) -> bool: ...
+
+
+def module_matches(glob: str, module_name: str) -> bool:
+    """Whether ``glob`` names ``module_name`` or one of the modules that contain it.
+
+    ``fnmatchcase`` on the name and on each of its dotted prefixes, so
+    ``model.layers.0`` selects the whole block ``model.layers.0.*`` and
+    ``model.layers.1*`` selects blocks 1, 10-19 (fnmatch's ``*`` crosses dots).
+    """
+    parts = module_name.split(".")
+    return any(fnmatchcase(".".join(parts[:n]), glob) for n in range(1, len(parts) + 1))
+
+
+def keyed(recipe: RecipeArgs) -> dict[str, float | int | str]:
+    """The keyed values of a ``press``/``budget`` recipe as a dict (``{"ratio": 0.5}``)."""
+    value = recipe.value
+    if not isinstance(value, tuple):
+        return {}
+    return {key: v for key, v in value}
+
+
+def number(recipe: RecipeArgs) -> float:
+    """The numeric argument of a recipe (a fraction, a count, a duration in ms)."""
+    value = recipe.value
+    # parse_recipe guarantees a number for these recipes; this guards hand-built ones
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"recipe {recipe.name} needs a numeric argument", f"e.g. {recipe.name}:1")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a method acts on: its slot in a stack and the selectors it takes."""
+
+    name: str
+    description: str
+    #: The stack slot (``weights``, ``attention``, ``cache``, ``speculative``; ``None``: none).
+    slot: str | None
+    #: The selector keys its recipes take (``keep``/``only`` globs, ``layers`` indices).
+    selectors: tuple[str, ...] = ()
+
+
+WEIGHTS = Family("weights", "weights changed after loading", "weights", ("keep", "only"))
+CHECKPOINT = Family("checkpoint", "a pre-quantized or sparse checkpoint loaded as it is", "weights")
+ATTENTION = Family("attention", "the attention computation replaced", "attention", ("layers",))
+CACHE = Family("cache", "the KV cache compressed during generation", "cache", ("layers",))
+GGUF = Family(
+    "gguf",
+    "a GGUF file made with llama.cpp's converter and llama-quantize (docs/gguf.md)",
+    "weights",
+    ("keep", "only"),
+)
+SPECULATIVE = Family(
+    "speculative",
+    "speculative decoding: a drafter proposes, the build verifies (docs/speculative.md)",
+    "speculative",
+)
+TEST = Family("test", "no compression (a test instrument)", None)
+
+#: Every family, in the order the catalogue lists them.
+FAMILIES: tuple[Family, ...] = (WEIGHTS, CHECKPOINT, ATTENTION, CACHE, GGUF, SPECULATIVE, TEST)
+
+QUANTIZED = Footprint("linear modules quantized", Counting.AT_LOAD)
+PRUNED = Footprint("linear modules pruned", Counting.AT_LOAD)
+CHECKPOINT_LAYERS = Footprint("compressed layers loaded", Counting.AT_LOAD)
+ATTENTION_CALLS = Footprint("attention calls replaced", Counting.PER_CALL)
+EVICTED = Footprint("KV pairs evicted", Counting.PER_REQUEST)
+#: A speculative decoder: draft tokens proposed, on generation only (teacher-forced scoring
+#: runs the target alone; :mod:`gate.models.backends.speculative` counts them).
+DRAFTED = Footprint("draft tokens proposed", Counting.PER_CALL, generation_only=True)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A package a method needs: the module it imports and the one-line install hint."""
+
+    module: str
+    #: The distribution to install (``pip install <package>``).
+    package: str
+
+    @property
+    def hint(self) -> str:
+        """The one-line install hint."""
+        return f"pip install {self.package}"
+
+    def installed(self) -> bool:
+        """Whether the module is importable (found, not imported)."""
+        top, _, rest = self.module.partition(".")
+        if importlib.util.find_spec(top) is None:
+            return False
+        return not rest or importlib.util.find_spec(self.module) is not None
+
+    def require(self, what: str, why: str = "") -> None:
+        """Refuse ``what`` (``recipe kv-quant:int4``) when the package is missing (exit 3);
+        ``why``: what the package does for it, in parentheses."""
+        if not self.installed():
+            reason = f" ({why})" if why else ""
+            raise ModelLoadError(f"{what} needs {self.package}{reason}", self.hint)
+
+
+@dataclass(frozen=True)
+class CompressionMethod:
+    """One catalogued compression method (module doc): its facts, and how it acts."""
+
+    name: str
+    summary: str
+    family: Family
+    #: What it counts as having acted (``None``: the control alone, which changes nothing).
+    footprint: Footprint | None
+    #: The kind of its argument (a name of :data:`gate.models.recipes.ARG_KINDS`).
+    arg: str = "none"
+    #: The words a ``choice`` argument accepts.
+    choices: tuple[str, ...] = ()
+    #: The keys a ``press`` argument accepts (``ratio`` first, required).
+    press_keys: tuple[str, ...] = ("ratio",)
+    #: Whether it needs activation prompts (it reads activations).
+    needs_calibration: bool = False
+    #: Whether it changes weights (it cannot run on a pre-quantized checkpoint).
+    changes_weights: bool = True
+    #: The package it needs (``None``: gate's own dependencies).
+    requires: Requirement | None = None
+    #: Why a recipe of a selecting family takes no selector (``None``: it takes its family's).
+    not_selective: str | None = None
+    #: Whether it quantizes while ``from_pretrained`` loads (it passes load arguments).
+    quantizes_while_loading: bool = False
+    #: Whether ``gate localize`` swaps its layers (weights changed layer by layer).
+    localizable: bool = False
+    #: Whether llama.cpp runs it (a ``gguf-*`` file).
+    runs_in_llama_cpp: bool = False
+    #: Attention scales taken from each call's tensors: scored one token per call.
+    per_call_scales: bool = False
+    #: Whether every decoder layer must be full attention (a KV press reads their queries).
+    needs_full_attention: bool = False
+
+    @property
+    def repairable(self) -> bool:
+        """Whether ``gate localize`` writes its repair as this recipe with ``keep=`` globs."""
+        return self.localizable and "keep" in self.family.selectors and self.not_selective is None
+
+    @property
+    def selectors(self) -> tuple[str, ...]:
+        """The selector keys its recipes take (none when it cannot act on a part)."""
+        return () if self.not_selective is not None else self.family.selectors
+
+    def load_kwargs(self, recipe: RecipeArgs, module_names: Sequence[str]) -> dict[str, Any]:
+        """Extra ``from_pretrained`` keyword arguments; ``module_names``: the model's linear
+        modules (known before loading for a layer-selective recipe only, else empty)."""
+        return {}
+
+    def apply(self, model: Any, recipe: RecipeArgs, prompts: ActivationPrompts | None) -> int:
+        """Change the loaded ``model`` in place; the units found changed (its footprint's)."""
+        return 0
+
+    def cache_method(self, recipe: RecipeArgs) -> Any:
+        """The :class:`~gate.models.compress.kvcache.CacheMethod` of a KV-cache method (else
+        ``None``)."""
+        return None
+
+    def precheck(self, spec: ModelSpec, recipe: RecipeArgs) -> None:
+        """Refuse, before anything loads, a build of ``spec`` this method cannot run."""
+
+
+__all__ = [
+    "ATTENTION",
+    "ATTENTION_CALLS",
+    "CACHE",
+    "CHECKPOINT",
+    "CHECKPOINT_LAYERS",
+    "DRAFTED",
+    "EVICTED",
+    "FAMILIES",
+    "GGUF",
+    "PRUNED",
+    "QUANTIZED",
+    "SPECULATIVE",
+    "TEST",
+    "WEIGHTS",
+    "ActivationPrompts",
+    "CompressionMethod",
+    "Family",
+    "RecipeArgs",
+    "RecipeValue",
+    "Requirement",
+    "keyed",
+    "module_matches",
+    "number",
+]

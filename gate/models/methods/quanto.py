@@ -1,0 +1,51 @@
+"""optimum-quanto (``quanto-int8``, ``quanto-int4``, ``quanto-int2``): weights quantized after
+loading (:mod:`gate.models.compress.quanto` states the formats)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gate.models.methods.base import (
+    QUANTIZED,
+    WEIGHTS,
+    ActivationPrompts,
+    CompressionMethod,
+    RecipeArgs,
+    Requirement,
+)
+
+
+@dataclass(frozen=True)
+class Quanto(CompressionMethod):
+    """quanto's ``quantize`` + ``freeze``; counts the ``QLinear`` modules installed."""
+
+    bits: int = 8
+
+    def apply(self, model: Any, recipe: RecipeArgs, prompts: ActivationPrompts | None) -> int:
+        from gate.models.compress.counting import modules_of_class
+        from gate.models.compress.quanto import EXCLUDE, quantize_weights
+        from gate.models.compress.select import linear_names, selected
+
+        modules = None
+        if recipe.selective:
+            modules = selected(recipe, linear_names(model, EXCLUDE))
+        quantize_weights(model, self.bits, modules)
+        return modules_of_class(model, "QLinear")
+
+
+def _quanto(bits: int) -> Quanto:
+    return Quanto(
+        f"quanto-int{bits}",
+        f"optimum-quanto int{bits} weights",
+        WEIGHTS,
+        QUANTIZED,
+        requires=Requirement("optimum.quanto", "optimum-quanto"),
+        localizable=True,
+        bits=bits,
+    )
+
+
+METHODS: tuple[CompressionMethod, ...] = (_quanto(8), _quanto(4), _quanto(2))
+
+__all__ = ["METHODS", "Quanto"]
