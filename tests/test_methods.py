@@ -120,3 +120,28 @@ def test_an_out_of_tree_method_registers_by_entry_point(monkeypatch: pytest.Monk
 def test_the_docs_quote_the_registry_s_catalogue() -> None:
     docs = (PACKAGE.parent / "docs" / "compression-families.md").read_text(encoding="utf-8")
     assert registry.catalogue_table() in docs
+
+
+def test_commands_hide_the_kernels_transformers_imports_eagerly_and_methods_show_them() -> None:
+    """After ``gate.commands`` is imported, loading transformers' model code imports neither
+    hqq (its compiler-heavy import) nor torchao; the hqq method still finds and imports it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import gate.commands\n"
+        "import transformers.modeling_utils\n"
+        "from transformers.utils import import_utils\n"
+        "assert sys.modules['hqq'] is None and sys.modules['torchao'] is None\n"
+        "assert not import_utils.is_hqq_available() and not import_utils.is_torchao_available()\n"
+        "from gate.models.methods.registry import get_method\n"
+        "for name in ('hqq-4', 'torchao-int8wo'):\n"
+        "    assert get_method(name).requires.installed(), name\n"
+        "import hqq.core.quantize, torchao.quantization\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

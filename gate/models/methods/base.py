@@ -38,6 +38,7 @@ modules therefore sit below the recipe parser that reads them.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -158,19 +159,45 @@ DRAFTED = Footprint("draft tokens proposed", Counting.PER_CALL, generation_only=
 
 @dataclass(frozen=True)
 class Requirement:
-    """A package a method needs: the module it imports and the one-line install hint."""
+    """A package a method needs: the module it imports and the one-line install hint.
+
+    ``eager_in_transformers``: transformers imports the package whenever it finds it
+    installed, on every model load, whether or not a recipe uses it (hqq for its quantized
+    cache: hqq's import pulls in torch's compiler, seconds per process; torchao for its
+    quantizer, which prints warnings about its CUDA kernels on a CPU). gate's commands
+    hide such a package from those look-ups (:meth:`hide`) and show it again to the one
+    method that imports it (:meth:`installed` calls :meth:`show`): gate applies these
+    methods through the packages' own APIs, never through transformers' integration.
+    """
 
     module: str
     #: The distribution to install (``pip install <package>``).
     package: str
+    eager_in_transformers: bool = False
 
     @property
     def hint(self) -> str:
         """The one-line install hint."""
         return f"pip install {self.package}"
 
+    @property
+    def top_module(self) -> str:
+        """The top-level package of :attr:`module` (``optimum`` for ``optimum.quanto``)."""
+        return self.module.partition(".")[0]
+
+    def hide(self) -> None:
+        """Make the package look absent to ``importlib.util.find_spec`` (a ``None`` entry in
+        ``sys.modules``), unless it is imported already; :meth:`show` undoes it."""
+        sys.modules.setdefault(self.top_module, None)  # type: ignore[arg-type]
+
+    def show(self) -> None:
+        """Undo :meth:`hide`: the package is found and imported as usual again."""
+        if self.top_module in sys.modules and sys.modules[self.top_module] is None:
+            del sys.modules[self.top_module]
+
     def installed(self) -> bool:
         """Whether the module is importable (found, not imported)."""
+        self.show()
         top, _, rest = self.module.partition(".")
         if importlib.util.find_spec(top) is None:
             return False

@@ -25,7 +25,7 @@ from gate.models.methods.base import (
     Requirement,
 )
 
-HQQ = Requirement("hqq", "hqq")
+HQQ = Requirement("hqq", "hqq", eager_in_transformers=True)
 #: The bit widths hqq packs.
 BITS: tuple[int, ...] = (1, 2, 3, 4, 8)
 #: Input weights per (scale, zero) pair.

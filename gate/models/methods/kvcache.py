@@ -22,9 +22,9 @@ from gate.models.methods.base import (
     EVICTED,
     CompressionMethod,
     RecipeArgs,
-    Requirement,
     keyed,
 )
+from gate.models.methods.quanto import QUANTO
 from gate.models.spec import ModelSpec
 
 
@@ -97,9 +97,6 @@ class StreamingPress(KVPress):
 
         values = keyed(recipe)
         return StreamingLLM(sinks=int(values["sinks"]), window=int(values["window"]))
-
-
-QUANTO = Requirement("optimum.quanto", "optimum-quanto")
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,17 @@ class Quanto(CompressionMethod):
         return modules_of_class(model, "QLinear")
 
 
+#: optimum-quanto, which the quanto weight recipes and the quantized KV cache import.
+QUANTO = Requirement("optimum.quanto", "optimum-quanto")
+
+
 def _quanto(bits: int) -> Quanto:
     return Quanto(
         f"quanto-int{bits}",
         f"optimum-quanto int{bits} weights",
         WEIGHTS,
         QUANTIZED,
-        requires=Requirement("optimum.quanto", "optimum-quanto"),
+        requires=QUANTO,
         localizable=True,
         bits=bits,
     )
@@ -48,4 +52,4 @@ def _quanto(bits: int) -> Quanto:
 
 METHODS: tuple[CompressionMethod, ...] = (_quanto(8), _quanto(4), _quanto(2))
 
-__all__ = ["METHODS", "Quanto"]
+__all__ = ["METHODS", "QUANTO", "Quanto"]

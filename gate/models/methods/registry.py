@@ -85,6 +85,18 @@ def methods() -> Mapping[str, CompressionMethod]:
     return found
 
 
+def hide_eager_kernels() -> None:
+    """Hide the built-in methods' packages that transformers imports on every model load
+    (:attr:`Requirement.eager_in_transformers`: seconds of import and warnings per process
+    for a recipe that does not use them); each method shows its own again when it acts.
+    Called once as a command starts (:mod:`gate.commands`), before anything imports
+    transformers; published methods are not read here (an entry point that fails to load
+    is reported where a recipe names it, never at start-up)."""
+    for method in BUILT_IN:
+        if method.requires is not None and method.requires.eager_in_transformers:
+            method.requires.hide()
+
+
 def method_names() -> list[str]:
     """Every recipe name, in catalogue order."""
     return list(methods())
@@ -138,6 +150,7 @@ __all__ = [
     "catalogue_table",
     "families",
     "get_method",
+    "hide_eager_kernels",
     "method_names",
     "methods",
 ]

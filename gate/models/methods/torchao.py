@@ -40,7 +40,7 @@ from gate.models.methods.base import (
 )
 from gate.models.spec import ModelSpec
 
-TORCHAO = Requirement("torchao", "torchao")
+TORCHAO = Requirement("torchao", "torchao", eager_in_transformers=True)
 #: Modules left in full precision (module-name globs).
 EXCLUDE: tuple[str, ...] = ("lm_head",)
 
