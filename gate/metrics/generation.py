@@ -32,6 +32,7 @@ token when they have one (the backends' ``generate``). Definitions
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ def distinct_2(tokens: Sequence[int]) -> float:
     """Distinct bigrams over bigrams of one answer; 1.0 under two tokens."""
     if len(tokens) < 2:
         return 1.0
-    bigrams = list(zip(tokens[:-1], tokens[1:], strict=True))
+    bigrams = list(itertools.pairwise(tokens))
     return len(set(bigrams)) / len(bigrams)
 
 

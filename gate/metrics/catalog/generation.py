@@ -10,6 +10,8 @@ recorded measurements against any other ref.
 
 * ``exact_match`` and ``stop_rate`` and ``loop_rate`` are 0/1 per prompt
   (McNemar's exact test on the discordant prompts);
+* ``length_ratio`` and ``stop_rate`` are two-sided (``MetricSpec.two_sided``):
+  rambling and truncation are both regressions;
 * ``divergence_position`` (tokens), ``length_ratio`` (logs of the per-prompt
   ratio: the value is their geometric mean) and ``distinct_2`` are scores per
   prompt (paired bootstrap).
@@ -53,15 +55,18 @@ SPECS: tuple[MetricSpec, ...] = (
         False,
         SampleKind.PAIRED_SCORE,
         "candidate / baseline answer length, geometric mean over prompts (samples: log ratios);"
-        " above 1 the candidate rambles",
+        " above 1 the candidate rambles, below 1 it cuts its answers short (two-sided)",
         log_samples=True,
+        two_sided=True,
     ),
     MetricSpec(
         STOP_RATE,
         "ratio",
         True,
         SampleKind.PAIRED_BINARY,
-        "share of answers that end by themselves (EOS or the chat template's end) within the cap",
+        "share of answers that end by themselves (EOS or the chat template's end) within the cap"
+        " (two-sided: stopping more often cuts answers short, less often rambles)",
+        two_sided=True,
     ),
     MetricSpec(
         LOOP_RATE,
