@@ -43,10 +43,13 @@ def divergences(results: Results) -> list[Divergences]:
     return out
 
 
-def short(text: Any, limit: int = SHORT) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+def short(text: Any, limit: int = SHORT, *, end: bool = False) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis (``end``: its
+    last characters, where a chat-templated prompt holds the user's words)."""
     flat = " ".join(str(text if text is not None else "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    return "…" + flat[-(limit - 1) :] if end else flat[: limit - 1] + "…"
 
 
 def heading(example: Mapping[str, Any]) -> str:
@@ -62,7 +65,7 @@ def example_lines(example: Mapping[str, Any]) -> list[str]:
     """Plain lines of one example (console and markdown): the prompt, the shared prefix,
     then each answer from where they part."""
     return [
-        f"prompt: {short(example.get('prompt'))}",
+        f"prompt: {short(example.get('prompt'), end=True)}",
         f"shared: {short(example.get('common'))}",
         f"baseline then: {short(example.get('baseline'))}",
         f"candidate then: {short(example.get('candidate'))}",

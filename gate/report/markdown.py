@@ -216,7 +216,7 @@ def divergence_lines(group: Divergences, *, several: bool) -> list[str]:
         lines += [
             f"**{cell(heading(example))}**",
             "",
-            f"prompt: {cell(short(example.get('prompt')))}",
+            f"prompt: {cell(short(example.get('prompt'), end=True))}",
             "",
             f"shared: {cell(short(example.get('common')))}",
             "",
