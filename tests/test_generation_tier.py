@@ -97,6 +97,7 @@ def _verdicts(measurements: list[Measurement]) -> dict[str, Severity]:
     return {v.metric: v.severity for v in verdicts if v.slice is None}
 
 
+@pytest.mark.slow
 def test_the_control_reproduces_the_pack_and_passes(
     demo_backend: HFBackend, pack: ReferencePack
 ) -> None:
@@ -119,6 +120,7 @@ def test_the_control_reproduces_the_pack_and_passes(
         assert own[name].value == pytest.approx(m.value), name
 
 
+@pytest.mark.slow
 def test_two_dropped_layers_are_blocked_by_short_answers(pack: ReferencePack) -> None:
     build = load_backend(ModelSpec.parse("demo", device="cpu"), "drop-layers:2")
     stored = tier.stored_answers(pack, LIMIT)
