@@ -149,8 +149,9 @@ def test_endpoint_accuracy_and_capability_through_the_cli(
     engine_cache: Path, served: HTTPBackend, tmp_path: Path
 ) -> None:
     """A server someone else runs (``--endpoint``: the session's float32 server): the
-    accuracy and capability tiers over HTTP against the committed float32 baseline:
-    nothing may change, and gate leaves the server it did not start alone."""
+    accuracy, capability and generation tiers over HTTP against the committed float32
+    baseline: nothing may change (the served answers are the pack's, the baseline's
+    values read from the pack), and gate leaves the server it did not start alone."""
     endpoint = served.settings.base_url
     out = tmp_path / "results.json"
     done = _gate(
@@ -162,7 +163,7 @@ def test_endpoint_accuracy_and_capability_through_the_cli(
         "--against",
         "fp32",
         "--tiers",
-        "accuracy,capability",
+        "accuracy,capability,generation",
         "--endpoint",
         endpoint,
         "--served-model",
@@ -185,5 +186,14 @@ def test_endpoint_accuracy_and_capability_through_the_cli(
     assert results["candidate"]["server_log"] is None
     assert any(name.startswith("accuracy.") for name in metrics)
     assert any(name.startswith("capability.") for name in metrics)
+    generation = {name: m for name, m in metrics.items() if name.startswith("generation.")}
+    assert len(generation) == 6
+    for m in generation.values():  # against the pack's answers, taken in the session
+        assert m["n"] == 96 and m["details"]["reference"] == "in-session", m
+    # float32 served greedily: the answers are the pack's, or part late on a near-tie
+    assert generation["generation.exact_match"]["value"] >= 0.9
+    assert generation["generation.stop_rate"]["value"] == pytest.approx(
+        generation["generation.stop_rate"]["baseline_value"], abs=2 / 96
+    )
     for m in metrics.values():
         assert m["severity"] == "pass", m["reason"]

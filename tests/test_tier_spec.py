@@ -48,7 +48,7 @@ def test_every_metric_is_owned_by_exactly_the_spec_of_its_tier() -> None:
 
 def test_the_tier_lists_are_the_specs_flags() -> None:
     assert DEFAULT_TIERS == ("accuracy", "capability", "fidelity", "latency")
-    assert OPT_IN_TIERS == ("judge", "load", "speculative")
+    assert OPT_IN_TIERS == ("generation", "judge", "load", "speculative")
     assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity", "speculative")
     assert set(DEFAULT_CALIBRATION_TIERS) <= set(CALIBRATED_TIERS)
     assert CalibrationRequest(model="demo").tiers == DEFAULT_CALIBRATION_TIERS

@@ -8,7 +8,9 @@ its breakdown slices):
    Neither -> PASS "no baseline value".
 2. Degradation ``d = s * (value - r)`` with ``s = -1`` for higher-is-better
    metrics and ``+1`` otherwise, so ``d > 0`` is worse; in relative mode
-   ``d / |r|``. The point severity is the highest bound ``d`` is past.
+   ``d / |r|``. The point severity is the highest bound ``d`` is past. A
+   two-sided metric (``MetricSpec.two_sided``) takes ``s`` from the way it
+   moved (``d = |value - r|``) and doubles its test's p-value (:func:`facing`).
 3. The point severity stands only if the one-sided test of "candidate worse"
    is significant at ``alpha``: McNemar's exact test (PAIRED_BINARY, items
    paired by ``sample_ids``), a paired bootstrap of the mean difference
@@ -63,6 +65,14 @@ test instead of the stored baseline's: the stored timings were taken under
 another state of the machine, the in-session ones under the same. Verdicts
 then say ``(in-session baseline)`` and ``details["reference"] == "in-session"``.
 Other refs, and non-REPEATED metrics, use their stored values as before.
+
+A paired (``PAIRED_BINARY``, ``PAIRED_SCORE``) measurement may carry the same
+entry: the baseline's per-item values on the candidate's items, in the
+candidate's order, computed in the session from what the baseline stored (the
+generation tier: the baseline's answers in its reference pack). They are the
+reference and the paired test's baseline side for ``against`` (items paired by
+position), so a baseline recorded before the metric existed is compared on
+its stored answers; POINT and RATIO metrics never use one.
 """
 
 from __future__ import annotations
@@ -127,10 +137,14 @@ def _index(
     return out
 
 
+#: The sample kinds an in-session reference may stand for.
+_IN_SESSION_KINDS = (SampleKind.REPEATED, SampleKind.PAIRED_BINARY, SampleKind.PAIRED_SCORE)
+
+
 def _in_session(cand: Measurement, spec: MetricSpec, against: str) -> Reference | None:
     """The candidate's in-session baseline for ``against`` (see the module docstring), if any."""
     raw = cand.details.get(MeasurementDetail.PAIRED_REFERENCE)
-    if raw is None or spec.sample_kind is not SampleKind.REPEATED:
+    if raw is None or spec.sample_kind not in _IN_SESSION_KINDS:
         return None
     hint = 'details["paired_reference"] needs a numeric "value" and a list of "samples"'
     if not isinstance(raw, Mapping):
@@ -372,6 +386,15 @@ def _weigh(
     return evidence, Severity.PASS, Basis.NOT_SIGNIFICANT
 
 
+def facing(spec: MetricSpec, value: float, reference: float) -> MetricSpec:
+    """``spec`` as it is judged against ``reference``: a two-sided metric
+    (:attr:`MetricSpec.two_sided`) faces the way ``value`` moved (below the reference,
+    lower is worse), any other is itself."""
+    if not spec.two_sided or value == reference:
+        return spec
+    return replace(spec, higher_is_better=value < reference)
+
+
 def judge_metric(
     cand: Measurement,
     base: Measurement | None,
@@ -387,10 +410,14 @@ def judge_metric(
     if spec.sample_kind is SampleKind.RATIO:  # measured against the baseline in session
         return judge_ratio(cand, spec, slice=slice)
     ref = _reference(cand, base, spec, against)
+    if ref is not None:
+        spec = facing(spec, cand.value, ref.value)
     subject = Subject(spec.name, slice, cand.value, spec.higher_is_better)
     if ref is None:
         return Decision.passed_ungated(subject, None, basis=Basis.NO_REFERENCE, n=cand.n)
     first = _evidence(cand, ref, spec, n_resamples)
+    if spec.two_sided and isinstance(first, Evidence):  # either way: two tests, Bonferroni
+        first = replace(first, p_worse=min(1.0, 2.0 * first.p_worse))
     evidence = first if isinstance(first, Evidence) else None
     untested = first if isinstance(first, str) else ""
     decision = Decision.passed_ungated(
@@ -474,6 +501,8 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
     """
     details = dict(cand.details)  # the candidate's extras reach the reports
     ref = decision.reference
+    if ref is not None:
+        spec = facing(spec, cand.value, ref.value)
     if ref is not None:
         details[VerdictDetail.REFERENCE] = ref.kind
     if decision.basis is Basis.NOT_SIGNIFICANT:

@@ -16,6 +16,7 @@ from gate.metrics.catalog import (
     accuracy,
     capability,
     fidelity,
+    generation,
     judge,
     latency,
     load,
@@ -27,7 +28,16 @@ from gate.metrics.spec import MetricSpec
 #: ``SPECS: tuple[MetricSpec, ...]``. A tier's name is declared there once; what
 #: else the gate knows of a tier (settings, suite, default, calibrate) is its
 #: :class:`gate.tiers.spec.TierSpec`.
-CATALOG_MODULES = (fidelity, accuracy, capability, latency, judge, load, speculative)
+CATALOG_MODULES = (
+    fidelity,
+    accuracy,
+    capability,
+    latency,
+    judge,
+    load,
+    speculative,
+    generation,
+)
 
 #: The tiers, one per catalog module, sorted: the one answer to "is this a tier?"
 #: (:func:`check_tier`).

@@ -56,6 +56,11 @@ class MetricSpec:
     #: The verdict's CI ``[lo, hi]`` of the mean difference against the reference's
     #: centred scores is mapped to ``[D(1/2 + lo), D(1/2 + hi)]`` (``D`` increases).
     elo_samples: bool = False
+    #: A change either way is a regression (the generation tier's length ratio and stop
+    #: rate: rambling and truncation alike). The gate judges it in the direction it moved
+    #: (``higher_is_better`` then reads "away from the reference is worse") and doubles
+    #: the one-sided test's p-value (two one-sided tests at ``alpha / 2`` each, Bonferroni).
+    two_sided: bool = False
 
     @property
     def tier(self) -> str:

@@ -43,6 +43,7 @@ from rich.text import Text
 from gate.errors import exit_label
 from gate.gating.power import PowerStatement
 from gate.gating.verdict import Severity, Verdict, VerdictDetail, VerdictThreshold
+from gate.report.divergences import divergences, example_lines, heading
 from gate.report.judge_summary import summary_lines
 from gate.report.results import Results
 
@@ -272,6 +273,13 @@ def render(results: Results, console: Console | None = None, *, title: str | Non
     for panel in results.judge:
         for k, text in enumerate(summary_lines(panel)):
             console.print(Text(("" if k == 0 else "  ") + text, style="bold" if k == 0 else ""))
+    for group in divergences(results):
+        against = f" vs {group.against}" if show_against else ""
+        console.print(Text(f"generation: the worst divergences{against}:", style="bold"))
+        for example in group.examples:
+            console.print(Text("  " + heading(example)))
+            for said in example_lines(example):
+                console.print(Text("    " + said), soft_wrap=True)
     findings, left_out = listed_findings(verdicts)
     if findings:
         console.print(Text("findings:", style="bold"))

@@ -36,6 +36,7 @@ from gate.report.console import (
     order,
     power_line,
 )
+from gate.report.divergences import divergences, heading
 from gate.report.judge_summary import JudgeSummary, summary_lines
 from gate.report.markdown import (
     baseline_text,
@@ -436,6 +437,33 @@ def notes_section(results: Results) -> str:
     )
 
 
+def _divergence_example(example: Mapping[str, Any]) -> str:
+    return (
+        f"<details><summary>{esc(heading(example))}</summary>"
+        f"<p><b>Prompt</b></p><pre>{esc(example.get('prompt'))}</pre>"
+        f"<p><b>Both answers, up to token {esc(example.get('position'))}</b></p>"
+        f"<pre>{esc(example.get('common'))}</pre>"
+        '<div class="cols">'
+        f"<div><p><b>Baseline, from there</b></p><pre>{esc(example.get('baseline'))}</pre></div>"
+        f"<div><p><b>Candidate, from there</b></p><pre>{esc(example.get('candidate'))}</pre></div>"
+        "</div></details>"
+    )
+
+
+def divergences_section(results: Results) -> str:
+    """The generation tier's worst divergences: the prompt, the shared start, the two answers
+    side by side from where they part."""
+    found = divergences(results)
+    if not found:
+        return ""
+    parts = ['<h2 id="divergences">Generation: the worst divergences</h2>']
+    for group in found:
+        if len(found) > 1:
+            parts.append(f"<h3>against {esc(group.against)}</h3>")
+        parts += [_divergence_example(e) for e in group.examples]
+    return "".join(parts)
+
+
 def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "gate report") -> str:
     """The whole report as one HTML string."""
     word = headline(results)
@@ -449,6 +477,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
             plots_section(all_plots(results.verdicts, drift)),
             load_section(results),
             judge_section(results),
+            divergences_section(results),
             tiers_section(results),
             provenance_section(results),
             "</main>",

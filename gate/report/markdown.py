@@ -31,6 +31,7 @@ from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.verdict import Severity, Verdict
 from gate.provenance import ModelProvenance
 from gate.report.console import NUMBER_HEADERS, listed_underpowered, number_cells, order, power_line
+from gate.report.divergences import Divergences, divergences, heading, short
 from gate.report.judge_summary import summary_lines
 from gate.report.results import Results
 
@@ -203,6 +204,30 @@ def tiers_section(results: Results) -> list[str]:
     return lines
 
 
+def divergence_lines(group: Divergences, *, several: bool) -> list[str]:
+    """The generation tier's worst divergences, folded: the prompt, the shared start and
+    the two answers side by side from where they part."""
+    against = f" vs {group.against}" if several else ""
+    lines = [
+        f"<details><summary>Generation: the worst divergences{cell(against)}</summary>",
+        "",
+    ]
+    for example in group.examples:
+        lines += [
+            f"**{cell(heading(example))}**",
+            "",
+            f"prompt: {cell(short(example.get('prompt'), end=True))}",
+            "",
+            f"shared: {cell(short(example.get('common')))}",
+            "",
+            "| baseline, from there | candidate, from there |",
+            "| --- | --- |",
+            f"| {cell(short(example.get('baseline')))} | {cell(short(example.get('candidate')))} |",
+            "",
+        ]
+    return [*lines, "</details>", ""]
+
+
 def render_markdown(
     results: Results, *, artifacts_url: str | None = None, title: str = "gate"
 ) -> str:
@@ -229,6 +254,8 @@ def render_markdown(
     for panel in results.judge:
         head, *rest = summary_lines(panel)
         lines += [f"**{cell(head)}**", "", *(f"- {cell(line)}" for line in rest), ""]
+    for group in divergences(results):
+        lines += divergence_lines(group, several=len(results.baselines) > 1)
     tiers = tiers_section(results)
     if tiers:
         lines += [*tiers, ""]

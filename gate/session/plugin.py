@@ -76,6 +76,7 @@ TIER_MARKERS: dict[str, str] = {
     "accuracy": "gate tier: perplexity and multiple-choice accuracy",
     "capability": "gate tier: capability probes with exact checkers",
     "fidelity": "gate tier: fidelity to the baseline's own outputs (CGA, KL)",
+    "generation": "gate tier: free-running greedy answers against the baseline's (loops, stops, length)",
     "judge": "gate tier: pairwise LLM judges against the baseline's answers (Elo delta)",
     "latency": "gate tier: latency, throughput and memory",
     "load": "gate tier: served load A/B with GuideLLM (goodput at an SLO, the knee)",

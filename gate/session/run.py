@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from gate.tiers.accuracy import AccuracySettings
     from gate.tiers.capability import CapabilitySettings
     from gate.tiers.fidelity import FidelitySettings
+    from gate.tiers.generation import GenerationSettings
     from gate.tiers.judge import JudgeSettings
     from gate.tiers.latency import LatencySettings
     from gate.tiers.load import LoadTierSettings
@@ -121,6 +122,8 @@ class GateRun:
     def settings(self, tier: Literal["capability"]) -> CapabilitySettings: ...
     @overload
     def settings(self, tier: Literal["fidelity"]) -> FidelitySettings: ...
+    @overload
+    def settings(self, tier: Literal["generation"]) -> GenerationSettings: ...
     @overload
     def settings(self, tier: Literal["judge"]) -> JudgeSettings: ...
     @overload

@@ -29,6 +29,7 @@ from typing import Any
 
 from gate.gating.verdict import NotExercised
 from gate.measurement import Measurement, MeasurementDetail
+from gate.metrics.catalog.generation import TIER as GENERATION_TIER
 from gate.metrics.catalog.speculative import TIER as SPECULATIVE_TIER
 from gate.models.activity import Counting, Exercise, Reading, request_key
 from gate.models.backends.capabilities import activity_of
@@ -195,8 +196,9 @@ def _merged(stamps: list[Exercise]) -> Exercise:
 
 def _generates_through_speculation(tier: str) -> bool:
     """Whether ``tier`` certainly generated through a speculative decoder: the speculative
-    tier does nothing else; elsewhere scoring runs the target alone."""
-    return tier == SPECULATIVE_TIER
+    and generation tiers generate greedily through the build; elsewhere scoring runs the
+    target alone."""
+    return tier in (SPECULATIVE_TIER, GENERATION_TIER)
 
 
 def not_exercised(measurements: Sequence[Measurement]) -> dict[str, Exercise]:

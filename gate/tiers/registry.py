@@ -28,6 +28,7 @@ from gate.metrics.registry import check_tier
 from gate.tiers.accuracy import AccuracySettings
 from gate.tiers.capability import CapabilitySettings
 from gate.tiers.fidelity.settings import FidelitySettings
+from gate.tiers.generation import GenerationSettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadTierSettings
@@ -39,6 +40,7 @@ TierSettings: TypeAlias = (
     AccuracySettings
     | CapabilitySettings
     | FidelitySettings
+    | GenerationSettings
     | JudgeSettings
     | LatencySettings
     | LoadTierSettings
@@ -68,6 +70,10 @@ def build_settings(
 def build_settings(
     tier: Literal["fidelity"], table: Mapping[str, Any] | None = None, *, source: str = ""
 ) -> FidelitySettings: ...
+@overload
+def build_settings(
+    tier: Literal["generation"], table: Mapping[str, Any] | None = None, *, source: str = ""
+) -> GenerationSettings: ...
 @overload
 def build_settings(
     tier: Literal["judge"], table: Mapping[str, Any] | None = None, *, source: str = ""

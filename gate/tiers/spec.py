@@ -20,6 +20,7 @@ from types import ModuleType
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import capability as capability_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
+from gate.metrics.catalog import generation as generation_catalog
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import load as load_catalog
@@ -107,6 +108,13 @@ TIER_SPECS: tuple[TierSpec, ...] = (
         "gate.tiers.fidelity.settings:FidelitySettings",
         default=True,
         calibrated=True,
+        portable=True,
+    ),
+    _tier(
+        generation_catalog,
+        "gate.tiers.generation:GenerationSettings",
+        default=False,
+        calibrated=False,
         portable=True,
     ),
     _tier(

@@ -38,6 +38,7 @@ from gate.gating.against import DEFAULT_AGAINST
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import capability as capability_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
+from gate.metrics.catalog import generation as generation_catalog
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import speculative as speculative_catalog
@@ -110,6 +111,9 @@ HEADLINES: tuple[tuple[str, str], ...] = (
     (accuracy_catalog.PERPLEXITY, "ppl"),
     (accuracy_catalog.FLIPS, "flips"),
     (capability_catalog.ARITHMETIC_EASY, "arith"),
+    (generation_catalog.STOP_RATE, "stops"),
+    (generation_catalog.LENGTH_RATIO, "length"),
+    (generation_catalog.LOOP_RATE, "loops"),
     (judge_catalog.ELO_DELTA, "Elo"),
     (latency_catalog.TOKENS_PER_S, "tok/s"),
     (speculative_catalog.ACCEPTANCE_LENGTH, "accept len"),

@@ -1,0 +1,427 @@
+"""The generation tier: the candidate's free-running greedy answers against the baseline's.
+
+The baseline's answers are those its reference pack already stores (the
+fidelity tier's greedy outputs, :mod:`gate.store.reference`): the baseline is
+never generated again. The candidate answers the same prompt token ids
+greedily, up to the pack's cap (``max_new_tokens``), batched as the pack was
+recorded (the fidelity tier's ``batch_size``), so the baseline build itself
+reproduces its pack token for token. The per-prompt values of
+:mod:`gate.metrics.generation` become one :class:`~gate.measurement.Measurement`
+per metric, with per-prompt samples (``sample_ids`` = prompt ids) and
+breakdowns ``category:<c>`` and ``length:<t>``.
+
+What the pack says of the baseline's answer ``j``: the stored tokens ``b``
+(``n'_b``), the length it generated ``n_b`` (``n_generated``; for a pack
+older than version 3, ``n'_b`` unless the recorder cut it, else unknown) and
+whether ``b`` is the whole answer (not cut). Which prompts each metric uses:
+
+* divergence position: every prompt with a stored token;
+* exact match, length ratio, stop rate: every prompt whose ``n_b`` is known;
+* loop rate, distinct-2: every prompt whose whole answer is stored (the
+  detector and the bigrams need the answer's tail).
+
+The baseline's values on those prompts come from the pack too (its divergence
+from itself is ``n'_b``, its exact match 1, its log length ratio 0): in run
+mode each candidate measurement carries them under
+``details["paired_reference"]`` (:mod:`gate.gating.compare`: the in-session
+reference), so a baseline recorded before this tier existed gates it on its
+pack alone; in record mode they are the baseline's own measurements.
+
+The worst divergences (the earliest, relative to the stored answer) go to
+``details["examples"]`` of ``generation.exact_match``: the prompt, the common
+prefix and the two answers from the divergence on, as text, for the reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gate.errors import DataError
+from gate.measurement import Measurement, MeasurementDetail
+from gate.metrics import generation as gm
+from gate.metrics.catalog import generation as catalog
+from gate.models.backends.base import Backend
+from gate.progress import task as progress_task
+from gate.store.reference import PackPrompt, ReferencePack
+
+TIER = catalog.TIER
+
+#: The key of ``generation.exact_match``'s details holding the worst divergences.
+EXAMPLES = "examples"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """``[tiers.generation]`` settings (built with :func:`gate.tiers.registry.build_settings`).
+
+    The prompts, the cap and the batch size are the fidelity tier's pack's and
+    ``[tiers.fidelity]``'s (``limit``, ``batch_size``): the candidate answers what
+    the baseline answered, batched as it was.
+    """
+
+    #: ``R`` of the loop detector: copies of the span the answer's tail must hold.
+    loop_repeats: int = 3
+    #: ``M`` of the loop detector: the fewest tail tokens a loop covers.
+    loop_min_tokens: int = 16
+    #: ``P`` of the loop detector: the longest repeated span looked for, in tokens.
+    loop_max_period: int = 32
+    #: Worst divergences shown in the reports (0: none).
+    examples: int = 3
+
+    def __post_init__(self) -> None:
+        self.loop_rule  # noqa: B018 - validates the detector's parameters
+        if self.examples < 0:
+            raise ValueError(f"examples must be >= 0, got {self.examples}")
+
+    @property
+    def loop_rule(self) -> gm.LoopRule:
+        """The degenerate-loop detector these settings describe."""
+        return gm.LoopRule(self.loop_repeats, self.loop_min_tokens, self.loop_max_period)
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """What the pack holds of the baseline's answer to one prompt."""
+
+    index: int
+    meta: PackPrompt
+    #: ``b``: the stored tokens (the whole answer unless the recorder cut it).
+    tokens: tuple[int, ...]
+    #: ``n_b``: tokens the baseline generated; None when the pack cannot tell.
+    generated: int | None
+
+    @property
+    def whole(self) -> bool:
+        """The stored tokens are the whole answer (the recorder cut nothing)."""
+        return not self.meta.truncated and self.generated == len(self.tokens)
+
+
+def stored_answers(pack: ReferencePack, limit: int | None = None) -> list[StoredAnswer]:
+    """The baseline's answers in the pack (its first ``limit`` prompts)."""
+    count = len(pack) if limit is None else min(limit, len(pack))
+    out = []
+    for j in range(count):
+        meta = pack.prompts[j]
+        tokens = tuple(int(t) for t in pack.output_ids(j))
+        generated = meta.n_generated
+        if generated is None and not meta.truncated:
+            generated = len(tokens)
+        out.append(StoredAnswer(j, meta, tokens, generated))
+    return out
+
+
+@dataclass(frozen=True)
+class PairedValues:
+    """One metric's per-prompt values on both sides, on the prompts it uses."""
+
+    ids: tuple[str, ...]
+    candidate: tuple[float, ...]
+    baseline: tuple[float, ...]
+    slices: Mapping[str, tuple[int, ...]]
+
+
+def _slices(answers: Sequence[StoredAnswer]) -> dict[str, tuple[int, ...]]:
+    groups: dict[str, list[int]] = {}
+    for n, a in enumerate(answers):
+        groups.setdefault(f"category:{a.meta.category}", []).append(n)
+        groups.setdefault(f"length:{a.meta.length}", []).append(n)
+    return {k: tuple(v) for k, v in sorted(groups.items())}
+
+
+def _paired(
+    answers: Sequence[StoredAnswer],
+    answered: Sequence[Sequence[int]],
+    uses: Callable[[StoredAnswer], bool],
+    candidate: Callable[[StoredAnswer, Sequence[int]], float],
+    baseline: Callable[[StoredAnswer], float],
+) -> PairedValues:
+    """Each side's value on the prompts ``uses`` keeps: ``candidate`` of its answer,
+    ``baseline`` of the stored one (the baseline against itself)."""
+    kept = [(a, c) for a, c in zip(answers, answered, strict=True) if uses(a)]
+    return PairedValues(
+        ids=tuple(a.meta.id for a, _ in kept),
+        candidate=tuple(candidate(a, c) for a, c in kept),
+        baseline=tuple(baseline(a) for a, _ in kept),
+        slices=_slices([a for a, _ in kept]),
+    )
+
+
+def paired_values(
+    answers: Sequence[StoredAnswer],
+    answered: Sequence[Sequence[int]],
+    cap: int,
+    rule: gm.LoopRule,
+) -> dict[str, PairedValues]:
+    """Every metric's per-prompt values: the candidate's (``answered``) and the baseline's
+    (the pack: its divergence from itself is ``n'_b``, its exact match 1, its log length
+    ratio 0)."""
+
+    def has_tokens(a: StoredAnswer) -> bool:
+        return bool(a.tokens)
+
+    def known(a: StoredAnswer) -> bool:
+        return a.generated is not None and a.generated > 0
+
+    def whole(a: StoredAnswer) -> bool:
+        return a.whole and bool(a.tokens)
+
+    def generated(a: StoredAnswer) -> int:
+        assert a.generated is not None  # only on the prompts ``known`` keeps
+        return a.generated
+
+    return {
+        catalog.EXACT_MATCH: _paired(
+            answers,
+            answered,
+            known,
+            lambda a, c: float(gm.exact_match(c, a.tokens, generated(a))),
+            lambda a: 1.0,
+        ),
+        catalog.DIVERGENCE_POSITION: _paired(
+            answers,
+            answered,
+            has_tokens,
+            lambda a, c: float(gm.divergence_position(c, a.tokens)),
+            lambda a: float(len(a.tokens)),
+        ),
+        catalog.LENGTH_RATIO: _paired(
+            answers,
+            answered,
+            known,
+            lambda a, c: gm.log_length_ratio(max(len(c), 1), generated(a)),
+            lambda a: 0.0,
+        ),
+        catalog.STOP_RATE: _paired(
+            answers,
+            answered,
+            known,
+            lambda a, c: float(gm.stopped(len(c), cap)),
+            lambda a: float(gm.stopped(generated(a), cap)),
+        ),
+        catalog.LOOP_RATE: _paired(
+            answers,
+            answered,
+            whole,
+            lambda a, c: float(gm.is_loop(c, rule)),
+            lambda a: float(gm.is_loop(a.tokens, rule)),
+        ),
+        catalog.DISTINCT_2: _paired(
+            answers,
+            answered,
+            whole,
+            lambda a, c: gm.distinct_2(c),
+            lambda a: gm.distinct_2(a.tokens),
+        ),
+    }
+
+
+def _aggregate(name: str, samples: Sequence[float]) -> float:
+    """The metric's value from its per-prompt samples: the mean; for the length ratio
+    the geometric mean (its samples are logs)."""
+    if name == catalog.LENGTH_RATIO:
+        return gm.geometric_mean_ratio(samples)
+    return math.fsum(samples) / len(samples)
+
+
+def _measurement(
+    name: str,
+    ids: Sequence[str],
+    samples: Sequence[float],
+    reference: Sequence[float] | None,
+    against: str | None,
+) -> Measurement:
+    details: dict[str, Any] = {}
+    if reference is not None:
+        details[MeasurementDetail.PAIRED_REFERENCE] = {
+            "against": against,
+            "value": _aggregate(name, reference),
+            "samples": [float(x) for x in reference],
+        }
+    return Measurement(
+        name,
+        _aggregate(name, samples),
+        samples=tuple(float(x) for x in samples),
+        sample_ids=tuple(ids),
+        details=details,
+    )
+
+
+def to_measurements(
+    values: Mapping[str, PairedValues], *, side: str, against: str | None = None
+) -> list[Measurement]:
+    """One measurement per metric with a prompt, sliced; ``side`` ``"candidate"`` carries
+    the baseline's values beside its own (``against``: the ref whose pack they are),
+    ``"baseline"`` is the baseline's own."""
+    out = []
+    for name, v in values.items():
+        if not v.ids:
+            continue
+        own = v.candidate if side == "candidate" else v.baseline
+        ref = v.baseline if side == "candidate" else None
+
+        def pick(xs: Sequence[float] | None, idx: Sequence[int]) -> list[float] | None:
+            return None if xs is None else [xs[i] for i in idx]
+
+        breakdown = {
+            key: _measurement(
+                name,
+                [v.ids[i] for i in idx],
+                [own[i] for i in idx],
+                pick(ref, idx),
+                against,
+            )
+            for key, idx in v.slices.items()
+        }
+        whole = _measurement(name, v.ids, own, ref, against)
+        out.append(dataclasses.replace(whole, breakdown=breakdown))
+    return out
+
+
+@dataclass(frozen=True)
+class DivergenceExample:
+    """One prompt's answers side by side from where they part (a report example)."""
+
+    prompt_id: str
+    category: str
+    prompt: str
+    #: ``d``: tokens the two answers share before they part.
+    position: int
+    common: str
+    baseline: str
+    candidate: str
+    baseline_tokens: int
+    candidate_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (an entry of ``details["examples"]``)."""
+        return dict(self.__dict__)
+
+
+def worst_divergences(
+    backend: Backend,
+    pack: ReferencePack,
+    answers: Sequence[StoredAnswer],
+    answered: Sequence[Sequence[int]],
+    count: int,
+) -> list[DivergenceExample]:
+    """The ``count`` answers that part from the baseline's earliest relative to its stored
+    length (``d / n'_b``, then ``d``), exact matches left out, decoded for the reports."""
+    parted = []
+    for a, c in zip(answers, answered, strict=True):
+        if not a.tokens or (a.generated is not None and gm.exact_match(c, a.tokens, a.generated)):
+            continue
+        d = gm.divergence_position(c, a.tokens)
+        if d == len(a.tokens) and len(c) == len(a.tokens):
+            continue  # identical as far as the pack goes
+        parted.append((d / len(a.tokens), d, a, c))
+    parted.sort(key=lambda x: (x[0], x[1], x[2].index))
+    out = []
+    for _, d, a, c in parted[:count]:
+        out.append(
+            DivergenceExample(
+                prompt_id=a.meta.id,
+                category=a.meta.category,
+                prompt=backend.decode(pack.prompt_ids(a.index).tolist()),
+                position=d,
+                common=backend.decode(list(a.tokens[:d])),
+                baseline=backend.decode(list(a.tokens[d:])),
+                candidate=backend.decode(list(c[d:])),
+                baseline_tokens=a.generated if a.generated is not None else len(a.tokens),
+                candidate_tokens=len(c),
+            )
+        )
+    return out
+
+
+def answer(
+    backend: Backend, pack: ReferencePack, answers: Sequence[StoredAnswer], batch_size: int
+) -> list[list[int]]:
+    """The candidate's greedy answers to the pack's prompts, up to the pack's cap."""
+    prompts = [pack.prompt_ids(a.index).tolist() for a in answers]
+    with progress_task("generation: answering", total=len(prompts), counted_below=True):
+        out = backend.generate(prompts, max_new_tokens=pack.max_new_tokens, batch_size=batch_size)
+    answered = [list(o) for o in out]
+    too_long = [
+        a.meta.id for a, c in zip(answers, answered, strict=True) if len(c) > pack.max_new_tokens
+    ]
+    if too_long:
+        raise DataError(
+            f"the candidate answered {too_long[0]!r} beyond the cap of {pack.max_new_tokens} tokens",
+            "the backend must stop at max_new_tokens",
+        )
+    return answered
+
+
+def measure(
+    backend: Backend,
+    pack: ReferencePack,
+    settings: GenerationSettings,
+    *,
+    batch_size: int,
+    limit: int | None = None,
+    against: str | None = None,
+) -> list[Measurement]:
+    """The candidate's generation measurements against the baseline's answers in ``pack``."""
+    answers = stored_answers(pack, limit)
+    if not answers:
+        raise DataError("the reference pack holds no prompt", "re-record the baseline")
+    answered = answer(backend, pack, answers, batch_size)
+    return measure_answers(backend, pack, answers, answered, settings, against=against)
+
+
+def measure_answers(
+    backend: Backend,
+    pack: ReferencePack,
+    answers: Sequence[StoredAnswer],
+    answered: Sequence[Sequence[int]],
+    settings: GenerationSettings,
+    *,
+    against: str | None = None,
+) -> list[Measurement]:
+    """The measurements of the candidate's ``answered`` against the stored ``answers``
+    (``backend`` decodes the examples)."""
+    values = paired_values(answers, answered, pack.max_new_tokens, settings.loop_rule)
+    out = to_measurements(values, side="candidate", against=against)
+    if not settings.examples:
+        return out
+    worst = worst_divergences(backend, pack, answers, answered, settings.examples)
+    examples = [d.to_dict() for d in worst]
+    return [
+        dataclasses.replace(m, details={**m.details, EXAMPLES: examples})
+        if m.name == catalog.EXACT_MATCH
+        else m
+        for m in out
+    ]
+
+
+def record(
+    pack: ReferencePack, settings: GenerationSettings, *, limit: int | None = None
+) -> list[Measurement]:
+    """The baseline's own generation measurements, from its pack alone (nothing generated)."""
+    answers = stored_answers(pack, limit)
+    values = paired_values(
+        answers, [a.tokens for a in answers], pack.max_new_tokens, settings.loop_rule
+    )
+    return to_measurements(values, side="baseline")
+
+
+__all__ = [
+    "EXAMPLES",
+    "TIER",
+    "DivergenceExample",
+    "GenerationSettings",
+    "PairedValues",
+    "StoredAnswer",
+    "answer",
+    "measure",
+    "measure_answers",
+    "paired_values",
+    "record",
+    "stored_answers",
+    "to_measurements",
+    "worst_divergences",
+]
