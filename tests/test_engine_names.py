@@ -30,9 +30,9 @@ REGISTRY = "engines/registry.py"
 #: compression-method work of issue 49 item 2, which turns them into one method class).
 GGUF_RECIPES: dict[str, str] = {
     "models/llama_cpp/": "llama.cpp's tools that make a gguf-* recipe's file",
-    "models/recipes.py": "the gguf-* recipes' types, from models/llama_cpp/types.py",
-    "models/precheck.py": "a gguf-* recipe needs llama.cpp built",
-    "models/compress/__init__.py": "the gguf-* recipes' footprint",
+    "models/methods/gguf.py": "the gguf-* method class, made by models/llama_cpp/",
+    "models/methods/base.py": "a method's runs_in_llama_cpp capability",
+    "models/methods/registry.py": "the gguf-* method's registry line",
     "models/backends/loading.py": "a gguf-* recipe's file made and loaded dequantized",
     "localize/suggest.py": "the repaired build in llama-quantize's syntax (a quantizer's)",
     "session/run_config.py": "[run].engine = 'llama.cpp', the gguf-* recipe's runner",
