@@ -259,7 +259,7 @@ class ModelProvenance:
     gguf_sha256: str | None = _fact(_is_str)
     gguf_architecture: str | None = _fact(_is_str)
     gguf_tensor_types: Mapping[str, int] | None = _fact(_is_int_mapping)
-    #: A ``gguf-*`` recipe's file (``gate.models.llama_cpp``): what ran it (``llama.cpp``, or
+    #: A ``gguf-*`` recipe's file (``gate.engines.llama_cpp``): what ran it (``llama.cpp``, or
     #: ``dequantized``: transformers in process) and the llama.cpp build that made it.
     gguf_runtime: str | None = _fact(_is_str)
     gguf_made_with: str | None = _fact(_is_str)

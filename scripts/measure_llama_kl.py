@@ -1,7 +1,7 @@
 """gate's KL beside llama.cpp's own instrument (``llama-perplexity --kl-divergence``), same positions.
 
 For each ``gguf-*`` build of the model (F16, Q8_0, Q4_K_M, Q2_K by default,
-made by the recipes' own code, :func:`gate.models.llama_cpp.make.make_gguf`):
+made by the recipes' own code, :func:`gate.engines.llama_cpp.make.make_gguf`):
 
 * **llama.cpp's instrument.** gate's fidelity prompt texts, joined by blank
   lines, are one text file. ``llama-perplexity -m F16.gguf -f TEXT -c N
@@ -465,11 +465,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import torch
 
     from gate.data.prompt_set import load_prompt_set
+    from gate.engines.llama_cpp.install import require
+    from gate.engines.llama_cpp.make import make_gguf
     from gate.engines.llama_cpp.served import engine_for
     from gate.engines.opening import open_engine
     from gate.models.backends.loading import load_backend
-    from gate.models.llama_cpp.install import require
-    from gate.models.llama_cpp.make import make_gguf
     from gate.models.recipes import parse_recipe
     from gate.models.spec import ModelSpec
 

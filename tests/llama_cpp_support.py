@@ -1,7 +1,7 @@
 """llama.cpp for the tests that run its tools: built once per machine, then found.
 
 :func:`built_llama_cpp` returns the build gate finds
-(:func:`gate.models.llama_cpp.install.find`); where there is none it runs
+(:func:`gate.engines.llama_cpp.install.find`); where there is none it runs
 ``bash scripts/setup_engine.sh llama.cpp`` (about 5 minutes on 2 cores, once:
 the build is cached in the engine cache) and fails the test with the script's
 last lines when that fails.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.models.llama_cpp.install import LlamaCpp, find
+from gate.engines.llama_cpp.install import LlamaCpp, find
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP = REPO / "scripts" / "setup_engine.sh"

@@ -70,8 +70,8 @@ def server_path() -> str:
 @pytest.fixture(scope="module")
 def gguf_files(server_path: str) -> dict[str, Path]:
     """SmolLM2's F16 file, made by gate's recipe (cached by content)."""
-    from gate.models.llama_cpp.install import require
-    from gate.models.llama_cpp.make import make_gguf
+    from gate.engines.llama_cpp.install import require
+    from gate.engines.llama_cpp.make import make_gguf
 
     llama = require("the llama.cpp engine tests")
     spec = ModelSpec.parse("smollm2")

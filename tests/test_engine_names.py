@@ -24,21 +24,15 @@ ENGINE_NAME = re.compile(r"llama|vllm", re.IGNORECASE)
 ENGINE_FOLDERS = ("engines/vllm/", "engines/llama_cpp/")
 #: The registry's lines: the built-in dialects by ``module:Class``.
 REGISTRY = "engines/registry.py"
-#: Files outside the engines' folders that still name llama.cpp, each with the reason: the
-#: ``gguf-*`` recipes are made by llama.cpp's tools, and the recipe catalogue, the loader and
-#: the run's ``--engine llama.cpp`` option read them (``gate/models/llama_cpp/``, owned by the
-#: compression-method work of issue 49 item 2, which turns them into one method class).
+#: Files outside the engines' folders that still name llama.cpp, each with the reason. The
+#: ``gguf-*`` method class, llama.cpp's tools that make its file and the ``--engine`` choices
+#: live in ``gate/engines/llama_cpp/`` (registered as a method by pyproject.toml's
+#: ``gate.methods`` entry point); what is left is a display label.
 GGUF_RECIPES: dict[str, str] = {
-    "models/llama_cpp/": "llama.cpp's tools that make a gguf-* recipe's file",
-    "models/methods/gguf.py": "the gguf-* method class, made by models/llama_cpp/",
-    "models/methods/base.py": "a method's runs_in_llama_cpp capability",
-    "models/methods/registry.py": "the gguf-* method's registry line",
-    "models/backends/loading.py": "a gguf-* recipe's file made and loaded dequantized",
-    "localize/suggest.py": "the repaired build in llama-quantize's syntax (a quantizer's)",
-    "session/run_config.py": "[run].engine = 'llama.cpp', the gguf-* recipe's runner",
-    "session/engine.py": "--engine llama.cpp: the made file served",
-    "session/plugin.py": "--engine llama.cpp: the made file served",
-    "commands/run.py": "--engine llama.cpp's choices",
+    "localize/suggest.py": (
+        "a repaired build's snippet labelled by the tool it is for (llama.cpp's llama-quantize,"
+        " beside bitsandbytes, quanto...): a key of the results JSON's snippets that people read"
+    ),
 }
 
 #: Model names that contain an engine's letters: ``(file, text)``.
@@ -116,7 +110,7 @@ def test_the_scan_sees_code_and_leaves_prose() -> None:
     source = (
         '"""Served by vLLM."""\n'
         "import gate.engines.vllm.dialect\n"
-        "from gate.models.llama_cpp import install\n"
+        "from gate.engines.llama_cpp import install\n"
         "def f(vllm_port):\n"
         '    """llama-server\'s."""\n'
         '    if engine == "llama.cpp":  # llama\n'
@@ -126,7 +120,7 @@ def test_the_scan_sees_code_and_leaves_prose() -> None:
     found = sorted(names_in_code(source))
     assert found == [
         (2, "gate.engines.vllm.dialect"),
-        (3, "gate.models.llama_cpp"),
+        (3, "gate.engines.llama_cpp"),
         (4, "vllm_port"),
         (6, "llama.cpp"),
         (8, "llama"),

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from gate.engines.llama_cpp.install import LlamaCpp
+from gate.engines.llama_cpp.make import CONVERTED_TYPE, MadeGGUF, make_gguf, source_dir
+from gate.engines.llama_cpp.types import NEEDS_IMATRIX
 from gate.errors import ConfigError
-from gate.models.llama_cpp.install import LlamaCpp
-from gate.models.llama_cpp.make import CONVERTED_TYPE, MadeGGUF, make_gguf, source_dir
-from gate.models.llama_cpp.types import NEEDS_IMATRIX
 from gate.models.spec import ModelSpec, demo_model_dir
 from tests.gguf_support import smollm2_file
 from tests.llama_cpp_support import built_llama_cpp
@@ -106,7 +106,7 @@ def test_keep_writes_the_kept_block_in_f16(
     assert plain.path != made.path and plain.acted > made.acted > 0
     everything = _made(smollm2, "gguf-q4_0:keep=model.*", llama, cache)
     assert everything.acted == 0  # nothing quantized: the recipe did not act
-    from gate.models.llama_cpp.written import activity
+    from gate.engines.llama_cpp.written import activity
 
     assert activity(everything.recipe, everything.quant, everything.written).since(None).none
 
@@ -157,7 +157,7 @@ def test_the_dequantized_build_proves_it_acted(
 ) -> None:
     from gate.models.backends.loading import load_backend
 
-    monkeypatch.setattr("gate.models.llama_cpp.make.gguf_cache", lambda: cache)
+    monkeypatch.setattr("gate.engines.llama_cpp.make.gguf_cache", lambda: cache)
     made = _made(smollm2, "gguf-q8_0", llama, cache)
     backend = load_backend(smollm2, "gguf-q8_0")
     assert backend.activity is not None

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from gate.errors import ConfigError, ExitCode
-from gate.models.llama_cpp import install
-from gate.models.llama_cpp.make import converter_reason
-from gate.models.llama_cpp.types import (
+from gate.engines.llama_cpp import install
+from gate.engines.llama_cpp.make import converter_reason
+from gate.engines.llama_cpp.types import (
     NEEDS_IMATRIX,
     NOT_RECIPES,
     QUANT_TYPES,
     is_quantized,
     refuse_imatrix,
 )
-from gate.models.llama_cpp.written import WrittenTypes, acted
+from gate.engines.llama_cpp.written import WrittenTypes, acted
+from gate.errors import ConfigError, ExitCode
 from gate.models.methods.base import GGUF
 from gate.models.methods.registry import get_method, methods
 from gate.models.recipes import format_recipe, parse_recipe

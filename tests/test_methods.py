@@ -80,7 +80,7 @@ def test_a_method_s_slot_and_facts_come_from_its_family() -> None:
     assert not registry.get_method("kv-quant").needs_full_attention
     assert registry.get_method("spec-ngram").family is SPECULATIVE
     assert registry.get_method("bnb-nf4").quantizes_while_loading
-    assert registry.get_method("gguf-q4_k_m").runs_in_llama_cpp
+    assert registry.get_method("gguf-q4_k_m").runtime == "llama.cpp"
     assert not registry.get_method("drop-layers").localizable
 
 

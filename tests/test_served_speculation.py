@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gate.engines.llama_cpp.counters import llama_counters
+from gate.engines.llama_cpp.install import ENGINE as LLAMA_SERVER
 from gate.engines.served_speculation import (
     plain_command,
     plain_engine,
@@ -39,7 +40,6 @@ from gate.metrics.served_speculation import (
     engine_acceptance_length,
 )
 from gate.metrics.speculative import PlainReference
-from gate.models.llama_cpp.install import ENGINE as LLAMA_SERVER
 from gate.session.runner import check_tiers_fit
 from gate.tiers.served_speculation import measure_served
 from gate.tiers.speculative import SpeculativeSettings

@@ -45,10 +45,10 @@ RUNTIME_HELP = (
 
 def runtime_option(command: _F) -> _F:
     """``--engine ENGINE`` (keyword ``runtime``), of ``gate run`` and ``gate baseline record``."""
-    from gate.models.llama_cpp.install import ENGINE
+    from gate.models.methods.registry import runtimes
 
     return click.option(
-        "--engine", "runtime", type=click.Choice([ENGINE]), default=None, help=RUNTIME_HELP
+        "--engine", "runtime", type=click.Choice(list(runtimes())), default=None, help=RUNTIME_HELP
     )(command)
 
 

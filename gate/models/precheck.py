@@ -16,7 +16,7 @@ its own method (:meth:`gate.models.methods.base.CompressionMethod.precheck`):
   checked when they load;
 * a ``gguf-*`` recipe needs llama.cpp built (exit 4 naming the set-up
   command), and a type that needs an importance matrix is refused (exit 4,
-  :func:`gate.models.llama_cpp.types.refuse_imatrix`);
+  :func:`gate.engines.llama_cpp.types.refuse_imatrix`);
 * ``torchao-int4wo`` needs a CUDA GPU (exit 4, :mod:`gate.models.methods.torchao`).
 
 Here, for every method: a ``.gguf`` model must be an existing file (exit 4), and

@@ -66,7 +66,7 @@ a pre-quantized checkpoint (resolved by :mod:`gate.models.checkpoints`), an
 attention replacement, a KV-cache method, which runs through the
 compressed cache in scoring and generation, or a GGUF file llama.cpp's tools
 make from the model (``gguf-q4_k_m``: one recipe per llama-quantize type,
-declared once in :mod:`gate.models.llama_cpp.types`), or speculative decoding
+declared once in :mod:`gate.engines.llama_cpp.types`), or speculative decoding
 (``spec-*``: a drafter proposes tokens the build verifies, docs/speculative.md).
 """
 

@@ -92,39 +92,37 @@ def check_runtime(options: SessionOptions) -> str | None:
     runtime = options.runtime
     if runtime is None:
         return None
-    from gate.models.llama_cpp.install import ENGINE, require
-    from gate.models.methods.registry import get_method
+    from gate.models.methods.registry import get_method, runtimes
 
-    if runtime != ENGINE:
+    engines = runtimes()
+    if runtime not in engines:
         raise ConfigError(
-            f"--engine {runtime!r} is not an engine gate runs", f"use --engine {ENGINE}"
+            f"--engine {runtime!r} is not an engine gate runs",
+            f"use --engine {' or --engine '.join(engines)}",
         )
     from gate.models.stack import parse_stack
 
     stack = parse_stack(options.recipe)
     if stack.composed:
         raise ConfigError(
-            f"--engine {ENGINE} runs one gguf-* file, and recipe {stack} stacks more",
+            f"--engine {runtime} runs one gguf-* file, and recipe {stack} stacks more",
             "give the gguf-* recipe alone, or drop --engine to run the stack in process",
         )
     recipe = stack.parts[0]
     method = get_method(recipe.name)
-    if not method.runs_in_llama_cpp:
+    if method.runtime != runtime:
         what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({method.family.name})"
         raise ConfigError(
-            f"--engine {ENGINE} runs a gguf-* recipe's file, and this candidate has {what}",
+            f"--engine {runtime} runs a gguf-* recipe's file, and this candidate has {what}",
             "give a gguf-* recipe (e.g. --recipe gguf-q4_k_m), or serve a model file of your"
             ' own with --serve "llama-server -m FILE.gguf"',
         )
     if options.engine is not None:
         raise ConfigError(
-            f"--engine {ENGINE} starts its own server, and --serve/--endpoint name another",
+            f"--engine {runtime} starts its own server, and --serve/--endpoint name another",
             "drop one of them",
         )
-    from gate.models.llama_cpp.types import refuse_imatrix
-
-    refuse_imatrix(recipe.name)
-    require(f"--engine {ENGINE}")
+    method.check_runtime(recipe)
     return runtime
 
 

@@ -272,20 +272,21 @@ class GatePlugin:
     def _made_engine(self, model: str, options: SessionOptions, log: Path) -> Callable[[], Backend]:
         """The opener of a ``gguf-*`` recipe's file run by ``--engine llama.cpp``
         (:func:`gate.engines.llama_cpp.served.open_made_engine`), on the session's stack."""
-        from gate.engines.llama_cpp.served import open_made_engine
+        from gate.engines.registry import dialect_class
         from gate.engines.settings import EngineSettings
+        from gate.models.methods.registry import get_method
         from gate.models.recipes import parse_recipe
 
         spec = options.load.spec(model, allow_pickle=options.allow_pickle)
         recipe = parse_recipe(options.recipe)
-        placeholder = EngineSettings(
-            serve="llama-server"
-        )  # the log line; the command is made later
+        method = get_method(recipe.name)
+        server = dialect_class(method.runtime or "").server_name
+        placeholder = EngineSettings(serve=server)  # the log line; the command is made later
         return self._engine_opener(
             model,
             placeholder,
             log,
-            opener=lambda: open_made_engine(spec, recipe, log_path=log),
+            opener=lambda: method.open_in_runtime(spec, recipe, log),
         )
 
     def _warn(self, line: str) -> None:

@@ -92,11 +92,13 @@ def _check_runs_on(labels: tuple[str, ...] | None) -> None:
 
 def _check_runtime(engine: EngineSettings | str | None) -> None:
     """``engine = "..."`` (a string) names the engine that runs a ``gguf-*`` recipe's file."""
-    from gate.models.llama_cpp.install import ENGINE
+    from gate.models.methods.registry import runtimes
 
-    if isinstance(engine, str) and engine != ENGINE:
+    engines = runtimes()
+    if isinstance(engine, str) and engine not in engines:
+        spelled = " or ".join(f"engine = {name!r}" for name in engines)
         raise ValueError(
-            f"engine {engine!r} is not an engine gate runs: write engine = {ENGINE!r}, or an"
+            f"engine {engine!r} is not an engine gate runs: write {spelled}, or an"
             " engine table ([candidates.engine] serve = ...)"
         )
 

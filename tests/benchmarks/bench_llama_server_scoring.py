@@ -53,8 +53,8 @@ TEXTS = (
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HTTPBackend]:
-    from gate.models.llama_cpp.install import require
-    from gate.models.llama_cpp.make import make_gguf
+    from gate.engines.llama_cpp.install import require
+    from gate.engines.llama_cpp.make import make_gguf
 
     llama_server_path()
     spec = ModelSpec.parse("smollm2")

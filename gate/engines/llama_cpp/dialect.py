@@ -8,7 +8,7 @@ The protocol itself (payloads, answers, forced and per-position scoring) is
   ``/props`` answers with a ``build_info`` (or whose model card says
   ``owned_by: llamacpp``, which then must have one);
 * **identity**: the engine ``llama.cpp`` (declared once, in
-  :mod:`gate.models.llama_cpp.install`), its build as the version, the
+  :mod:`gate.engines.llama_cpp.install`), its build as the version, the
   tokenizer checked through ``/tokenize`` (the EOS token's text too);
 * **scoring**: ``forced`` (the default) or ``positions``, never the OpenAI
   fields it lacks;
@@ -41,10 +41,10 @@ from gate.engines.dialect import (
 )
 from gate.engines.llama_cpp import server
 from gate.engines.llama_cpp.counters import llama_counters
+from gate.engines.llama_cpp.install import ENGINE
 from gate.engines.scores import Position
 from gate.errors import ConfigError
 from gate.metrics.served_speculation import EngineDrafts
-from gate.models.llama_cpp.install import ENGINE
 
 #: The program's name.
 PROGRAM = "llama-server"

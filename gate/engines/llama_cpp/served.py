@@ -1,6 +1,6 @@
 """A ``gguf-*`` recipe run by llama.cpp (``--engine llama.cpp``): the file made, served, gated, stopped.
 
-:func:`open_made_engine` makes the recipe's file (:func:`gate.models.llama_cpp.make.make_gguf`),
+:func:`open_made_engine` makes the recipe's file (:func:`gate.engines.llama_cpp.make.make_gguf`),
 then goes through the serve machinery every ``--serve`` build uses
 (:func:`gate.engines.opening.open_engine`: :class:`~gate.engines.serve.ManagedServer`
 starts the command on a free loopback port, waits for ``/health``, keeps its
@@ -20,7 +20,7 @@ provenance also states the recipe, the file (sha256, tensor types written),
 ``engine: llama.cpp`` with the build that made and runs it, and
 ``gguf_runtime: llama.cpp``, and so that the recipe proves it acted the way it
 does in process: the tensors the file holds in the recipe's type
-(:mod:`gate.models.llama_cpp.written`).
+(:mod:`gate.engines.llama_cpp.written`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gate.engines.llama_cpp.install import ENGINE, LlamaCpp, require
+from gate.engines.llama_cpp.make import MadeGGUF, make_gguf
+from gate.engines.llama_cpp.written import activity
 from gate.engines.settings import EngineSettings
-from gate.models.llama_cpp.install import ENGINE, LlamaCpp, require
-from gate.models.llama_cpp.make import MadeGGUF, make_gguf
-from gate.models.llama_cpp.written import activity
 from gate.models.recipes import Recipe
 from gate.models.spec import ModelSpec
 from gate.provenance import ModelProvenance

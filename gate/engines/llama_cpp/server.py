@@ -88,9 +88,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.engines.client import EndpointClient
+from gate.engines.llama_cpp.install import ENGINE
 from gate.engines.scores import Position
 from gate.errors import BaselineError, ConfigError, ModelLoadError
-from gate.models.llama_cpp.install import ENGINE
 
 #: ``owned_by`` of llama-server's ``/v1/models`` entries.
 OWNED_BY = "llamacpp"

@@ -133,7 +133,7 @@ class HFBackend(tokens.TokenizerMethods):
         #: the warm-up, so only the gate's own requests count; None: nothing to prove).
         self.activity: Activity | StackActivity | None = None
         #: Facts of a ``gguf-*`` recipe's made file, stated over the rest of the provenance
-        #: (``gguf_runtime``, ``gguf_made_with``; :mod:`gate.models.llama_cpp.make`).
+        #: (``gguf_runtime``, ``gguf_made_with``; :mod:`gate.engines.llama_cpp.make`).
         self.made_facts: Mapping[str, Any] = {}
         recipe_text = str(recipe)
         self.name = spec.source if recipe_text == "none" else f"{spec.source}[{recipe_text}]"

@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -47,7 +47,7 @@ from gate.models.backends.hf import HFBackend
 from gate.models.compress import applies_after_loading, apply_recipe, load_kwargs
 from gate.models.compress.counting import quantized_checkpoint_layers
 from gate.models.gguf import GGUFSummary, read_gguf
-from gate.models.methods.base import CHECKPOINT, CHECKPOINT_LAYERS, GGUF
+from gate.models.methods.base import CHECKPOINT, CHECKPOINT_LAYERS
 from gate.models.methods.checkpoint import checkpoint_dir
 from gate.models.methods.registry import get_method
 from gate.models.precheck import check_gguf_recipe
@@ -570,8 +570,9 @@ def load_backend(
     """
     recipe = parse_recipe(recipe)
     definition = get_method(recipe.name)
-    if definition.family is GGUF:  # made by llama.cpp's tools before loading
-        return _load_made_gguf(spec, recipe, allow_incomplete_weights=allow_incomplete_weights)
+    made = definition.load_made(spec, recipe, allow_incomplete_weights=allow_incomplete_weights)
+    if made is not None:  # a method that builds a file and loads it (a gguf-* recipe)
+        return cast(HFBackend, made)
     local = checkpoint_dir(spec, recipe) if definition.family is CHECKPOINT else spec.local_dir
     source = str(local) if local is not None else spec.source
     gguf: GGUFSummary | None = None
@@ -621,36 +622,6 @@ def load_backend(
 
         count_calls(model, activity)  # after the warm-up: only the gate's requests count
     backend.activity = activity
-    return backend
-
-
-def _load_made_gguf(
-    spec: ModelSpec, recipe: Recipe, *, allow_incomplete_weights: bool
-) -> HFBackend:
-    """A ``gguf-*`` recipe without an engine: its file made (:func:`gate.models.llama_cpp.make.
-    make_gguf`) and loaded dequantized, as a ``.gguf`` model is; the provenance names the model
-    and recipe, the file (sha256, tensor types written) and ``gguf_runtime: dequantized``; the
-    activity counts the tensors written in the recipe's type (:mod:`gate.models.llama_cpp.written`)."""
-    import dataclasses
-
-    from gate.models.llama_cpp.make import make_gguf
-    from gate.models.llama_cpp.written import activity
-
-    made = make_gguf(spec, recipe)
-    unknown = sorted(name for name in made.written.counts if name.startswith("GGML_TYPE_"))
-    if unknown:
-        raise ConfigError(
-            f"recipe {recipe}: transformers cannot dequantize the tensor type {unknown[0]}"
-            " llama-quantize wrote",
-            "run the file in llama.cpp: add --engine llama.cpp",
-        )
-    file_spec = dataclasses.replace(spec, source=str(made.path), revision=None)
-    backend = load_backend(file_spec, None, allow_incomplete_weights=allow_incomplete_weights)
-    backend.spec = spec
-    backend.recipe = recipe
-    backend.name = f"{spec.source}[{made.recipe}]"
-    backend.made_facts = made.facts("dequantized")
-    backend.activity = activity(made.recipe, made.quant, made.written)
     return backend
 
 

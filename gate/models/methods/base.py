@@ -19,15 +19,19 @@ declares, as fields:
 * capabilities read by the planner, the loader and ``gate localize``: whether
   it quantizes while loading (``from_pretrained`` arguments), needs activation
   prompts, changes the weights, can be localized and repaired by ``keep=``,
-  runs in llama.cpp (a ``gguf-*`` file), takes its attention scales per call,
-  needs full-attention layers (a KV press);
+  builds a file that an engine runs (its ``runtime``: llama.cpp for a ``gguf-*``
+  file), takes its attention scales per call, needs full-attention layers (a KV
+  press);
 
 and, as methods, how it acts: :meth:`CompressionMethod.load_kwargs` (extra
 ``from_pretrained`` arguments), :meth:`CompressionMethod.apply` (an in-place
 change of the loaded model that returns the units it finds changed),
-:meth:`CompressionMethod.cache_method` (a KV-cache method's cache) and
+:meth:`CompressionMethod.cache_method` (a KV-cache method's cache),
 :meth:`CompressionMethod.precheck` (refuse, before anything loads, a build that
-cannot run). A method's torch code is imported inside those methods only, so
+cannot run) and, for a method that builds a file and loads it,
+:meth:`CompressionMethod.load_made` (the file made and loaded in process),
+:meth:`CompressionMethod.check_runtime` and :meth:`CompressionMethod.open_in_runtime`
+(the file served by its ``runtime`` engine). A method's torch code is imported inside those methods only, so
 reading the catalogue never imports torch.
 
 A method reads a parsed recipe through :class:`RecipeArgs` (its name, value and
@@ -125,6 +129,9 @@ class Family:
     slot: str | None
     #: The selector keys its recipes take (``keep``/``only`` globs, ``layers`` indices).
     selectors: tuple[str, ...] = ()
+    #: What the suffix of its recipes' names names (``gguf-<type>``), for an unknown name's
+    #: message; ``None``: its recipes are not named ``<family>-<member>``.
+    members: str | None = None
 
 
 WEIGHTS = Family("weights", "weights changed after loading", "weights", ("keep", "only"))
@@ -136,6 +143,7 @@ GGUF = Family(
     "a GGUF file made with llama.cpp's converter and llama-quantize (docs/gguf.md)",
     "weights",
     ("keep", "only"),
+    "llama.cpp quantization type",
 )
 SPECULATIVE = Family(
     "speculative",
@@ -238,8 +246,9 @@ class CompressionMethod:
     quantizes_while_loading: bool = False
     #: Whether ``gate localize`` swaps its layers (weights changed layer by layer).
     localizable: bool = False
-    #: Whether llama.cpp runs it (a ``gguf-*`` file).
-    runs_in_llama_cpp: bool = False
+    #: The engine that runs the file it builds (``gate run --engine``'s spelling, declared in
+    #: the engine's folder; ``None``: it builds no file an engine runs).
+    runtime: str | None = None
     #: Attention scales taken from each call's tensors: scored one token per call.
     per_call_scales: bool = False
     #: Whether every decoder layer must be full attention (a KV press reads their queries).
@@ -271,6 +280,29 @@ class CompressionMethod:
 
     def precheck(self, spec: ModelSpec, recipe: RecipeArgs) -> None:
         """Refuse, before anything loads, a build of ``spec`` this method cannot run."""
+
+    def load_made(
+        self, spec: ModelSpec, recipe: RecipeArgs, *, allow_incomplete_weights: bool
+    ) -> Any:
+        """A method that builds a file and loads it: the file made from ``spec`` and loaded
+        in process (a backend); ``None``: the method is applied to the loaded model instead
+        (:meth:`load_kwargs`, :meth:`apply`)."""
+        return None
+
+    def check_runtime(self, recipe: RecipeArgs) -> None:
+        """Refuse, before anything starts, running ``recipe``'s file in :attr:`runtime`."""
+        raise ConfigError(
+            f"recipe {recipe.name!r} builds no file an engine runs",
+            "drop --engine to run it in process",
+        )
+
+    def open_in_runtime(self, spec: ModelSpec, recipe: RecipeArgs, log_path: Any) -> Any:
+        """The backend of ``recipe``'s file, made from ``spec`` and served by :attr:`runtime`
+        (the server's log at ``log_path``); only a method with a :attr:`runtime` has one."""
+        raise ConfigError(
+            f"recipe {recipe.name!r} builds no file an engine runs",
+            "drop --engine to run it in process",
+        )
 
 
 __all__ = [

@@ -18,7 +18,6 @@ from functools import cache
 from importlib.metadata import entry_points
 
 from gate.errors import ConfigError
-from gate.models.llama_cpp.types import RECIPE_PREFIX
 from gate.models.methods import (
     attention,
     bnb,
@@ -26,7 +25,6 @@ from gate.models.methods import (
     control,
     delay,
     drop_layers,
-    gguf,
     hqq,
     kvcache,
     prune,
@@ -53,7 +51,6 @@ BUILT_IN: tuple[CompressionMethod, ...] = (
     *attention.METHODS,
     *kvcache.METHODS,
     *speculative.METHODS,
-    *gguf.METHODS,
 )
 
 
@@ -102,6 +99,12 @@ def method_names() -> list[str]:
     return list(methods())
 
 
+def runtimes() -> tuple[str, ...]:
+    """The engines that run a file a method builds (``gate run --engine``'s choices), in
+    catalogue order."""
+    return tuple(dict.fromkeys(m.runtime for m in methods().values() if m.runtime is not None))
+
+
 def families() -> tuple[Family, ...]:
     """Every family: gate's own, then any an out-of-tree method brings."""
     return tuple(dict.fromkeys((*FAMILIES, *(m.family for m in methods().values()))))
@@ -115,9 +118,12 @@ def get_method(name: str) -> CompressionMethod:
         return found
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
-    if name.startswith(RECIPE_PREFIX):  # an unknown llama.cpp type: every known one
-        types = ", ".join(m.name for m in known.values() if m.family is GGUF)
-        what = f"unknown llama.cpp quantization type {name.removeprefix(RECIPE_PREFIX)!r}"
+    family = next(
+        (f for f in families() if f.members is not None and name.startswith(f"{f.name}-")), None
+    )
+    if family is not None:  # an unknown member of a family that names them (a gguf-* type)
+        types = ", ".join(m.name for m in known.values() if m.family is family)
+        what = f"unknown {family.members} {name.removeprefix(f'{family.name}-')!r}"
         raise ConfigError(f"{what} (recipe {name!r})", f"{hint} known: {types}")
     raise ConfigError(f"unknown recipe {name!r}", hint)
 
@@ -132,7 +138,7 @@ def catalogue_table() -> str:
             if gguf_done:
                 continue
             gguf_done = True
-            name = f"`{RECIPE_PREFIX}<type>` (docs/gguf.md)"
+            name = f"`{GGUF.name}-<type>` (docs/gguf.md)"
         else:
             name = f"`{method.name}`"
         slot = method.family.slot or "none"
@@ -153,4 +159,5 @@ __all__ = [
     "hide_eager_kernels",
     "method_names",
     "methods",
+    "runtimes",
 ]

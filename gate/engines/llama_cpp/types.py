@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gate.errors import ConfigError
+from gate.models.methods.base import GGUF
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class QuantType:
 
 
 #: Prefix of every recipe of this family.
-RECIPE_PREFIX = "gguf-"
+RECIPE_PREFIX = f"{GGUF.name}-"
 #: The float file types: made by llama.cpp's converter alone (``--outtype``).
 FLOAT_TYPES: tuple[str, ...] = ("F16", "BF16")
 

@@ -26,9 +26,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.engines.llama_cpp.types import type_name
 from gate.errors import ConfigError
 from gate.models.gguf_header import GGUFHeader
-from gate.models.llama_cpp.types import type_name
 from gate.models.recipes import Recipe, module_matches
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")

@@ -6,7 +6,7 @@ row length is not a multiple of the type's block (SmolLM2-135M's rows of 576
 are not a multiple of 256, so most tensors of its Q2_K file are written Q4_0).
 :func:`written_types` reads the header (:mod:`gate.models.gguf_header`, nothing
 dequantized) and counts, per ggml type name, the tensors written in it, and how
-many of them are in a quantized block type (:func:`~gate.models.llama_cpp.types.is_quantized`).
+many of them are in a quantized block type (:func:`~gate.engines.llama_cpp.types.is_quantized`).
 
 The proof of a ``gguf-*`` recipe (:func:`acted`): for a quantizing type, the
 tensors written in a quantized block type; for ``gguf-f16``/``gguf-bf16``, the
@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gate.engines.llama_cpp.types import QuantType, is_quantized, type_name
 from gate.errors import ModelLoadError
 from gate.models.activity import Activity, Counting, Footprint
 from gate.models.gguf_header import HeaderError, read_header
-from gate.models.llama_cpp.types import QuantType, is_quantized, type_name
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,16 @@ it, :func:`gate.models.gguf.dequantized_dir`):
 1. **convert** — ``python src/convert_hf_to_gguf.py DIR --outtype f16 --outfile X``
    with gate's own interpreter and ``PYTHONPATH`` set to llama.cpp's ``gguf-py``
    and the converter's dependencies (:meth:`LlamaCpp.converter_path
-   <gate.models.llama_cpp.install.LlamaCpp.converter_path>`), in a child process,
+   <gate.engines.llama_cpp.install.LlamaCpp.converter_path>`), in a child process,
    so llama.cpp's ``gguf`` never shadows gate's; ``gguf-f16``/``gguf-bf16`` are
    this step alone (``--outtype bf16``);
 2. **quantize** — ``llama-quantize [--tensor-type ...] F16.gguf OUT.gguf TYPE THREADS``
-   (the overrides of a ``keep=``/``only=`` selection, :mod:`gate.models.llama_cpp.select`).
+   (the overrides of a ``keep=``/``only=`` selection, :mod:`gate.engines.llama_cpp.select`).
 
 A converter that refuses the model (an architecture or a pre-tokenizer it does
 not know) is one line with the converter's own reason (exit 4). A type that
 needs an importance matrix is refused before anything runs
-(:data:`~gate.models.llama_cpp.types.NEEDS_IMATRIX`, exit 4).
+(:data:`~gate.engines.llama_cpp.types.NEEDS_IMATRIX`, exit 4).
 
 **Cache.** Under ``<gate's cache>/gguf/`` (:func:`gate.cache.cache_root`):
 the converted file is keyed by the model's weight and tokenizer file digests,
@@ -27,7 +27,7 @@ SHA-256 over those facts, one per line. Each is written into a staging
 directory beside its final name and renamed into place, with ``made.json``
 (the facts, the written tensor types, the file's sha256) written last: a file
 is reused only when its ``made.json`` is there, never half made. What a recipe
-wrote is read from the file's header (:mod:`gate.models.llama_cpp.written`).
+wrote is read from the file's header (:mod:`gate.engines.llama_cpp.written`).
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from typing import Any
 
 from gate import progress
 from gate.cache import cache_root
+from gate.engines.llama_cpp.install import ENGINE, LlamaCpp, require
+from gate.engines.llama_cpp.select import kept_tensors
+from gate.engines.llama_cpp.types import QuantType, quant_type, refuse_imatrix
+from gate.engines.llama_cpp.written import WrittenTypes, acted, written_types
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.gguf_header import read_header
-from gate.models.llama_cpp.install import ENGINE, LlamaCpp, require
-from gate.models.llama_cpp.select import kept_tensors
-from gate.models.llama_cpp.types import QuantType, quant_type, refuse_imatrix
-from gate.models.llama_cpp.written import WrittenTypes, acted, written_types
 from gate.models.methods.registry import get_method
 from gate.models.recipes import Recipe, format_recipe, parse_recipe, selector_text
 from gate.models.spec import ModelSpec
@@ -85,7 +85,7 @@ class MadeGGUF:
 
     @property
     def acted(self) -> int:
-        """The tensors that prove the recipe acted (:func:`~gate.models.llama_cpp.written.acted`)."""
+        """The tensors that prove the recipe acted (:func:`~gate.engines.llama_cpp.written.acted`)."""
         return acted(self.quant, self.written)
 
     def facts(self, runtime: str) -> dict[str, Any]:
@@ -224,7 +224,7 @@ def make_gguf(
 ) -> MadeGGUF:
     """The file of ``gguf-*`` ``recipe`` made from ``spec``'s weights (made once, then reused)."""
     recipe = parse_recipe(recipe)
-    if not get_method(recipe.name).runs_in_llama_cpp:
+    if get_method(recipe.name).runtime != ENGINE:
         raise ConfigError(f"recipe {recipe} does not make a GGUF file", "use a gguf-* recipe")
     refuse_imatrix(recipe.name)
     quant = quant_type(recipe.name)
