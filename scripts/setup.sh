@@ -49,9 +49,23 @@ LOCK_ID=$(cat "$LOCK" "$LOCK_DIR/torch.txt" "$MODELS" | sha256sum | cut -c1-16)
 STAMP="$VENV/.gate-lock"
 VPY="$VENV/bin/python"
 
+# gate's own metadata (its entry points: the pytest plugin, the engines' and methods'
+# registrations) comes from pyproject.toml: a changed file reinstalls gate alone.
+PROJECT_ID=$(sha256sum pyproject.toml | cut -c1-16)
+PROJECT_STAMP="$VENV/.gate-project"
 if [ -f "$STAMP" ] && [ "$(head -n 1 "$STAMP")" = "$LOCK_ID" ] && [ -x "$VPY" ] \
   && "$VPY" -c 'import gate' >/dev/null 2>&1; then
   log "$VENV holds $LOCK (lock $LOCK_ID) already: reused"
+  if [ "$(cat "$PROJECT_STAMP" 2>/dev/null)" != "$PROJECT_ID" ]; then
+    log "pyproject.toml changed: reinstalling gate (editable, no dependencies)"
+    UV=$(bash scripts/uv.sh 2>/dev/null | tail -n 1) && [ -x "$UV" ] || UV=
+    if [ -n "$UV" ]; then
+      "$UV" pip install --quiet --python "$VPY" --no-deps --no-build-isolation -e .
+    else
+      "$VPY" -m pip install -q --no-compile --no-deps --no-build-isolation -e .
+    fi
+    printf '%s\n' "$PROJECT_ID" >"$PROJECT_STAMP"
+  fi
   "$VPY" -m gate.cli --version >&2
   echo "$VPY"
   exit 0
@@ -143,6 +157,7 @@ if ! CHECKED=$("${CHECK[@]}" 2>&1) \
   exit 1
 fi
 printf '%s\n%s\n' "$LOCK_ID" "$LOCK" >"$STAMP"
+printf '%s\n' "$PROJECT_ID" >"$PROJECT_STAMP"
 log "installed $LOCK (lock $LOCK_ID) and $("$VPY" -c 'import torch; print("torch", torch.__version__)') into $VENV"
 "$VPY" -m gate.cli --version >&2
 echo "$VPY"
