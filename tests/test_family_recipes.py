@@ -614,7 +614,7 @@ def test_a_partly_exercised_fidelity_tier_lists_its_exercised_prompts(
 def test_a_checkpoint_reports_its_compressed_layers_and_a_dense_model_none(
     base: HFBackend, recipe: str
 ) -> None:
-    from gate.models.compress import quantized_checkpoint_layers
+    from gate.models.compress.counting import quantized_checkpoint_layers
 
     backend = load_candidate(ModelSpec.parse("demo"), recipe)
     assert backend.activity is not None
