@@ -2,7 +2,7 @@
 
 :func:`model_slug` names the directory of a model's baselines in the store
 (``Org/Name-7B`` -> ``org--name-7b``). The baseline store derives the slug of an
-external baseline with it and :class:`gate.models.spec.ModelSpec` its own, so
+external baseline with it and :class:`gate.models.model_spec.ModelSpec` its own, so
 the rule sits here, where both may import it: the standard library and
 :mod:`gate.errors` only.
 """

@@ -53,7 +53,7 @@ def smollm2_dir() -> Path | None:
 def load(model: str, device: str) -> Any:
     """An :class:`~gate.models.backends.hf.HFBackend` of ``model`` on ``device``."""
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     if model == "demo":
         return load_backend(ModelSpec.parse("demo", device=device))

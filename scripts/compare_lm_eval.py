@@ -66,7 +66,7 @@ def gate_scores(model: Path, mcq: Path, limit: int | None) -> list[Any]:
     """gate's per-question results on the same file, through the transformers backend."""
     from gate.data.mcq import load_mcq_jsonl
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
     from gate.tiers.accuracy import score_questions
 
     backend = load_backend(ModelSpec.parse(str(model), dtype="float32", device="cpu"))

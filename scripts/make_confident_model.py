@@ -49,7 +49,7 @@ import torch
 from gate.data.prompt_set import load_prompt_set
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 
 #: Tokenizer and template files copied from the demo model next to the new weights.
 TOKENIZER_FILES = (

@@ -42,8 +42,8 @@ from gate.models.backends.loading import cache_method_of as cache_method  # noqa
 from gate.models.backends.loading import load_backend  # noqa: E402
 from gate.models.compress import attention as attn  # noqa: E402
 from gate.models.compress.kvcache import CacheMethod  # noqa: E402
+from gate.models.model_spec import ModelSpec  # noqa: E402
 from gate.models.recipes import parse_recipe  # noqa: E402
-from gate.models.spec import ModelSpec  # noqa: E402
 from gate.store.reference import load_pack  # noqa: E402
 from gate.tiers import accuracy, fidelity  # noqa: E402
 

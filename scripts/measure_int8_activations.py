@@ -91,7 +91,7 @@ def main() -> None:
 
     from gate.models.compress.bnb import quantization_config
     from gate.models.gguf import dequantized_dir
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     torch.manual_seed(0)
     started = time.perf_counter()

@@ -470,8 +470,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from gate.engines.llama_cpp.served import engine_for
     from gate.engines.opening import open_engine
     from gate.models.backends.loading import load_backend
+    from gate.models.model_spec import ModelSpec
     from gate.models.recipes import parse_recipe
-    from gate.models.spec import ModelSpec
 
     torch.set_num_threads(args.threads)
     if args.no_repack:  # read by llama-perplexity and by the llama-server gate starts

@@ -45,7 +45,7 @@ from gate.measurement import Measurement
 from gate.metrics import fidelity as fm
 from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import (
     LOGPROB_DTYPES,
     ReferencePack,

@@ -20,7 +20,7 @@ from gate.engines.http import HTTPBackend
 from gate.errors import ConfigError
 from gate.loadgen import guidellm
 from gate.metrics.load import RatePoint
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.session.run import GateRun
 from gate.tiers.load import Job, run_tier, to_measurements
 

@@ -24,7 +24,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 if TYPE_CHECKING:
     from gate.engines.http import HTTPBackend
     from gate.models.backends.hf import HFBackend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
 pytest_plugins = ["pytester"]
 
@@ -145,7 +145,7 @@ def tiny_backend(tiny_model_dir: Path) -> HFBackend:
     (a hook, a config value); a test that damages a model loads its own copy.
     """
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32", device="cpu"))
 
@@ -157,7 +157,7 @@ def demo_backend() -> HFBackend:
     Shared like :func:`tiny_backend`: read it, never damage it.
     """
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec, demo_model_dir
+    from gate.models.model_spec import ModelSpec, demo_model_dir
 
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")
@@ -174,7 +174,7 @@ def local(tiny_model_dir: Path) -> HFBackend:
     import torch
 
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     torch.set_num_threads(1)
     return load_backend(ModelSpec.parse(str(tiny_model_dir), dtype="float32", device="cpu"))
@@ -183,7 +183,7 @@ def local(tiny_model_dir: Path) -> HFBackend:
 @pytest.fixture(scope="module")
 def spec(tiny_model_dir: Path) -> ModelSpec:
     """The tiny Llama as a served backend names its tokenizer (the default dtype)."""
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return ModelSpec.parse(str(tiny_model_dir))
 

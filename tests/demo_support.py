@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gate.errors import BaselineError
-from gate.models.spec import demo_model_dir
+from gate.models.model_spec import demo_model_dir
 from gate.store.baseline import BaselineStore
 
 ROOT = Path(__file__).resolve().parents[1]

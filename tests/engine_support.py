@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gate.models.spec import demo_model_dir
+from gate.models.model_spec import demo_model_dir
 
 if TYPE_CHECKING:
     from gate.engines.http import HTTPBackend
@@ -160,7 +160,7 @@ def serve_demo(extra: list[str], cache: Path, log_dir: Path, **kw: Any) -> Itera
     from gate.engines.opening import open_engine
     from gate.engines.settings import EngineSettings
     from gate.models.backends.base import ScoreRequest
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     engine = EngineSettings(
         serve=vllm_command(engine_python(), *extra),
@@ -195,7 +195,7 @@ def inprocess_fidelity(dtype: str, limit: int | None = None) -> dict[str, Any]:
     """Fidelity measurements (by name) of the demo model loaded in process in ``dtype`` against
     the demo pack (its first ``limit`` prompts; all when ``None``)."""
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
     from gate.store.reference import load_pack
     from gate.tiers import fidelity
 

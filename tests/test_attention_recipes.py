@@ -17,7 +17,7 @@ import torch
 
 from gate.errors import ConfigError
 from gate.models.compress import attention as attn
-from gate.models.spec import demo_model_dir
+from gate.models.model_spec import demo_model_dir
 
 B, HQ, HKV, N, D = 2, 4, 2, 9, 8  # GQA: two query heads per key/value head
 SCALING = D**-0.5

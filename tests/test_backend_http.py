@@ -27,7 +27,7 @@ from gate.metrics.latency import run_latency
 from gate.metrics.serving import load_summary
 from gate.models.backends.base import Backend, ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.tiers import accuracy
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.served_inputs import TEXTS, greedy_requests, local_settings

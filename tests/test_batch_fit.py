@@ -114,7 +114,7 @@ def test_a_record_round_trips_and_is_named_in_notes() -> None:
 def demo() -> HFBackend:
     """A copy of the demo model of its own (its batch caps change here)."""
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec, demo_model_dir
+    from gate.models.model_spec import ModelSpec, demo_model_dir
 
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")

@@ -24,8 +24,8 @@ from gate.metrics.capability import (
     pass_rate_measurement,
     wilson_interval,
 )
+from gate.metrics.metric_spec import SampleKind
 from gate.metrics.registry import get_metric
-from gate.metrics.spec import SampleKind
 from gate.tiers.capability import CapabilitySettings, measure
 from gate.tiers.registry import build_settings
 

@@ -35,8 +35,8 @@ from gate.models.compress.kvcache import (
     cache_argument,
     cache_bytes,
 )
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import parse_recipe
-from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 
 PACK = Path(__file__).parents[1] / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"

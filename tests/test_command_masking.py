@@ -37,7 +37,7 @@ from gate.engines.secrets import (
 from gate.engines.serve import ManagedServer
 from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError, ExitCode, ModelLoadError
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from tests.cli_support import run_gate
 
 KEY = "sk-gate-masking-test-5a1f"

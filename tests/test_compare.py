@@ -20,8 +20,8 @@ from gate.gating.thresholds import (
 )
 from gate.gating.verdict import Bound, Severity, VerdictThreshold, decide
 from gate.measurement import Measurement, from_samples
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.metrics.registry import all_metrics
-from gate.metrics.spec import MetricSpec, SampleKind
 
 
 @pytest.fixture(scope="module")

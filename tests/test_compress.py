@@ -23,8 +23,8 @@ from gate.models.backends.loading import load_backend
 from gate.models.compress.counting import modules_of_class, pruned_linears
 from gate.models.methods.base import CACHE, CHECKPOINT, GGUF, QUANTIZED
 from gate.models.methods.registry import get_method, methods
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.models.recipes import recipe_names
-from gate.models.spec import ModelSpec, demo_model_dir
 from gate.tiers import exercised
 
 TEXTS = [

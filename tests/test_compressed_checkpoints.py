@@ -23,7 +23,7 @@ import pytest
 from gate.errors import ConfigError
 from gate.models import checkpoints
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 #: The INT4 methods (SparseGPT's checkpoint is sparse, not quantized).
 QUANTIZED = ("gptq-w4a16", "awq-w4a16")
@@ -37,7 +37,7 @@ AVAILABLE = ("gptq-w4a16", "awq-w4a16", "sparsegpt-0.5")
 PROBE = r"""
 import json, sys, torch
 from transformers import AutoModelForCausalLM
-from gate.models.spec import demo_model_dir
+from gate.models.model_spec import demo_model_dir
 
 path = sys.argv[1]
 model = AutoModelForCausalLM.from_pretrained(path)

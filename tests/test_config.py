@@ -185,7 +185,7 @@ def test_tier_settings_are_kept_for_the_tiers(tmp_path: Path) -> None:
 
 
 def test_parse_with_explicit_specs() -> None:
-    from gate.metrics.spec import MetricSpec, SampleKind
+    from gate.metrics.metric_spec import MetricSpec, SampleKind
 
     specs = {"x.m": MetricSpec("x.m", "", True, SampleKind.POINT, "test")}
     t = parse_thresholds({"metrics": {"x.m": {"warn": 1}}}, source="inline", specs=specs)

@@ -21,7 +21,7 @@ from gate.gating.placement import compare_placement, placement_drift, placement_
 from gate.gating.verdict import decide
 from gate.hw.devices import check_device, resolve_device
 from gate.models.load_settings import LoadSettings, load_setting_options
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.provenance import ModelProvenance
 from gate.session.run_config import (
     CandidateOverrides,

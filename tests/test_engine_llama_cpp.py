@@ -42,7 +42,7 @@ from gate.engines.llama_cpp.server import forced_payload
 from gate.errors import BaselineError, ExitCode
 from gate.models.backends.base import ScoreRequest, TokenScores
 from gate.models.backends.hf import HFBackend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from tests.cli_support import run_gate
 from tests.engine_support import llama_server_path
 from tests.fakes.served_inputs import TEXTS

@@ -34,7 +34,7 @@ from gate.engines.serve import group_members
 from gate.engines.settings import EngineSettings
 from gate.errors import ExitCode, ModelLoadError
 from gate.measurement import Measurement, MeasurementDetail
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import fidelity
 from tests.cli_support import run_gate

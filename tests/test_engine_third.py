@@ -36,7 +36,7 @@ from gate.engines.http import HTTPBackend
 from gate.errors import ConfigError
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 pytestmark = pytest.mark.slow
 

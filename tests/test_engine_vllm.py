@@ -39,7 +39,7 @@ from gate.metrics.latency import run_latency
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.baseline import load_baseline_file
 from gate.store.reference import load_pack
 from gate.tiers import accuracy, capability, fidelity

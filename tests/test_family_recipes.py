@@ -41,8 +41,8 @@ from gate.models.methods import base as methods_base
 from gate.models.methods.base import keyed
 from gate.models.methods.checkpoint import checkpoint_dir, checkpoint_method
 from gate.models.methods.registry import get_method
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import parse_recipe
-from gate.models.spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers import exercised, fidelity
 from tests.cli_support import GateRun, run_gate

@@ -303,7 +303,7 @@ def demo_rows() -> tuple[np.ndarray, np.ndarray, int]:
     """
     from gate.models.backends.base import ScoreRequest
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec, demo_model_dir
+    from gate.models.model_spec import ModelSpec, demo_model_dir
 
     if not (demo_model_dir() / "model.safetensors").is_file():
         pytest.skip("the demo model is not committed")

@@ -109,7 +109,7 @@ class ServedTopK:
 
 
 def _vocab() -> int:
-    from gate.models.spec import demo_model_dir
+    from gate.models.model_spec import demo_model_dir
 
     return int(json.loads((demo_model_dir() / "config.json").read_text())["vocab_size"])
 
@@ -205,7 +205,7 @@ def test_served_interval_reports_both_ends_and_flags_a_damaged_build(
     demo_backend: HFBackend, setup: Any
 ) -> None:
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     settings, pack, prompts = setup
     vocab = _vocab()

@@ -22,7 +22,7 @@ from gate.metrics import fidelity as fm
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity as tier
 from gate.tiers.registry import build_settings

@@ -25,7 +25,7 @@ from gate.metrics.catalog import generation as catalog
 from gate.metrics.generation import LoopRule
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import generation as tier
 

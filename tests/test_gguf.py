@@ -20,7 +20,7 @@ from gate.errors import BaselineError, ConfigError, ExitCode, ModelLoadError
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
 from gate.models.gguf import read_gguf, supported_architectures
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.slugs import model_slug
 from gate.store.baseline import Baseline, check_compatible
 from tests.cli_support import run_gate

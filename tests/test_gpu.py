@@ -40,7 +40,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def cuda_demo() -> HFBackend:
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return load_backend(ModelSpec.parse("demo", device="cuda"))
 
@@ -149,7 +149,7 @@ def test_a_huge_batch_backs_off_on_a_real_out_of_memory(cuda_demo: HFBackend, ca
     assert recorded is not None and len(recorded) == len(backoffs)
     # the rows scored after halving are the model's: the CPU computes the same
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     cpu = load_backend(ModelSpec.parse("demo", device="cpu"))
     for got, want in zip(scores[:4], cpu.score(requests[:4], top_k=4, batch_size=4), strict=True):

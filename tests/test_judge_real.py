@@ -171,7 +171,7 @@ def test_two_real_judges_exclusions_follow_the_raw_answers(store: Path, tmp_path
     """In process, to see every judge's answers: the rules against the raw results."""
     from gate.judge.protocol import PairStatus
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
     from gate.store.baseline import BaselineStore
     from gate.store.judge_outputs import read_outputs
     from gate.tiers import judge as tier

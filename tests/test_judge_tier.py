@@ -165,7 +165,7 @@ def test_judges_tables_land_in_the_tier_settings() -> None:
 
 def test_judge_tier_is_opt_in() -> None:
     from gate.metrics.registry import TIERS
-    from gate.tiers.spec import DEFAULT_TIERS
+    from gate.tiers.tier_spec import DEFAULT_TIERS
 
     assert "judge" in TIERS and "judge" not in DEFAULT_TIERS
 

@@ -32,7 +32,7 @@ from gate.models.compress.kvcache import (
     StreamingLLM,
     cache_argument,
 )
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 
 ROOT = Path(__file__).parents[1]
 REFERENCE = ROOT / "tests" / "kvpress" / "reference.safetensors"

@@ -484,7 +484,7 @@ def demo_builds(demo_backend: Any, one_thread: None) -> Callable[[str | None], A
     Each call loads a build of its own; the baseline side is ``demo_backend``.
     """
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return lambda recipe: load_backend(ModelSpec.parse("demo"), recipe)
 

@@ -218,7 +218,7 @@ def test_no_two_top_level_parts_import_each_other_even_through_others() -> None:
 def test_the_walk_sees_imports_inside_functions_and_from_imports_of_submodules() -> None:
     imports = {(i.source, i.target) for i in all_imports()}
     # a function-level import (ModelSpec is imported where it is needed in the plugin)
-    assert ("gate.session.plugin", "gate.models.spec") in imports
+    assert ("gate.session.plugin", "gate.models.model_spec") in imports
     # ``from gate.models.compress import quanto`` reaches the submodule
     assert ("gate.localize.locate", "gate.models.compress.quanto") in imports
     assert ("gate.models.backends.hf", "torch") in imports
@@ -323,15 +323,15 @@ def test_the_layer_table_names_every_part_and_only_real_modules() -> None:
 def test_a_rule_forbids_what_it_names_and_allows_its_exceptions() -> None:
     rule, torch_rule = parse_rules(
         "| part | owns | never imports |\n| --- | --- | --- |\n"
-        "| `gate.store` | x | `gate` except `gate.errors`, `gate.models.spec`; `torch` |\n"
+        "| `gate.store` | x | `gate` except `gate.errors`, `gate.models.model_spec`; `torch` |\n"
     )
     assert torch_rule == Rule("gate.store", ("torch",), ())
     assert torch_rule.forbids("gate.store.reference", "torch")
     assert rule.forbids("gate.store.baseline", "gate.models.backends.hf")
-    assert not rule.forbids("gate.store.baseline", "gate.models.spec")
+    assert not rule.forbids("gate.store.baseline", "gate.models.model_spec")
     assert not rule.forbids("gate.store.baseline", "gate.store.atomic")
     assert not rule.forbids("gate.store.baseline", "gate")
-    assert not rule.forbids("gate.models.spec", "gate.session")
+    assert not rule.forbids("gate.models.model_spec", "gate.session")
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.subject}:{','.join(r.denied)}")
@@ -482,10 +482,10 @@ def test_tiers_import_from_the_store_only_the_reference_packs_public_reader() ->
 _NO_TORCH = """
 import json, sys
 from pathlib import Path
-import gate.models.recipes, gate.models.spec, gate.store.baseline, gate.store.reference
+import gate.models.recipes, gate.models.model_spec, gate.store.baseline, gate.store.reference
 import gate.config, gate.gating.thresholds, gate.gating.compare, gate.metrics.registry
 from gate.models.recipes import Recipe
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.session.run_config import load_run_config
 str(Recipe.parse("prune-wanda:0.5")), ModelSpec.parse("demo").slug
 config = load_run_config(Path(sys.argv[1]))

@@ -29,7 +29,7 @@ from gate.engines.llama_cpp.install import LlamaCpp
 from gate.engines.llama_cpp.make import CONVERTED_TYPE, MadeGGUF, make_gguf, source_dir
 from gate.engines.llama_cpp.types import NEEDS_IMATRIX
 from gate.errors import ConfigError
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from tests.gguf_support import smollm2_file
 from tests.llama_cpp_support import built_llama_cpp
 

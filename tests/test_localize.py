@@ -117,7 +117,7 @@ LIMIT = 12
 @pytest.fixture(scope="module")
 def demo() -> dict[str, Any]:
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
     from gate.store.baseline import BaselineStore
     from gate.store.reference import load_pack
     from gate.workflows.plan import packaged_store
@@ -312,7 +312,7 @@ def test_a_checkpoint_with_one_damaged_layer_is_traced_to_it(
 
     from gate.localize.locate import LocalizeSettings, localize
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     damaged = load_backend(ModelSpec.parse("demo")).model
     generator = torch.Generator().manual_seed(0)

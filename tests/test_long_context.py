@@ -29,7 +29,7 @@ from gate.data.long_context import (
 )
 from gate.data.sharegpt import Conversation, Turn
 from gate.errors import ConfigError, DataError, ExitCode
-from gate.models.spec import demo_model_dir
+from gate.models.model_spec import demo_model_dir
 from gate.tiers.registry import build_settings
 from tests.cli_support import GateRun, run_gate
 

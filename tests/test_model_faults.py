@@ -25,7 +25,7 @@ from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.metrics import accuracy as am
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.workflows.plan import packaged_store
 from tests.cli_support import GateRun, run_gate
 

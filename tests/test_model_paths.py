@@ -18,7 +18,7 @@ import pytest
 
 from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.judge.judges import TransformersJudge
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.session.engine import named_local_models
 from tests.cli_support import GateRun, run_gate
 

@@ -45,7 +45,7 @@ batch_size = 12
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The dequantized model, a run config and a store holding its baseline (ref ``q41``)."""
     from gate.models.gguf import dequantized_dir
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     root = tmp_path_factory.mktemp("smollm2")
     gguf = ModelSpec.parse("smollm2").gguf_file

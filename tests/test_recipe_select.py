@@ -86,7 +86,7 @@ def test_a_glob_names_a_module_or_any_module_that_contains_it() -> None:
 @pytest.fixture(scope="module")
 def baseline_state() -> dict[str, torch.Tensor]:
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return {
         k: v.clone() for k, v in load_backend(ModelSpec.parse("demo")).model.state_dict().items()
@@ -95,7 +95,7 @@ def baseline_state() -> dict[str, torch.Tensor]:
 
 def _load(recipe: str):  # type: ignore[no-untyped-def]
     from gate.models.backends.loading import load_backend
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return load_backend(ModelSpec.parse("demo"), recipe)
 

@@ -20,7 +20,7 @@ from gate.errors import ConfigError, ExitCode, ModelLoadError
 from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from tests.fakes import served_inputs
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.fakes.served_inputs import greedy_requests, local_settings

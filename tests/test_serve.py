@@ -23,7 +23,7 @@ from gate.engines.opening import open_engine, served_settings
 from gate.engines.serve import ManagedServer, group_members, with_address
 from gate.engines.settings import EngineSettings
 from gate.errors import ExitCode, ModelLoadError
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 ENGINE = str(Path(__file__).parent / "fakes" / "engine_process.py")
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from gate.engines.http import HTTPBackend
 from gate.measurement import MeasurementDetail
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import PackLayout, PackOrigin, load_pack, write_pack
 from gate.tiers import fidelity
 from gate.tiers.registry import build_settings

@@ -39,8 +39,8 @@ from gate.metrics.catalog import speculative as catalog
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import copy_with_recipe, load_backend
 from gate.models.backends.speculative import DRAFT_TOKENS, SpeculativeBackend, open_drafter
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import Recipe
-from gate.models.spec import ModelSpec
 from gate.tiers.speculative import SpeculativeSettings, measure
 from tests.gguf_support import smollm2_file
 

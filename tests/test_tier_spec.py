@@ -1,4 +1,4 @@
-"""Each tier is declared once (gate/tiers/spec.py); every list of tiers derives from it."""
+"""Each tier is declared once (gate/tiers/tier_spec.py); every list of tiers derives from it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gate.errors import ConfigError
 from gate.metrics.registry import CATALOG_MODULES, TIERS, all_metrics
 from gate.session.runner import build_args, select_tiers, suites_dir
 from gate.tiers.registry import SETTINGS
-from gate.tiers.spec import (
+from gate.tiers.tier_spec import (
     CALIBRATED_TIERS,
     DEFAULT_CALIBRATION_TIERS,
     DEFAULT_TIERS,
@@ -117,7 +117,7 @@ CHOSEN = {
 
 
 def test_no_module_spells_a_tier_list_of_its_own() -> None:
-    """A tuple, list or set of two or more tier names outside gate/tiers/spec.py is a
+    """A tuple, list or set of two or more tier names outside gate/tiers/tier_spec.py is a
     second declaration of which tiers belong together; derive it from the specs."""
     found = []
     chosen: set[str] = set()
@@ -150,7 +150,7 @@ def test_reading_the_specs_imports_no_tier_workload() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('gate.tiers')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['gate.tiers', 'gate.tiers.spec']"
+    assert out.stdout.strip() == "['gate.tiers', 'gate.tiers.tier_spec']"
     for spec in TIER_SPECS:
         assert dataclasses.is_dataclass(spec.settings) and spec.settings.__name__.endswith(
             "Settings"

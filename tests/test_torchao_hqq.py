@@ -24,9 +24,9 @@ from gate.models.methods import torchao as torchao_method
 from gate.models.methods.base import QUANTIZED, Requirement
 from gate.models.methods.hqq import GROUP_SIZE
 from gate.models.methods.registry import get_method
+from gate.models.model_spec import ModelSpec
 from gate.models.precheck import check_recipe_runs
 from gate.models.recipes import parse_recipe
-from gate.models.spec import ModelSpec
 
 LAYER = "model.layers.1.mlp.down_proj"
 

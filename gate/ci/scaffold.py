@@ -32,7 +32,7 @@ from gate import __version__
 from gate.errors import GateError, UsageError
 from gate.gating.thresholds import packaged_thresholds_path
 from gate.gating.thresholds_file import THRESHOLDS_FILE
-from gate.models.spec import DEMO, ModelSpec
+from gate.models.model_spec import DEMO, ModelSpec
 from gate.store.baseline import check_names
 
 #: The distribution's name on package indexes (the command and the import package are ``gate``).

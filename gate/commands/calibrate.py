@@ -22,7 +22,7 @@ from gate.commands.options import (
 )
 from gate.errors import ConfigError, ExitCode
 from gate.models.load_settings import LoadSettings
-from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
+from gate.tiers.tier_spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 if TYPE_CHECKING:
     from gate.session.run_config import RunConfig

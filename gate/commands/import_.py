@@ -19,8 +19,8 @@ from gate.commands.options import json_option, strict_option, thresholds_option
 from gate.data.lmeval_runs import Imported, import_lmeval
 from gate.errors import DataError, NothingMeasuredError
 from gate.gating.thresholds import load_thresholds
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.metrics.registry import all_metrics
-from gate.metrics.spec import MetricSpec, SampleKind
 from gate.provenance import ModelProvenance, environment
 from gate.report.console import make_console, render
 from gate.report.results import RunIdentity

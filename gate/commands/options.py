@@ -32,10 +32,10 @@ from gate.config_options import (
 from gate.engines.settings import EngineSettings
 from gate.errors import UsageError
 from gate.models.load_settings import LoadSettings, load_setting_names
-from gate.models.spec import check_device_name
+from gate.models.model_spec import check_device_name
 from gate.report.outputs import ReportTargets
 from gate.session.options import DEFAULT_STORE, SessionOptions
-from gate.tiers.spec import DEFAULT_TIERS, tiers_help
+from gate.tiers.tier_spec import DEFAULT_TIERS, tiers_help
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -43,7 +43,7 @@ from typing import Any
 from gate.errors import DataError
 from gate.measurement import Measurement, from_samples
 from gate.metrics.catalog import accuracy as accuracy_catalog
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 _HINT = "give files written by lm_eval --log_samples"
 #: The metric of a binary score that is preferred as the primary correctness.

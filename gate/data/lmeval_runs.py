@@ -21,7 +21,7 @@ from gate.data import lmeval_import as mcq
 from gate.data.jsonl import read_jsonl
 from gate.errors import DataError
 from gate.measurement import Measurement
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 _WHAT = "lm-eval samples file"
 

@@ -79,8 +79,8 @@ from gate.models.backends.base import (
     require_prompts,
     require_timed,
 )
+from gate.models.model_spec import ModelSpec
 from gate.models.provenance import combined_digest, hash_files, tokenizer_files, weight_files
-from gate.models.spec import ModelSpec
 from gate.provenance import ModelProvenance
 
 #: The facts a served model's provenance records, in this order (unknown ones as null).

@@ -3,7 +3,7 @@
 :class:`~gate.engines.settings.EngineSettings` is what a run config
 (``gate.toml``) or the command line says about the engine; :func:`open_engine`
 turns it, with the
-:class:`~gate.models.spec.ModelSpec` whose tokenizer the reference pack was
+:class:`~gate.models.model_spec.ModelSpec` whose tokenizer the reference pack was
 recorded with, into a connected :class:`~gate.engines.http.HTTPBackend`:
 
 * ``endpoint = "http://host:8000/v1"``: a server someone else runs; gate
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from gate.engines.serve import ManagedServer
 from gate.engines.settings import EngineSettings
 from gate.errors import ConfigError
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 if TYPE_CHECKING:  # the backend (numpy, the tokenizer) is imported when an engine opens
     from gate.engines.http import HTTPBackend

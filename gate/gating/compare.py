@@ -110,8 +110,8 @@ from gate.gating.verdict import (
     VerdictThreshold,
 )
 from gate.measurement import Measurement, MeasurementDetail
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.metrics.registry import all_metrics
-from gate.metrics.spec import MetricSpec, SampleKind
 
 #: Bootstrap resamples used for verdict CIs and paired-bootstrap p-values.
 N_RESAMPLES = 2000

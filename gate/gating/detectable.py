@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from gate.gating import power as pw
 from gate.gating.decision import Evidence, Method
 from gate.gating.verdict import Bound
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 
 def _sd(x: NDArray[np.float64]) -> float:

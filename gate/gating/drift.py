@@ -82,7 +82,7 @@ from gate.gating import drift_level
 from gate.gating import power as pw
 from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound, Severity
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 from gate.store.history import HistoryRecord
 
 DEFAULT_BOUND = Bound(warn=0.10, critical=0.20, mode="relative")

@@ -42,7 +42,7 @@ from gate.errors import DataError
 from gate.gating.decision import Basis, Decision, Reference, Subject, fmt
 from gate.gating.verdict import Bound, Severity, VerdictThreshold
 from gate.measurement import Measurement
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 #: ``details`` keys of a ratio measurement.
 RATIO_CI = "ratio_ci"

@@ -39,8 +39,8 @@ from gate.errors import ConfigError
 from gate.gating.power import DEFAULT_POWER
 from gate.gating.thresholds_file import THRESHOLDS_FILE
 from gate.gating.verdict import Bound, Mode
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.metrics.registry import all_metrics, check_tier
-from gate.metrics.spec import MetricSpec, SampleKind
 
 #: Default level of the one-sided tests and default minimum sample count.
 DEFAULT_ALPHA = 0.01

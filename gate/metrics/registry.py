@@ -22,12 +22,12 @@ from gate.metrics.catalog import (
     load,
     speculative,
 )
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 #: Catalog modules, one per tier; each defines ``TIER`` (its name) and
 #: ``SPECS: tuple[MetricSpec, ...]``. A tier's name is declared there once; what
 #: else the gate knows of a tier (settings, suite, default, calibrate) is its
-#: :class:`gate.tiers.spec.TierSpec`.
+#: :class:`gate.tiers.tier_spec.TierSpec`.
 CATALOG_MODULES = (
     fidelity,
     accuracy,

@@ -12,7 +12,7 @@ the weights are loaded in, and whether the model's own code may run
 * the key of ``[run]`` and of each ``[[candidates]]`` table in ``gate.toml``
   (the field name: :class:`~gate.session.run_config.RunDefaults` and
   :class:`~gate.session.run_config.CandidateConfig` inherit these fields);
-* the :class:`~gate.models.spec.ModelSpec` the plugin loads (:meth:`LoadSettings.spec`).
+* the :class:`~gate.models.model_spec.ModelSpec` the plugin loads (:meth:`LoadSettings.spec`).
 
 ``None`` means "not given": a later layer (the candidate's table over ``[run]``,
 the command line over both; :meth:`LoadSettings.over`) fills it, and what is
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.config_options import SettingOption, setting, setting_options, toml_keys
-from gate.models.spec import DEFAULT_DEVICE, DTYPES, ModelSpec, check_device_name
+from gate.models.model_spec import DEFAULT_DEVICE, DTYPES, ModelSpec, check_device_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +85,7 @@ class LoadSettings:
         return self.device or DEFAULT_DEVICE
 
     def spec(self, model: str, *, allow_pickle: bool = False) -> ModelSpec:
-        """The :class:`~gate.models.spec.ModelSpec` of ``model`` loaded with these settings."""
+        """The :class:`~gate.models.model_spec.ModelSpec` of ``model`` loaded with these settings."""
         return ModelSpec.parse(
             model,
             device=self.effective_device,

@@ -52,7 +52,7 @@ class PackagedModel:
         return path
 
 
-#: Packaged real models by name (``demo`` is handled by :mod:`gate.models.spec`).
+#: Packaged real models by name (``demo`` is handled by :mod:`gate.models.model_spec`).
 PACKAGED: Mapping[str, PackagedModel] = {
     "smollm2": PackagedModel(
         name="smollm2",

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from gate.errors import ConfigError
 from gate.models.methods.registry import get_method
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import Recipe, parse_recipe
-from gate.models.spec import ModelSpec
 
 
 def check_gguf_recipe(recipe: Recipe) -> None:

@@ -96,7 +96,7 @@ def store_slug(model: str, explicit: str | None) -> str:
     given, else the model's own (:func:`gate.slugs.model_slug`)."""
     if explicit:
         return explicit
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     return ModelSpec.parse(model).slug
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from gate.gating.thresholds import Thresholds
     from gate.gating.verdict import GateOutcome
     from gate.measurement import Measurement
-    from gate.metrics.spec import MetricSpec
+    from gate.metrics.metric_spec import MetricSpec
     from gate.provenance import ModelProvenance
     from gate.report.results import Results, RunIdentity
 

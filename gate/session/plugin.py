@@ -241,7 +241,7 @@ class GatePlugin:
             if not outcome:
                 from gate.engines.opening import open_engine, replica_log
                 from gate.engines.replicas import replica_lines
-                from gate.models.spec import ModelSpec
+                from gate.models.model_spec import ModelSpec
 
                 state = self.state
                 if engine.serve is not None and state is not None:

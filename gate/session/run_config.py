@@ -251,7 +251,7 @@ class RunConfig:
         if self.run.model_slug:
             return self.run.model_slug
         if self.run.baseline:
-            from gate.models.spec import ModelSpec
+            from gate.models.model_spec import ModelSpec
 
             return ModelSpec.parse(self.run.baseline).slug
         return None
@@ -475,7 +475,7 @@ def only_candidate(candidates: list[Candidate], name: str, source: str) -> Candi
 
 
 def _single(defaults: RunDefaults, overrides: CandidateOverrides) -> Candidate:
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
     model = str(overrides.candidate)
     baseline_slug = ModelSpec.parse(defaults.baseline).slug if defaults.baseline else None

@@ -27,7 +27,7 @@ from gate.metrics.registry import check_tier
 from gate.session.options import SessionOptions
 from gate.session.request import SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, Mode
-from gate.tiers.spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
+from gate.tiers.tier_spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 
 if TYPE_CHECKING:
     from gate.engines.settings import EngineSettings
@@ -61,7 +61,7 @@ def select_tiers(
     tiers: Sequence[str] | None, directory: Path | None = None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(runnable, missing)``: the tiers asked for (``None``: all but the opt-in ones,
-    :data:`~gate.tiers.spec.DEFAULT_TIERS`) with and without a suite.
+    :data:`~gate.tiers.tier_spec.DEFAULT_TIERS`) with and without a suite.
 
     None runnable: :class:`NothingMeasuredError` (exit 5).
     """

@@ -60,7 +60,7 @@ from gate.judge.template import default_template, load_template
 from gate.measurement import JudgedOutput, Measurement, OutputSet
 from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog.judge import JudgeDetail
-from gate.models.spec import DEFAULT_DEVICE, check_device_name
+from gate.models.model_spec import DEFAULT_DEVICE, check_device_name
 
 TIER = "judge"
 #: Judge names: what reports and cache counters call a judge.

@@ -32,8 +32,8 @@ from gate.tiers.generation import GenerationSettings
 from gate.tiers.judge import JudgeSettings
 from gate.tiers.latency import LatencySettings
 from gate.tiers.load import LoadTierSettings
-from gate.tiers.spec import TIER_SPECS
 from gate.tiers.speculative import SpeculativeSettings
+from gate.tiers.tier_spec import TIER_SPECS
 
 #: The settings of any tier.
 TierSettings: TypeAlias = (
@@ -47,7 +47,7 @@ TierSettings: TypeAlias = (
     | SpeculativeSettings
 )
 
-#: Tier name -> its settings class, from each tier's :class:`~gate.tiers.spec.TierSpec`.
+#: Tier name -> its settings class, from each tier's :class:`~gate.tiers.tier_spec.TierSpec`.
 SETTINGS: Mapping[str, type[TierSettings]] = MappingProxyType(
     {spec.name: cast("type[TierSettings]", spec.settings) for spec in TIER_SPECS}
 )

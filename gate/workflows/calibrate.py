@@ -65,11 +65,11 @@ from gate.gating.calibration.record import CalibrationRecord, TierTiming
 from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound
 from gate.measurement import Measurement
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.models.load_settings import LoadSettings
 from gate.session.inputs import InputFiles
 from gate.session.options import SessionOptions
-from gate.tiers.spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
+from gate.tiers.tier_spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 if TYPE_CHECKING:
     from gate.session.inputs import SessionInputs
@@ -242,7 +242,7 @@ def plan_perturbations(
 def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
     """Validate every input (loads no model, starts no server); raises a ``GateError``."""
     from gate.hw.devices import check_device
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
     from gate.session.engine import session_engines
     from gate.session.runner import check_tiers_fit, select_tiers
     from gate.tiers.registry import validate_tables

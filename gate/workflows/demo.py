@@ -43,8 +43,8 @@ from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import speculative as speculative_catalog
 from gate.models.load_settings import LoadSettings
-from gate.tiers.spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
-from gate.tiers.spec import PORTABLE_TIERS
+from gate.tiers.tier_spec import DEFAULT_TIERS as SPEC_DEFAULT_TIERS
+from gate.tiers.tier_spec import PORTABLE_TIERS
 
 if TYPE_CHECKING:
     from gate.session.run_config import Candidate, RunConfig
@@ -158,7 +158,7 @@ class DemoModel:
         if not self.dequantize_once:
             return self.name
         from gate.models.gguf import dequantized_dir
-        from gate.models.spec import ModelSpec
+        from gate.models.model_spec import ModelSpec
 
         gguf = ModelSpec.parse(self.name).gguf_file
         if gguf is None:

@@ -11,7 +11,7 @@ from gate.hw.timing import PerfCounterClock
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 TEXTS = [
     "What is 7 times 8?",

@@ -21,7 +21,7 @@ from gate.models.backends.base import ScoreRequest
 from gate.models.backends.chunked import score_through_cache
 from gate.models.backends.loading import load_backend
 from gate.models.compress.kvcache import CacheMethod, SnapKV
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import load_pack
 
 PACK = Path(__file__).parents[2] / "gate/assets/baselines/demo/0001-fp32.reference.safetensors"

@@ -35,7 +35,7 @@ import torch
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec, demo_model_dir
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.store.reference import ReferencePack, load_pack, pack_bytes_per_token
 from gate.tiers import fidelity as tier
 

@@ -28,7 +28,7 @@ from gate.engines.opening import open_engine
 from gate.engines.settings import EngineSettings
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity
 from tests.engine_support import engine_env, engine_python, vllm_command

@@ -31,7 +31,7 @@ from gate.engines.http import HTTPBackend
 from gate.engines.opening import open_engine
 from gate.engines.settings import EngineSettings
 from gate.models.backends.base import ScoreRequest
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from tests.engine_support import llama_server_path
 
 pytestmark = pytest.mark.engine

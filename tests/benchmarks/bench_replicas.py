@@ -32,7 +32,7 @@ from gate.engines.settings import EngineSettings
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import fidelity
 from tests.engine_support import DEMO_BASELINE, engine_env, engine_python, vllm_command

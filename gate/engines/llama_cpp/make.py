@@ -53,8 +53,8 @@ from gate.engines.llama_cpp.written import WrittenTypes, acted, written_types
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.gguf_header import read_header
 from gate.models.methods.registry import get_method
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import Recipe, format_recipe, parse_recipe, selector_text
-from gate.models.spec import ModelSpec
 
 #: The file of facts written last into a made directory.
 MADE = "made.json"

@@ -17,8 +17,8 @@ from gate.engines.llama_cpp.types import QUANT_TYPES, QuantType, refuse_imatrix
 from gate.engines.llama_cpp.written import footprint
 from gate.errors import ConfigError
 from gate.models.methods.base import GGUF, CompressionMethod, RecipeArgs
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import Recipe, parse_recipe
-from gate.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

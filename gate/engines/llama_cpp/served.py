@@ -36,8 +36,8 @@ from gate.engines.llama_cpp.install import ENGINE, LlamaCpp, require
 from gate.engines.llama_cpp.make import MadeGGUF, make_gguf
 from gate.engines.llama_cpp.written import activity
 from gate.engines.settings import EngineSettings
+from gate.models.model_spec import ModelSpec
 from gate.models.recipes import Recipe
-from gate.models.spec import ModelSpec
 from gate.provenance import ModelProvenance
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ import numpy as np
 from gate.gating import power as pw
 from gate.gating.thresholds import MetricThreshold
 from gate.gating.verdict import Bound, Mode
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: Default margin over the noise quantile.
 DEFAULT_MARGIN = 2.0

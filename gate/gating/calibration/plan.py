@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from gate.gating.calibration.bounds import power_figures
 from gate.gating.calibration.reader import Calibration
 from gate.gating.thresholds import Thresholds
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 
 @dataclass(frozen=True)

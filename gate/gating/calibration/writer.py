@@ -12,7 +12,7 @@ from gate.gating.calibration.bounds import MetricCalibration
 from gate.gating.calibration.record import CALIBRATION_KEY, CalibrationRecord
 from gate.gating.thresholds import Thresholds
 from gate.gating.verdict import Bound
-from gate.metrics.spec import MetricSpec
+from gate.metrics.metric_spec import MetricSpec
 
 
 def _fmt(value: Any) -> str:

@@ -11,7 +11,7 @@ Breakdown slices (``op:*``, ``constraint:word_count``, ``type:integer``,
 
 from __future__ import annotations
 
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: The tier these metrics belong to (the part of each name before the dot).
 TIER = "capability"

@@ -25,7 +25,7 @@ Sample kinds, chosen honestly:
 
 from __future__ import annotations
 
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: The tier these metrics belong to (the part of each name before the dot).
 TIER = "fidelity"

@@ -8,7 +8,7 @@ the parameter bytes of the loaded model. See :mod:`gate.metrics.latency` for the
 
 from __future__ import annotations
 
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: The tier these metrics belong to (the part of each name before the dot).
 TIER = "latency"

@@ -12,7 +12,7 @@ their intervals.
 from __future__ import annotations
 
 from gate.metrics.load import PERCENTILES
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: The tier these metrics belong to (the part of each name before the dot).
 TIER = "load"

@@ -14,7 +14,7 @@ default. The speed-up is a with/without ratio measured in one session
 
 from __future__ import annotations
 
-from gate.metrics.spec import MetricSpec, SampleKind
+from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: The tier these metrics belong to (the part of each name before the dot).
 TIER = "speculative"

@@ -56,6 +56,7 @@ from gate.models.backends.base import (
 from gate.models.backends.batch_fit import BatchFitter
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.gguf import GGUFSummary
+from gate.models.model_spec import ModelSpec
 from gate.models.provenance import (
     combined_digest,
     hash_files,
@@ -66,7 +67,6 @@ from gate.models.provenance import (
     weight_files,
 )
 from gate.models.recipes import Recipe
-from gate.models.spec import ModelSpec
 from gate.models.stack import RecipeStack
 from gate.provenance import ModelProvenance
 

@@ -1,4 +1,4 @@
-"""Load a :class:`~gate.models.spec.ModelSpec` with a compression recipe into an :class:`HFBackend`.
+"""Load a :class:`~gate.models.model_spec.ModelSpec` with a compression recipe into an :class:`HFBackend`.
 
 Safety defaults: only safetensors weights are read unless the spec allows
 pickle, and remote code runs only when the spec asks for it. Files are read
@@ -50,9 +50,9 @@ from gate.models.gguf import GGUFSummary, read_gguf
 from gate.models.methods.base import CHECKPOINT, CHECKPOINT_LAYERS
 from gate.models.methods.checkpoint import checkpoint_dir
 from gate.models.methods.registry import get_method
+from gate.models.model_spec import ModelSpec
 from gate.models.precheck import check_gguf_recipe
 from gate.models.recipes import Recipe, parse_recipe
-from gate.models.spec import ModelSpec
 from gate.models.stack import RecipeStack, parse_stack
 
 if TYPE_CHECKING:

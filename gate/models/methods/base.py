@@ -52,7 +52,7 @@ from gate.errors import ConfigError, ModelLoadError
 from gate.models.activity import Counting, Footprint
 
 if TYPE_CHECKING:
-    from gate.models.spec import ModelSpec
+    from gate.models.model_spec import ModelSpec
 
 #: A parsed recipe argument. Numbers, a word, or ``(key, value)`` pairs, which keeps a
 #: parsed recipe frozen and hashable.

@@ -23,7 +23,7 @@ from gate.models.methods.base import (
     CompressionMethod,
     RecipeArgs,
 )
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 #: How to make a missing checkpoint of the demo model (named in the one-line error).
 MAKE_CHECKPOINTS = (

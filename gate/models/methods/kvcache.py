@@ -25,7 +25,7 @@ from gate.models.methods.base import (
     keyed,
 )
 from gate.models.methods.quanto import QUANTO
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 
 def non_full_attention(config: dict[str, Any]) -> list[str]:

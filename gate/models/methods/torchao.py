@@ -38,7 +38,7 @@ from gate.models.methods.base import (
     RecipeArgs,
     Requirement,
 )
-from gate.models.spec import ModelSpec
+from gate.models.model_spec import ModelSpec
 
 TORCHAO = Requirement("torchao", "torchao", eager_in_transformers=True)
 #: Modules left in full precision (module-name globs).

@@ -9,6 +9,7 @@ import pytest
 from gate.errors import BaselineError, ConfigError, ExitCode, ModelLoadError
 from gate.models.methods.base import DRAFTED, TEST, CompressionMethod
 from gate.models.methods.registry import methods
+from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.models.recipes import (
     ARG_KINDS,
     Recipe,
@@ -17,7 +18,6 @@ from gate.models.recipes import (
     parse_recipe,
     recipe_names,
 )
-from gate.models.spec import ModelSpec, demo_model_dir
 from gate.slugs import model_slug
 from gate.store.baseline import SLUG_RE
 

@@ -25,8 +25,8 @@ from gate.metrics.catalog import judge as judge_catalog
 from gate.metrics.catalog import latency as latency_catalog
 from gate.metrics.catalog import load as load_catalog
 from gate.metrics.catalog import speculative as speculative_catalog
+from gate.metrics.metric_spec import MetricSpec
 from gate.metrics.registry import check_tier
-from gate.metrics.spec import MetricSpec
 
 
 @dataclass(frozen=True)
