@@ -58,7 +58,7 @@ LINEAR_CLASS = {
     **{f"hqq-{bits}": "HQQLinear" for bits in (1, 2, 3, 4, 8)},
 }
 #: torchao keeps ``nn.Linear`` and swaps its weight for a torchao tensor (counted by that).
-TORCHAO_ON_CPU = ("torchao-int8wo", "torchao-int8dq", "torchao-float8wo")
+TORCHAO_ON_CPU = ("torchao-int8wo", "torchao-int8dq", "torchao-intx4wo", "torchao-float8wo")
 
 Loader = Callable[[str], HFBackend]
 

@@ -54,7 +54,13 @@ def test_every_recipe_name_is_one_registered_method_instance() -> None:
 
 
 def test_the_new_methods_are_weight_recipes_that_stack_and_select() -> None:
-    for name in ("torchao-int8wo", "torchao-int8dq", "torchao-int4wo", "torchao-float8wo"):
+    for name in (
+        "torchao-int8wo",
+        "torchao-int8dq",
+        "torchao-int4wo",
+        "torchao-intx4wo",
+        "torchao-float8wo",
+    ):
         method = registry.get_method(name)
         assert method.family is WEIGHTS and method.repairable and method.requires is not None
     for bits in (1, 2, 3, 4, 8):

@@ -17,7 +17,8 @@ its own method (:meth:`gate.models.methods.base.CompressionMethod.precheck`):
 * a ``gguf-*`` recipe needs llama.cpp built (exit 4 naming the set-up
   command), and a type that needs an importance matrix is refused (exit 4,
   :func:`gate.engines.llama_cpp.types.refuse_imatrix`);
-* ``torchao-int4wo`` needs a CUDA GPU (exit 4, :mod:`gate.models.methods.torchao`).
+* ``torchao-int4wo`` needs a CUDA GPU (exit 4, :mod:`gate.models.methods.torchao`; its hint
+  names ``torchao-intx4wo``, torchao's int4 path on a CPU).
 
 Here, for every method: a ``.gguf`` model must be an existing file (exit 4), and
 a recipe that quantizes while loading (``bnb-*``) is refused on it (exit 4,

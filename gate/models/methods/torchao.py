@@ -1,5 +1,5 @@
 """torchao, PyTorch's own quantizer (``torchao-int8wo``, ``torchao-int8dq``, ``torchao-int4wo``,
-``torchao-float8wo``), applied after loading as transformers' ``TorchAoConfig`` applies it:
+``torchao-intx4wo``, ``torchao-float8wo``), applied after loading as transformers' ``TorchAoConfig`` applies it:
 ``torchao.quantization.quantize_(model, config, filter_fn)`` on the linear layers, ``lm_head``
 left in full precision (as the other weight recipes do). Each linear's weight becomes a
 torchao tensor subclass; the method counts those (``linear modules quantized``).
@@ -19,6 +19,16 @@ The schemes (torchao 0.18's version-2 configs, their defaults):
   on a machine without a CUDA GPU the recipe is refused in one line (exit 4, as
   ``--device cuda`` is there) before anything loads, and on a model loaded on the CPU
   when it is applied;
+* ``intx4wo`` — ``IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(64),
+  mapping_type=ASYMMETRIC)``: int4 weights in groups of 64 input channels, as torchao's
+  CPU and edge path stores them (one int8 per code, dequantized per call), so it runs on a
+  CPU. Groups of 64, not ``int4wo``'s 128: 128 does not divide the hidden size of many
+  small models (SmolLM2's 576); a linear whose input size 64 does not divide is left as it
+  is and not counted. Per group, ``lo = min(min w, 0)``, ``hi = max(max w, 0)``, ``s = (hi - lo) / 15``,
+  ``z = -8 - round(lo / s)``, ``q = clamp(round(w / s) + z, -8, 7)``, ``w_hat = s * (q - z)``.
+  Not the same numbers as ``int4wo`` (whose ``tinygemm`` parameters keep a float zero point
+  and do not force 0 into the range): a CPU runner's int4 verdict, not a stand-in for the
+  GPU kernel's;
 * ``float8wo`` — ``Float8WeightOnlyConfig``: e4m3 weights with a per-row scale
   (``s = max|w_row| / 448``), dequantized per call on the CPU.
 """
@@ -43,6 +53,8 @@ from gate.models.model_spec import ModelSpec
 TORCHAO = Requirement("torchao", "torchao", eager_in_transformers=True)
 #: Modules left in full precision (module-name globs).
 EXCLUDE: tuple[str, ...] = ("lm_head",)
+#: Input channels per int4 group of ``intx4wo`` (the module doc).
+INTX_GROUP_SIZE = 64
 
 
 def _config(scheme: str) -> Any:
@@ -50,8 +62,17 @@ def _config(scheme: str) -> Any:
     # its CUDA kernels fail to load on a CPU, and torch warns about one of its enums: quiet
     for logger in ("torchao", "torch.utils._pytree"):
         logging.getLogger(logger).setLevel(logging.ERROR)
+    import torch
     from torchao import quantization as q
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_primitives import MappingType
 
+    if scheme == "intx4wo":
+        return q.IntxWeightOnlyConfig(
+            weight_dtype=getattr(torch, "int4"),  # torch 2.13 types omit the sub-byte dtypes
+            granularity=PerGroup(INTX_GROUP_SIZE),
+            mapping_type=MappingType.ASYMMETRIC,
+        )
     configs = {
         "int8wo": q.Int8WeightOnlyConfig,
         "int8dq": q.Int8DynamicActivationInt8WeightConfig,
@@ -75,7 +96,8 @@ class TorchAO(CompressionMethod):
         return UsageError(
             f"recipe {recipe}: torchao {self.scheme} runs on a CUDA GPU only (every int4"
             " packing format of torchao 0.18 needs CUDA kernels); this build runs on the CPU",
-            "on a CPU use torchao-int8wo, torchao-int8dq, torchao-float8wo or hqq-4",
+            "on a CPU use torchao-intx4wo (int4 groups of 64 through torchao's CPU path),"
+            " torchao-int8wo, torchao-int8dq, torchao-float8wo or hqq-4",
         )
 
     def precheck(self, spec: ModelSpec, recipe: RecipeArgs) -> None:
@@ -99,9 +121,14 @@ class TorchAO(CompressionMethod):
         from torchao.utils import TorchAOBaseTensor
 
         chosen = set(selected(recipe, linear_names(model, EXCLUDE)))
-        quantize_(
-            model, config, filter_fn=lambda m, fqn: isinstance(m, nn.Linear) and fqn in chosen
-        )
+        grouped = self.scheme == "intx4wo"
+
+        def fits(module: Any, name: str) -> bool:
+            if not (isinstance(module, nn.Linear) and name in chosen):
+                return False
+            return not grouped or module.in_features % INTX_GROUP_SIZE == 0
+
+        quantize_(model, config, filter_fn=fits)
         return sum(
             isinstance(m.weight, TorchAOBaseTensor)
             for m in model.modules()
@@ -126,7 +153,8 @@ METHODS: tuple[CompressionMethod, ...] = (
     _torchao("int8wo", "torchao int8 weight-only (per-row symmetric)"),
     _torchao("int8dq", "torchao int8 weights and dynamic int8 activations"),
     _torchao("int4wo", "torchao int4 weight-only (groups of 128; CUDA only)", cuda_only=True),
+    _torchao("intx4wo", "torchao int4 weight-only, groups of 64 (its CPU path)"),
     _torchao("float8wo", "torchao float8 (e4m3) weight-only, per-row scales"),
 )
 
-__all__ = ["EXCLUDE", "METHODS", "TORCHAO", "TorchAO"]
+__all__ = ["EXCLUDE", "INTX_GROUP_SIZE", "METHODS", "TORCHAO", "TorchAO"]
