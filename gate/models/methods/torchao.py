@@ -69,7 +69,7 @@ def _config(scheme: str) -> Any:
 
     if scheme == "intx4wo":
         return q.IntxWeightOnlyConfig(
-            weight_dtype=getattr(torch, "int4"),  # torch 2.13 types omit the sub-byte dtypes
+            weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch 2.13 stubs omit int4
             granularity=PerGroup(INTX_GROUP_SIZE),
             mapping_type=MappingType.ASYMMETRIC,
         )
