@@ -290,7 +290,7 @@ def test_bf16_build_fidelity_beside_the_same_build_in_process(
 
 def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_bf16: HTTPBackend) -> None:
     """Paired A/B: the float32 server is the baseline build, the bfloat16 server the candidate."""
-    from gate.hw.fingerprint import collect
+    from gate.hw.fingerprint import collect_fingerprint
     from gate.hw.memory import MemoryTracker
     from gate.measurement import MeasurementDetail
     from gate.tiers import latency
@@ -301,7 +301,7 @@ def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_bf16: HTT
     result = latency.run_tier(
         served_bf16,
         settings,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
         baseline_build=latency.BaselineBuild(

@@ -18,7 +18,7 @@ from gate.errors import ConfigError
 from gate.gating.compare import compare
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
-from gate.hw.fingerprint import collect
+from gate.hw.fingerprint import collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.measurement import Measurement
 from gate.metrics.serving import StreamTiming
@@ -64,7 +64,7 @@ def _measure(backend: ServedScript) -> dict[str, Measurement]:
     result = run_tier(
         backend,
         SETTINGS,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=backend.time.clock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )
@@ -114,7 +114,7 @@ def test_in_process_builds_have_no_load_metrics() -> None:
     result = run_tier(
         backend,
         SETTINGS,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=backend.time.clock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )

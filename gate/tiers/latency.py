@@ -579,7 +579,7 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
                 details={**common, **result.kv_cache},
             )
         )
-    out += load_measurements(result, common)
+    out += latency_load_measurements(result, common)
     return out
 
 
@@ -650,7 +650,9 @@ def _per_request(level: LoadLevel, what: str) -> list[float]:
     return [t.ttft if what == "ttft" else t.e2e for t in done]
 
 
-def load_measurements(result: LatencyResult, common: Mapping[str, Any]) -> list[Measurement]:
+def latency_load_measurements(
+    result: LatencyResult, common: Mapping[str, Any]
+) -> list[Measurement]:
     """The ``latency.load_*`` metrics of a served build (none in process).
 
     At the highest concurrency level: the p50/p95 of the per-request TTFT, TPOT and
