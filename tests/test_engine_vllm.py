@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from gate.engines.http import HTTPBackend
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity, decide
 from gate.hw.timing import PerfCounterClock
@@ -80,7 +80,9 @@ def _verdict(measurements: list[Measurement]) -> Severity:
     base = _baseline().measurements
     thresholds = load_thresholds(packaged_thresholds_path())
     names = {m.name for m in measurements}
-    verdicts = compare(measurements, {k: v for k, v in base.items() if k in names}, thresholds)
+    verdicts = compare_measurements(
+        measurements, {k: v for k, v in base.items() if k in names}, thresholds
+    )
     return decide(verdicts).severity
 
 

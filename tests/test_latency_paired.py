@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from gate.errors import DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.hw.fingerprint import Fingerprint, collect_fingerprint
@@ -85,7 +85,7 @@ def _build(backend: Any, against: str = "fp16") -> BaselineBuild:
 
 def _severities(cand: list[Measurement], base: list[Measurement], against: str = "fp16") -> Any:
     thresholds = load_thresholds(packaged_thresholds_path())
-    return {v.key: v for v in compare(cand, base, thresholds, against=against)}
+    return {v.key: v for v in compare_measurements(cand, base, thresholds, against=against)}
 
 
 class Logged(ScriptedBackend):

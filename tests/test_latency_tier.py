@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gate.errors import ConfigError, DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.hw.fingerprint import collect_fingerprint
@@ -116,7 +116,7 @@ def test_settings_are_validated() -> None:
 
 def _verdicts(cand: list[Measurement], base: list[Measurement]) -> dict[str, Severity]:
     thresholds = load_thresholds(packaged_thresholds_path())
-    return {v.key: v.severity for v in compare(cand, base, thresholds)}
+    return {v.key: v.severity for v in compare_measurements(cand, base, thresholds)}
 
 
 def test_same_build_slowed_2x_and_3_percent_with_controlled_timing() -> None:
