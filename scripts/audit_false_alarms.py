@@ -177,7 +177,7 @@ def false_alarms(
     window_mdes: dict[str, list[float]] = {k: [] for k in spreads}
     any_crit = any_flag = 0
     for i in range(sims):
-        found = drift.audit(
+        found = drift.audit_drift(
             simulate(spreads, runs, rng, shared=shared),
             specs,
             window=window,
@@ -227,7 +227,7 @@ def first_critical_week(
         records = simulate(spreads, runs, rng, drift_per_week=drift_per_week, drift_from=drift_from)
         first: dict[str, int | None] = dict.fromkeys(spreads)
         for week in range(drift.CHANGE_POINT_MIN_RUNS, runs + 1):
-            for d in drift.audit(
+            for d in drift.audit_drift(
                 records[:week],
                 specs,
                 window=window,
@@ -251,7 +251,9 @@ def prefixes(records: Sequence[history.HistoryRecord], *, alpha: float, window: 
     specs = all_metrics()
     audits = flagged = 0
     for k in range(drift.CHANGE_POINT_MIN_RUNS, len(records) + 1):
-        found = drift.audit(records[:k], specs, window=window, alpha=alpha, thresholds=thresholds)
+        found = drift.audit_drift(
+            records[:k], specs, window=window, alpha=alpha, thresholds=thresholds
+        )
         audits += len(found)
         bad = [f"{d.metric} {d.label}" for d in found if d.severity > Severity.PASS]
         flagged += len(bad)

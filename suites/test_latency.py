@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from gate.hw.devices import cuda_indices
-from gate.hw.fingerprint import check_fingerprint, collect
+from gate.hw.fingerprint import check_fingerprint, collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.hw.nvml import open_nvml
 from gate.hw.timing import make_clock
@@ -101,7 +101,9 @@ def test_latency(gate_run: GateRun, request: pytest.FixtureRequest) -> None:
     device = provenance.device or "cpu"
     nvml = open_nvml() if device.startswith("cuda") else None
     gpus = cuda_indices(device, provenance.device_map)  # every GPU a device map spread it over
-    fingerprint = collect(device, linear_classes=provenance.linear_classes or (), nvml=nvml)
+    fingerprint = collect_fingerprint(
+        device, linear_classes=provenance.linear_classes or (), nvml=nvml
+    )
     for ref, baseline in gate_run.baselines.items():
         if has_latency(baseline.measurements):
             for line in check_fingerprint(

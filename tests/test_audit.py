@@ -16,7 +16,7 @@ import pytest
 from gate.cli import main
 from gate.errors import ExitCode
 from gate.gating import drift_level
-from gate.gating.drift import audit, change_point, holm_levels
+from gate.gating.drift import audit_drift, change_point, holm_levels
 from gate.hw.fingerprint import Fingerprint
 from gate.measurement import Measurement
 from gate.metrics.registry import all_metrics
@@ -71,7 +71,7 @@ def test_step_at_week_7_is_reported(tmp_path: Path) -> None:
     path = history.histories(step_history(tmp_path))[0]
     records, warnings = history.read(path)
     assert len(records) == 12 and warnings == []
-    drifts = {d.metric: d for d in audit(records, all_metrics(), window=4)}
+    drifts = {d.metric: d for d in audit_drift(records, all_metrics(), window=4)}
     for name in ("latency.e2e_p50", "latency.tokens_per_s"):
         d = drifts[name]
         assert d.severity.label == "critical", d.reason
@@ -87,7 +87,7 @@ def test_flat_noisy_history_audits_both_timings_and_passes_them(tmp_path: Path) 
         directory = tmp_path / str(seed)
         write_weeks(directory, noisy(0.40, 12, 10 + seed, 0.03), noisy(80.0, 12, 20 + seed, 0.03))
         records, _ = history.read(history.histories(directory)[0])
-        drifts = audit(records, all_metrics(), window=4)
+        drifts = audit_drift(records, all_metrics(), window=4)
         assert {d.metric for d in drifts} == TIMINGS
         for d in drifts:
             assert d.severity.label == "pass", (seed, d.metric, d.reason)
@@ -98,14 +98,14 @@ def test_faster_and_higher_throughput_history_audits_both_timings_and_passes_the
 ) -> None:
     write_weeks(tmp_path, noisy(0.40, 6, 1) + noisy(0.25, 6, 2), noisy(80, 6, 3) + noisy(120, 6, 4))
     records, _ = history.read(history.histories(tmp_path)[0])
-    drifts = audit(records, all_metrics())
+    drifts = audit_drift(records, all_metrics())
     assert {d.metric for d in drifts} == TIMINGS
     assert [d.severity.label for d in drifts] == ["pass", "pass"], [d.reason for d in drifts]
     # the same step the other way round is drift: the audit can tell the two apart
     worse = tmp_path / "worse"
     write_weeks(worse, noisy(0.25, 6, 1) + noisy(0.40, 6, 2), noisy(120, 6, 3) + noisy(80, 6, 4))
     records, _ = history.read(history.histories(worse)[0])
-    assert {d.severity.label for d in audit(records, all_metrics())} == {"critical"}
+    assert {d.severity.label for d in audit_drift(records, all_metrics())} == {"critical"}
 
 
 def test_corrupt_and_partial_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_a_14x_slowdown_is_critical_on_the_first_run_after_it(
     e2e, tps = noisy(0.40, 6, 1, 0.03), noisy(80.0, 6, 2, 0.03)
     write_weeks(tmp_path / "one", [*e2e, 0.40 * 14], [*tps, 80.0 / 14])
     records, _ = history.read(history.histories(tmp_path / "one")[0])
-    for d in audit(records, all_metrics()):
+    for d in audit_drift(records, all_metrics()):
         assert d.severity.label == "critical", d.reason
         assert d.onset == 6 and "run 7 (week 7)" in d.reason
         assert d.level_before is not None and d.level_after is not None
@@ -274,7 +274,7 @@ def test_records_without_within_run_summaries_count_as_run_level_values(tmp_path
     assert summary.n == 5
     assert summary.log_mean == pytest.approx(logs.mean(), rel=1e-5)
     assert summary.log_sd == pytest.approx(logs.std(ddof=1), rel=1e-5)
-    (d,) = audit(records, all_metrics())
+    (d,) = audit_drift(records, all_metrics())
     assert d.severity.label == "critical" and d.onset == 5
     assert d.latest is not None and d.latest.test.m == 5
 
@@ -288,7 +288,7 @@ def test_drift_plot_marks_the_onset_and_both_levels(tmp_path: Path) -> None:
     e2e, tps = noisy(0.40, 6, 1, 0.03), noisy(80.0, 6, 2, 0.03)
     write_weeks(tmp_path, [*e2e, 1.2], [*tps, 30.0])
     records, _ = history.read(history.histories(tmp_path)[0])
-    drifts = audit(records, all_metrics())
+    drifts = audit_drift(records, all_metrics())
     fig = Figure()
     _draw_drift(fig, drifts)
     for ax, d in zip(fig.axes, drifts, strict=True):
@@ -376,7 +376,7 @@ def test_each_metric_is_tested_and_its_mde_computed_at_its_holm_level() -> None:
     from scipy import stats as sps
 
     records, _ = history.read(history.histories(REAL / "steady")[0])
-    drifts = audit(records, all_metrics())
+    drifts = audit_drift(records, all_metrics())
     assert len(drifts) == 14
     for d in drifts:
         assert d.family == 14 and d.tests == 3
@@ -401,7 +401,7 @@ def test_a_flagged_metric_frees_level_for_the_next() -> None:
     level of its rank (alpha / 14, alpha / 13, ...): the levels of the rejected metrics are
     exactly alpha / (14 - r) for ranks r = 0, 1, ... in the order of their p-values."""
     records, _ = history.read(history.histories(REAL / "delayed")[0])
-    drifts = audit(records, all_metrics())
+    drifts = audit_drift(records, all_metrics())
     rejected = sorted((d for d in drifts if d.p_value < d.level), key=lambda d: d.p_value)
     assert len(rejected) >= 10
     for rank, d in enumerate(rejected):
@@ -424,8 +424,10 @@ def test_a_slow_drift_is_found_once_past_the_bound() -> None:
     sims = 20
     for i in range(sims):
         weeks = sim.simulate(spreads, 16, rng, drift_per_week=0.03, drift_from=4)
-        before = audit(weeks[:7], all_metrics(), seed=i)
-        (after,) = (d for d in audit(weeks, all_metrics(), seed=i) if d.metric.endswith("itl_p50"))
+        before = audit_drift(weeks[:7], all_metrics(), seed=i)
+        (after,) = (
+            d for d in audit_drift(weeks, all_metrics(), seed=i) if d.metric.endswith("itl_p50")
+        )
         early += any(d.severity.label == "critical" for d in before)
         critical = after.severity.label == "critical"
         found += critical
@@ -449,7 +451,7 @@ def test_real_demo_history_six_steady_runs_and_one_delayed_is_critical(
     assert itl.split()[0] == "CRITICAL" and "run 7 (demo" in itl and "MDE +" in itl
     records, _ = history.read(history.histories(REAL / "delayed")[0])
     assert len(records) == 7 and all(r.spread for r in records)
-    (d,) = (d for d in audit(records, all_metrics()) if d.metric == "latency.itl_p50")
+    (d,) = (d for d in audit_drift(records, all_metrics()) if d.metric == "latency.itl_p50")
     assert d.onset == 6 and d.level_after is not None and d.level_before is not None
     assert d.level_after > 2 * d.level_before
 

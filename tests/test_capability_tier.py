@@ -14,7 +14,7 @@ import pytest
 
 from gate.data.probes import build_probes
 from gate.errors import ConfigError, DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import parse_thresholds
 from gate.gating.verdict import Severity
 from gate.measurement import Measurement
@@ -160,14 +160,14 @@ def test_damaged_arithmetic_is_blocked_and_an_identical_build_passes_every_famil
     )
     base = measure(OracleBackend(), FAST, families=ORACLE_FAMILIES)
     same = measure(OracleBackend(), FAST, families=ORACLE_FAMILIES)
-    unchanged = compare(same, base, thresholds)
+    unchanged = compare_measurements(same, base, thresholds)
     assert {v.key for v in unchanged if v.slice is None} == {
         f"capability.{f}" for f in ORACLE_FAMILIES
     }
     assert all(v.severity is Severity.PASS for v in unchanged), [v.reason for v in unchanged]
 
     damaged = measure(OracleBackend(damage=3), FAST, families=ORACLE_FAMILIES)
-    verdicts = {v.key: v for v in compare(damaged, base, thresholds)}
+    verdicts = {v.key: v for v in compare_measurements(damaged, base, thresholds)}
     for family in ("arithmetic_easy", "arithmetic_medium", "arithmetic_hard"):
         v = verdicts[f"capability.{family}"]
         assert v.severity is Severity.CRITICAL, v.reason

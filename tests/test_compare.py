@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as sps
 
 from gate.errors import DataError
-from gate.gating.compare import compare, compare_many, judge_metric
+from gate.gating.compare import compare_many, compare_measurements, judge_metric
 from gate.gating.decision import Basis, Decision, Evidence, Method, Pairing, Reference, describe
 from gate.gating.thresholds import (
     Thresholds,
@@ -56,7 +56,7 @@ def _suite(rng: np.random.Generator) -> list[Measurement]:
 
 def test_equal_measurements_all_pass(th: Thresholds) -> None:
     base = _suite(np.random.default_rng(0))
-    verdicts = compare(base, base, th)
+    verdicts = compare_measurements(base, base, th)
     assert [v.metric for v in verdicts] == [m.name for m in base]
     assert all(v.severity is Severity.PASS for v in verdicts), [v.reason for v in verdicts]
     assert all(v.delta == 0.0 for v in verdicts)
@@ -75,7 +75,7 @@ def _accuracy_pair(n: int, lost: int, gained: int = 0) -> tuple[Measurement, Mea
 
 def test_past_critical_is_critical_and_named(th: Thresholds) -> None:
     cand, base = _accuracy_pair(400, lost=40)  # -10 points, critical is -4
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     assert v.severity is Severity.CRITICAL
     assert v.delta == pytest.approx(-0.1)
     assert v.baseline_value == pytest.approx(0.8)
@@ -90,7 +90,7 @@ def test_past_critical_is_critical_and_named(th: Thresholds) -> None:
 
 def test_past_warn_only_is_warn(th: Thresholds) -> None:
     cand, base = _accuracy_pair(1000, lost=30)  # -3 points: past warn 2, within critical 4
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     assert v.severity is Severity.WARN
     assert "past warn -0.02" in v.reason
     assert decide([v]).exit_code == 0 and decide([v], strict=True).exit_code == 1
@@ -98,7 +98,7 @@ def test_past_warn_only_is_warn(th: Thresholds) -> None:
 
 def test_not_significant_stays_pass(th: Thresholds) -> None:
     cand, base = _accuracy_pair(200, lost=15, gained=5)  # -5 points but b=15, c=5
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     expected_p = sps.binomtest(15, 20, alternative="greater").pvalue
     assert expected_p > th.alpha
     assert v.p_value == pytest.approx(expected_p)
@@ -108,14 +108,14 @@ def test_not_significant_stays_pass(th: Thresholds) -> None:
 
 def test_few_samples_are_judged_on_the_point_value(th: Thresholds) -> None:
     cand, base = _accuracy_pair(5, lost=1)
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     assert v.severity is Severity.CRITICAL
     assert "min_samples" in v.reason and "point value" in v.reason
 
 
 def test_improvement_passes(th: Thresholds) -> None:
     cand, base = _accuracy_pair(400, lost=0, gained=40)
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     assert v.severity is Severity.PASS and v.delta == pytest.approx(0.1)
 
 
@@ -123,20 +123,20 @@ def test_ideal_reference_when_the_baseline_has_none(th: Thresholds) -> None:
     rng = np.random.default_rng(1)
     per_prompt = np.clip(rng.normal(0.85, 0.05, 60), 0, 1)
     cand = from_samples("fidelity.cga", list(per_prompt), _ids(60))
-    (v,) = compare([cand], [], th)
+    (v,) = compare_measurements([cand], [], th)
     assert v.baseline_value == 1.0 and v.details["reference"] == "ideal"
     assert v.delta == pytest.approx(per_prompt.mean() - 1.0)
     assert v.severity is Severity.CRITICAL  # about -0.15, critical -0.10
     assert "vs 1 (ideal)" in v.reason and "paired bootstrap" in v.reason
     # the same build measured at CGA 0.97 on every prompt passes
-    (ok,) = compare([from_samples("fidelity.cga", [0.97] * 60, _ids(60))], [], th)
+    (ok,) = compare_measurements([from_samples("fidelity.cga", [0.97] * 60, _ids(60))], [], th)
     assert ok.severity is Severity.PASS
 
 
 def test_no_baseline_value_and_not_gated(th: Thresholds) -> None:
     cand_acc, _ = _accuracy_pair(100, lost=50)
     kl_max = Measurement("fidelity.kl_max", 9.0)
-    v_acc, v_kl = compare([cand_acc, kl_max], [], th)
+    v_acc, v_kl = compare_measurements([cand_acc, kl_max], [], th)
     assert v_acc.severity is Severity.PASS and "no baseline value" in v_acc.reason
     assert v_acc.baseline_value is None and v_acc.delta is None
     assert v_kl.severity is Severity.PASS and "not gated" in v_kl.reason
@@ -153,7 +153,7 @@ def test_breakdown_slices_use_category_overrides(th: Thresholds) -> None:
         math_ids + chat_ids,
         groups={"category:math": range(30), "category:chat": range(30, 60)},
     )
-    overall, v_math, v_chat = compare([cand], [], th)
+    overall, v_math, v_chat = compare_measurements([cand], [], th)
     assert overall.slice is None and overall.severity is Severity.PASS  # -0.045 < warn 0.05
     assert overall.breakdown == {
         "category:math": pytest.approx(0.92),
@@ -177,12 +177,12 @@ def test_pairing_follows_sample_ids_not_order(th: Thresholds) -> None:
         tuple(base.samples[i] for i in perm),
         tuple(base.sample_ids[i] for i in perm),
     )
-    (a,) = compare([cand], [base], th)
-    (b,) = compare([cand], [shuffled], th)
+    (a,) = compare_measurements([cand], [base], th)
+    (b,) = compare_measurements([cand], [shuffled], th)
     assert (a.p_value, a.severity, a.n) == (b.p_value, b.severity, b.n)
     # a baseline with only half of the items pairs those half
     half = Measurement(base.name, base.value, base.samples[:200], base.sample_ids[:200])
-    (c,) = compare([cand], [half], th)
+    (c,) = compare_measurements([cand], [half], th)
     assert c.n == 200 and "200 common items" in c.reason
 
 
@@ -191,7 +191,7 @@ def test_latency_relative_bounds_and_direction(th: Thresholds) -> None:
     base = _runs("latency.ttft_p50", 0.05 * rng.lognormal(0, 0.05, 20))
     slow = _runs("latency.ttft_p50", 0.065 * rng.lognormal(0, 0.05, 20))
     fast = _runs("latency.ttft_p50", 0.035 * rng.lognormal(0, 0.05, 20))
-    (v,) = compare([slow], [base], th)
+    (v,) = compare_measurements([slow], [base], th)
     assert v.severity is Severity.CRITICAL
     assert v.relative_delta == pytest.approx(slow.value / base.value - 1)
     assert v.test == "Mann-Whitney U for +5.0%" and "n=20/20" in v.reason
@@ -203,7 +203,7 @@ def test_latency_relative_bounds_and_direction(th: Thresholds) -> None:
             slow.samples, np.asarray(base.samples) * 1.05, alternative="greater"
         ).pvalue
     )
-    (ok,) = compare([fast], [base], th)
+    (ok,) = compare_measurements([fast], [base], th)
     assert ok.severity is Severity.PASS
 
 
@@ -218,12 +218,14 @@ def test_latency_critical_needs_runs_past_the_warn_bound(th: Thresholds) -> None
     p_any = sps.mannwhitneyu(noisy.samples, b, alternative="greater").pvalue
     p_past_warn = sps.mannwhitneyu(noisy.samples, b * 1.05, alternative="greater").pvalue
     assert p_any < th.alpha <= p_past_warn
-    (v,) = compare([noisy], [base], th)
+    (v,) = compare_measurements([noisy], [base], th)
     assert v.severity is Severity.WARN, v.reason
     assert v.p_value == pytest.approx(p_any) and "shown only past warn" in v.reason
     # the same shift with 1 % noise is shown past +10 %: critical
     tight = _runs("latency.e2e_p50", 0.056 * rng.lognormal(0, 0.01, 30))
-    (w,) = compare([tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th)
+    (w,) = compare_measurements(
+        [tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th
+    )
     assert w.severity is Severity.CRITICAL, w.reason
 
 
@@ -245,9 +247,9 @@ def test_in_session_runs_are_compared_pair_by_pair(th: Thresholds) -> None:
         return Measurement(m.name, m.value, m.samples, details={"paired_reference": ref})
 
     stored = _runs("latency.e2e_p50", np.full(20, 0.01))  # another machine state entirely
-    (ok,) = compare([paired(same)], [stored], th, against="fp16")
+    (ok,) = compare_measurements([paired(same)], [stored], th, against="fp16")
     assert ok.severity is Severity.PASS and ok.test == "Wilcoxon signed-rank (pairs)", ok.reason
-    (bad,) = compare([paired(slow)], [stored], th, against="fp16")
+    (bad,) = compare_measurements([paired(slow)], [stored], th, against="fp16")
     assert bad.severity is Severity.CRITICAL, bad.reason
     assert bad.test == "Wilcoxon signed-rank (pairs) for +5.0%"
     shifted = np.log(slow / base_runs) - np.log(1.05)
@@ -258,16 +260,16 @@ def test_in_session_runs_are_compared_pair_by_pair(th: Thresholds) -> None:
 
 def test_point_metric_judged_on_value(th: Thresholds) -> None:
     base = Measurement("latency.param_bytes", 1.0e9)
-    (v,) = compare([Measurement("latency.param_bytes", 1.05e9)], [base], th)
+    (v,) = compare_measurements([Measurement("latency.param_bytes", 1.05e9)], [base], th)
     assert v.severity is Severity.CRITICAL and "point metric" in v.reason
-    (w,) = compare([Measurement("latency.param_bytes", 1.015e9)], [base], th)
+    (w,) = compare_measurements([Measurement("latency.param_bytes", 1.015e9)], [base], th)
     assert w.severity is Severity.WARN
 
 
 def test_flips_against_the_baselines_own_zeros(th: Thresholds) -> None:
     flips = np.zeros(200, dtype=int)
     flips[:30] = 1  # 15 % of answers changed; critical is 10 %
-    (v,) = compare(
+    (v,) = compare_measurements(
         [_binary("accuracy.flips", flips)], [_binary("accuracy.flips", np.zeros(200, int))], th
     )
     assert v.severity is Severity.CRITICAL and v.p_value == pytest.approx(0.5**30)
@@ -281,23 +283,25 @@ def test_compare_many_labels_each_ref(th: Thresholds) -> None:
         ("fp16", Severity.CRITICAL),
         ("prod", Severity.PASS),
     ]
-    assert compare([cand], {"accuracy.mcq_acc": base}, th) == compare([cand], [base], th)
+    assert compare_measurements([cand], {"accuracy.mcq_acc": base}, th) == compare_measurements(
+        [cand], [base], th
+    )
 
 
 def test_bad_inputs_are_data_errors(th: Thresholds) -> None:
     with pytest.raises(DataError, match="unknown metric") as info:
-        compare([Measurement("accuracy.mcq_ac", 0.5)], [], th)
+        compare_measurements([Measurement("accuracy.mcq_ac", 0.5)], [], th)
     assert "did you mean 'accuracy.mcq_acc'" in (info.value.hint or "")
     with pytest.raises(DataError, match="non-finite"):
-        compare([Measurement("accuracy.mcq_acc", math.nan)], [], th)
+        compare_measurements([Measurement("accuracy.mcq_acc", math.nan)], [], th)
     with pytest.raises(DataError, match="non-finite"):
-        compare([], [Measurement("accuracy.mcq_acc", 0.5, (0.5, math.inf))], th)
+        compare_measurements([], [Measurement("accuracy.mcq_acc", 0.5, (0.5, math.inf))], th)
     twice = Measurement("accuracy.mcq_acc", 0.5)
     with pytest.raises(DataError, match="twice"):
-        compare([twice, twice], [], th)
+        compare_measurements([twice, twice], [], th)
     bad = from_samples("accuracy.mcq_acc", [0.5, 1.0], ["a", "b"])
     with pytest.raises(DataError, match="0 or 1"):
-        compare([bad], [bad], th)
+        compare_measurements([bad], [bad], th)
 
 
 def test_relative_mode_at_zero_reference() -> None:
@@ -307,9 +311,9 @@ def test_relative_mode_at_zero_reference() -> None:
         source="inline",
         specs={"x.err": spec},
     )
-    (v,) = compare([Measurement("x.err", 0.5)], [], th, specs={"x.err": spec})
+    (v,) = compare_measurements([Measurement("x.err", 0.5)], [], th, specs={"x.err": spec})
     assert v.severity is Severity.CRITICAL and "undefined at reference 0" in v.reason
-    (ok,) = compare([Measurement("x.err", 0.0)], [], th, specs={"x.err": spec})
+    (ok,) = compare_measurements([Measurement("x.err", 0.0)], [], th, specs={"x.err": spec})
     assert ok.severity is Severity.PASS
 
 
@@ -385,7 +389,9 @@ def test_repeated_decisions_record_the_margin_that_decided(th: Thresholds) -> No
     assert (critical.basis, critical.severity) == (Basis.SUPPORTED, Severity.CRITICAL)
     bound = th.metrics["latency.e2e_p50"].bound
     assert critical.evidence is not None and critical.evidence.margin == bound.warn
-    (v,) = compare([tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th)
+    (v,) = compare_measurements(
+        [tight], [_runs("latency.e2e_p50", 0.05 * rng.lognormal(0, 0.01, 30))], th
+    )
     assert v.test == f"Mann-Whitney U for +{bound.warn:.1%}"
 
 
@@ -465,11 +471,11 @@ def test_verdicts_on_a_real_tiny_model(tiny_model_dir: Path, th: Thresholds) -> 
                 step = w.abs().max() / 2
                 w.copy_(torch.round(w / step) * step)
     ids = _ids(24)
-    ok, bad = compare(
+    ok, bad = compare_measurements(
         [from_samples("fidelity.cga", agreement(same), ids)],
         [],
         th,
-    ) + compare([from_samples("fidelity.cga", agreement(damaged), ids)], [], th)
+    ) + compare_measurements([from_samples("fidelity.cga", agreement(damaged), ids)], [], th)
     assert ok.severity is Severity.PASS and ok.value == 1.0
     assert bad.value < 0.85, bad.reason
     assert bad.severity is Severity.CRITICAL, bad.reason
@@ -486,7 +492,7 @@ def test_perplexity_ci_is_in_perplexity_units(th: Thresholds) -> None:
     cand = from_samples("accuracy.perplexity", list(cand_samples), ids)
     base = Measurement(base.name, float(np.exp(base_samples.mean())), base.samples, ids)
     cand = Measurement(cand.name, float(np.exp(cand_samples.mean())), cand.samples, ids)
-    (v,) = compare([cand], [base], th)
+    (v,) = compare_measurements([cand], [base], th)
     assert v.ci is not None and v.delta is not None
     assert v.ci[0] < v.delta < v.ci[1]  # same units as the +8 % perplexity delta
     diff = cand_samples - base_samples

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from gate.engines.http import HTTPBackend
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity, decide
 from gate.hw.timing import PerfCounterClock
@@ -80,7 +80,9 @@ def _verdict(measurements: list[Measurement]) -> Severity:
     base = _baseline().measurements
     thresholds = load_thresholds(packaged_thresholds_path())
     names = {m.name for m in measurements}
-    verdicts = compare(measurements, {k: v for k, v in base.items() if k in names}, thresholds)
+    verdicts = compare_measurements(
+        measurements, {k: v for k, v in base.items() if k in names}, thresholds
+    )
     return decide(verdicts).severity
 
 
@@ -290,7 +292,7 @@ def test_bf16_build_fidelity_beside_the_same_build_in_process(
 
 def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_bf16: HTTPBackend) -> None:
     """Paired A/B: the float32 server is the baseline build, the bfloat16 server the candidate."""
-    from gate.hw.fingerprint import collect
+    from gate.hw.fingerprint import collect_fingerprint
     from gate.hw.memory import MemoryTracker
     from gate.measurement import MeasurementDetail
     from gate.tiers import latency
@@ -301,7 +303,7 @@ def test_paired_latency_with_two_endpoints(served: HTTPBackend, served_bf16: HTT
     result = latency.run_tier(
         served_bf16,
         settings,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
         baseline_build=latency.BaselineBuild(

@@ -316,7 +316,7 @@ def test_timed_generation_runs_through_the_cache_and_counts_its_bytes(
 
 
 def test_latency_tier_reports_kv_bytes_per_token() -> None:
-    from gate.hw.fingerprint import collect
+    from gate.hw.fingerprint import collect_fingerprint
     from gate.metrics.latency import RunLatency
     from gate.tiers import latency
 
@@ -326,7 +326,7 @@ def test_latency_tier_reports_kv_bytes_per_token() -> None:
         sweep=latency.SweepResult(tokens_per_s={1: (10.0, 10.0)}, oom_batch=None),
         memory=(),
         parameter_bytes=None,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         settings=latency.LatencySettings(),
         kv_cache={"kv_bytes_per_token": 1234.5, "kv_cache_bytes": 99},
     )
@@ -448,7 +448,7 @@ def test_the_paper_table_has_the_papers_columns() -> None:
     assert row["cga_by_category"] == {"code": 0.91}
     assert row["cga_by_length"] == {"long": 0.88}
     console = Console(width=250, record=True)
-    console.print(paper_panel.table([result]))
+    console.print(paper_panel.paper_table([result]))
     console.print(paper_panel.category_table([result]))
     text = console.export_text()
     for column in ("method", "family", "CGA long", "mean KL", "ppl", "MCQ acc", "code", "0.910"):

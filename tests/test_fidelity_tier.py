@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gate.errors import BaselineError, ConfigError, DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds
 from gate.gating.verdict import Severity
 from gate.measurement import Measurement
@@ -102,7 +102,7 @@ def test_baseline_against_itself(base_measurements: list[Measurement], pack: Ref
     assert set(cga.breakdown) >= {"category:math", "category:code", "length:short", "length:long"}
     for meas in base_measurements:
         meas.validate()
-    verdicts = compare(base_measurements, base_measurements, load_thresholds())
+    verdicts = compare_measurements(base_measurements, base_measurements, load_thresholds())
     assert max(v.severity for v in verdicts) == Severity.PASS
 
 
@@ -181,7 +181,7 @@ def test_damaged_candidate_is_blocked(
     m = _by_name(ms)
     assert m["fidelity.cga"].value < 0.9
     assert m["fidelity.kl_mean"].value > 0.0
-    verdicts = compare(ms, base_measurements, load_thresholds())
+    verdicts = compare_measurements(ms, base_measurements, load_thresholds())
     worst = {v.metric: v.severity for v in verdicts if v.slice is None}
     assert (
         worst["fidelity.kl_mean"] == Severity.CRITICAL or worst["fidelity.cga"] == Severity.CRITICAL
@@ -197,7 +197,7 @@ def test_confidence_change_without_argmax_change_is_flagged(
         cand.model.lm_head.weight.mul_(6.0)
     m = _by_name(tier.measure(cand, pack, SETTINGS, prompts=PROMPTS))
     assert m["fidelity.cga"].value == 1.0
-    verdicts = compare(list(m.values()), base_measurements, load_thresholds())
+    verdicts = compare_measurements(list(m.values()), base_measurements, load_thresholds())
     flagged = {v.metric for v in verdicts if v.severity == Severity.CRITICAL}
     assert "fidelity.kl_mean" in flagged
 
@@ -215,7 +215,7 @@ def test_nan_candidate_is_critical_not_a_crash(
     assert m["fidelity.cga"].value == 0.0
     assert m["fidelity.kl_max"].value == fm.KL_CAP
     assert m["fidelity.cga"].details["nonfinite_positions"] == pack.n_output_tokens
-    verdicts = compare(ms, base_measurements, load_thresholds())
+    verdicts = compare_measurements(ms, base_measurements, load_thresholds())
     assert max(v.severity for v in verdicts) == Severity.CRITICAL
 
 
@@ -613,7 +613,7 @@ def test_demo_tail_only_damage_is_blocked_by_the_estimate_not_the_bound(
     base_ms = tier.measure(backend, pack, settings)
     verdicts = {
         v.metric: v.severity
-        for v in compare(list(ms.values()), base_ms, load_thresholds())
+        for v in compare_measurements(list(ms.values()), base_ms, load_thresholds())
         if v.slice is None
     }
     assert verdicts["fidelity.kl_mean"] == Severity.CRITICAL

@@ -9,19 +9,19 @@ import re
 import pytest
 
 from gate.errors import BaselineError, ExitCode
-from gate.hw.fingerprint import Fingerprint, check_fingerprint, collect
+from gate.hw.fingerprint import Fingerprint, check_fingerprint, collect_fingerprint
 from gate.hw.nvml import open_nvml
 from tests.fakes.fake_nvml import FakeGpuState, make_fake_nvml
 
 
 def _gpu_print(**changes: object) -> Fingerprint:
     nvml = open_nvml(make_fake_nvml(FakeGpuState()))
-    fp = collect("cuda:0", linear_classes=["Linear8bitLt", "Linear"], nvml=nvml)
+    fp = collect_fingerprint("cuda:0", linear_classes=["Linear8bitLt", "Linear"], nvml=nvml)
     return dataclasses.replace(fp, **changes)  # type: ignore[arg-type]
 
 
 def test_cpu_fingerprint_names_this_machine() -> None:
-    fp = collect("cpu", linear_classes=["Linear", "Linear", "QLinear"])
+    fp = collect_fingerprint("cpu", linear_classes=["Linear", "Linear", "QLinear"])
     assert fp.device == "cpu" and fp.gpu_name is None and fp.driver is None
     assert fp.cpu_cores == os.cpu_count()
     assert fp.linear_classes == ("Linear", "QLinear")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.stats import mcnemar
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
@@ -93,7 +93,7 @@ def _check_against_answers(
 
 def _verdicts(measurements: list[Measurement]) -> dict[str, Severity]:
     thresholds = load_thresholds(packaged_thresholds_path())
-    verdicts = compare(measurements, {}, thresholds, against="fp32")
+    verdicts = compare_measurements(measurements, {}, thresholds, against="fp32")
     return {v.metric: v.severity for v in verdicts if v.slice is None}
 
 
@@ -140,7 +140,9 @@ def test_two_dropped_layers_are_blocked_by_short_answers(pack: ReferencePack) ->
     one_sided = mcnemar(cand, base, higher_is_better=False).p_worse
     verdict = next(
         v
-        for v in compare(got, {}, load_thresholds(packaged_thresholds_path()), against="fp32")
+        for v in compare_measurements(
+            got, {}, load_thresholds(packaged_thresholds_path()), against="fp32"
+        )
         if v.metric == catalog.STOP_RATE and v.slice is None
     )
     assert verdict.p_value == pytest.approx(min(1.0, 2 * one_sided))

@@ -280,8 +280,8 @@ def test_the_remembered_metadata_parse_equals_transformers_own(
 
     from gate.models import gguf_parsing
 
-    gguf_parsing.install()
-    gguf_parsing.install()  # a second call wraps nothing twice
+    gguf_parsing.install_gguf_parsing()
+    gguf_parsing.install_gguf_parsing()  # a second call wraps nothing twice
     remembered = gguf_utils.load_gguf_checkpoint
     original = remembered.__wrapped__
     copy = shutil.copy(tiny_gguf, tmp_path / "copy.gguf")

@@ -21,7 +21,7 @@ import torch
 
 from gate.cli import main
 from gate.errors import ExitCode
-from gate.hw.fingerprint import collect
+from gate.hw.fingerprint import collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.hw.nvml import open_nvml
 from gate.hw.timing import CudaEventClock, make_clock
@@ -103,7 +103,7 @@ def test_vram_is_reported_per_gpu(cuda_demo: HFBackend) -> None:
 
 def test_the_fingerprint_names_the_gpu_and_driver(cuda_demo: HFBackend) -> None:
     nvml = open_nvml()
-    fingerprint = collect(str(cuda_demo.device), nvml=nvml)
+    fingerprint = collect_fingerprint(str(cuda_demo.device), nvml=nvml)
     assert fingerprint.device == "cuda" and fingerprint.gpu_name
     assert fingerprint.cuda == torch.version.cuda
     if nvml is not None:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gate.ci import scaffold
-from gate.ci.scaffold import TARGETS, InitSettings, render
+from gate.ci.scaffold import TARGETS, InitSettings, render_targets
 from gate.ci.watched import glob_regex, touched, watched_paths
 from gate.cli import main
 from gate.errors import ExitCode
@@ -149,7 +149,7 @@ def test_the_workflows_against_the_action_pass_actionlint(repo: Path) -> None:
 
 
 def test_the_projects_workflows_are_the_template_with_the_local_action() -> None:
-    files = render(InitSettings(model="demo", ref="fp32", action="./"))
+    files = render_targets(InitSettings(model="demo", ref="fp32", action="./"))
     for target in (".github/workflows/gate.yml", ".github/workflows/latency-audit.yml"):
         assert (ROOT / target).read_text() == files[target], f"regenerate {target}"
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gate.errors import BaselineError, ConfigError, ExitCode, NothingMeasuredError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds
 from gate.judge.cache import CachedJudge, JudgeCache
 from gate.measurement import JudgedOutput, OutputSet
@@ -331,7 +331,7 @@ def test_elo_verdict_ci_matches_an_independent_bootstrap(
     m = _elo_measurement(wins, losses, ties)
     p = (wins + ties / 2) / (wins + losses + ties)
     assert m.value == pytest.approx(elo(p))
-    (v,) = compare([m], [], THRESHOLDS)
+    (v,) = compare_measurements([m], [], THRESHOLDS)
     assert v.severity.name == severity
     assert v.ci is not None and v.delta == pytest.approx(m.value)
     lo, hi = _independent_ci(m.samples or ())
@@ -342,12 +342,12 @@ def test_elo_verdict_ci_matches_an_independent_bootstrap(
 def test_every_prompt_lost_or_won_is_finite_and_flagged() -> None:
     lost = _elo_measurement(0, 50, 0)
     assert lost.value == pytest.approx(-400 * math.log10(2 * 50 - 1))
-    (v,) = compare([lost], [], THRESHOLDS)
+    (v,) = compare_measurements([lost], [], THRESHOLDS)
     assert v.severity.name == "CRITICAL" and v.ci is not None
     assert all(math.isfinite(x) for x in v.ci)
     won = _elo_measurement(50, 0, 0)
     assert won.value == pytest.approx(400 * math.log10(2 * 50 - 1))
-    (v,) = compare([won], [], THRESHOLDS)
+    (v,) = compare_measurements([won], [], THRESHOLDS)
     assert v.severity.name == "PASS" and v.ci is not None and all(math.isfinite(x) for x in v.ci)
 
 
@@ -357,9 +357,9 @@ def test_validity_is_paired_with_the_baseline_by_mcnemar() -> None:
     ids = tuple(f"p{i}" for i in range(60))
     base = Measurement("judge.validity", 1.0, (1.0,) * 60, ids)
     worse = Measurement("judge.validity", 50 / 60, (0.0,) * 10 + (1.0,) * 50, ids)
-    (v,) = compare([worse], [base], THRESHOLDS)
+    (v,) = compare_measurements([worse], [base], THRESHOLDS)
     assert v.severity.name == "CRITICAL" and v.test is not None and "McNemar" in v.test
-    (v,) = compare([base], [base], THRESHOLDS)
+    (v,) = compare_measurements([base], [base], THRESHOLDS)
     assert v.severity.name == "PASS"
 
 
@@ -408,14 +408,14 @@ def test_unstable_panel_is_reported_with_its_reason(tmp_path: Path) -> None:
 
 
 def test_elo_test_is_the_sign_test_on_differing_prompts() -> None:
-    (v,) = compare([_elo_measurement(5, 40, 55)], [], THRESHOLDS)
+    (v,) = compare_measurements([_elo_measurement(5, 40, 55)], [], THRESHOLDS)
     expected = sum(math.comb(45, k) for k in range(40, 46)) / 2**45
     assert v.p_value == pytest.approx(expected)
     # a slice of three prompts, all lost: past the bound, but 1/8 is no evidence
     samples = [-0.5] * 3 + [0.0] * 40
     ids = [f"p{i}" for i in range(43)]
     m = tier._elo_measurement(ids, samples, {"category:x": [0, 1, 2]}, {})
-    whole, part = compare([m], [], THRESHOLDS)
+    whole, part = compare_measurements([m], [], THRESHOLDS)
     assert part.slice == "category:x" and part.value == pytest.approx(-400 * math.log10(5))
     assert part.severity.name == "PASS" and part.p_value == pytest.approx(1 / 8)
     assert part.details.get("not_significant") == "critical"

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from gate.errors import DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
-from gate.hw.fingerprint import Fingerprint, collect
+from gate.hw.fingerprint import Fingerprint, collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.hw.timing import PerfCounterClock
 from gate.measurement import Measurement, MeasurementDetail
@@ -62,7 +62,7 @@ class DriftingTime(FakeTime):
 
 
 def _fp() -> Fingerprint:
-    return collect("cpu", linear_classes=["Linear"])
+    return collect_fingerprint("cpu", linear_classes=["Linear"])
 
 
 def _measure(
@@ -85,7 +85,7 @@ def _build(backend: Any, against: str = "fp16") -> BaselineBuild:
 
 def _severities(cand: list[Measurement], base: list[Measurement], against: str = "fp16") -> Any:
     thresholds = load_thresholds(packaged_thresholds_path())
-    return {v.key: v for v in compare(cand, base, thresholds, against=against)}
+    return {v.key: v for v in compare_measurements(cand, base, thresholds, against=against)}
 
 
 class Logged(ScriptedBackend):
@@ -493,7 +493,9 @@ def _real(candidate: Any, baseline: Any) -> list[Measurement]:
     result = run_tier(
         candidate,
         REAL,
-        fingerprint=collect("cpu", linear_classes=candidate.provenance().linear_classes),
+        fingerprint=collect_fingerprint(
+            "cpu", linear_classes=candidate.provenance().linear_classes
+        ),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
         baseline_build=BaselineBuild(lambda: baseline, "fp16", "tiny", None),
@@ -558,7 +560,7 @@ def test_gate_run_with_a_paired_run_config(
     result = run_tier(
         baseline,
         REAL,
-        fingerprint=collect("cpu", linear_classes=baseline.provenance().linear_classes),
+        fingerprint=collect_fingerprint("cpu", linear_classes=baseline.provenance().linear_classes),
         clock_factory=PerfCounterClock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from gate.errors import ConfigError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
-from gate.hw.fingerprint import collect
+from gate.hw.fingerprint import collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.measurement import Measurement
 from gate.metrics.serving import StreamTiming
@@ -64,7 +64,7 @@ def _measure(backend: ServedScript) -> dict[str, Measurement]:
     result = run_tier(
         backend,
         SETTINGS,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=backend.time.clock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )
@@ -98,11 +98,12 @@ def test_slower_under_load_is_critical() -> None:
     slow = [m for m in _measure(ServedScript(ttft=0.08)).values() if "load_" in m.name]
     names = {m.name for m in slow}
     verdicts = {
-        v.metric: v for v in compare(slow, [m for m in base if m.name in names], thresholds)
+        v.metric: v
+        for v in compare_measurements(slow, [m for m in base if m.name in names], thresholds)
     }
     assert verdicts["latency.load_ttft_p50"].severity == Severity.CRITICAL
     same = [m for m in _measure(ServedScript()).values() if "load_" in m.name]
-    unchanged = compare(same, [m for m in base if m.name in names], thresholds)
+    unchanged = compare_measurements(same, [m for m in base if m.name in names], thresholds)
     assert "latency.load_ttft_p50" in {v.metric for v in unchanged}
     for v in unchanged:
         assert v.severity == Severity.PASS, v.reason
@@ -114,7 +115,7 @@ def test_in_process_builds_have_no_load_metrics() -> None:
     result = run_tier(
         backend,
         SETTINGS,
-        fingerprint=collect("cpu"),
+        fingerprint=collect_fingerprint("cpu"),
         clock_factory=backend.time.clock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from gate.errors import ConfigError, DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
-from gate.hw.fingerprint import collect
+from gate.hw.fingerprint import collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.measurement import Measurement, TimedGeneration
 from gate.metrics.latency import check_consistency, run_latency, summarize
@@ -75,7 +75,7 @@ def _measure(backend: ScriptedBackend, settings: LatencySettings = SMALL) -> lis
     result = run_tier(
         backend,
         settings,
-        fingerprint=collect("cpu", linear_classes=["Linear"]),
+        fingerprint=collect_fingerprint("cpu", linear_classes=["Linear"]),
         clock_factory=clock_source.clock,
         tracker_factory=lambda: MemoryTracker("cpu"),
     )
@@ -96,7 +96,7 @@ def test_tier_measurements_with_a_controlled_clock() -> None:
     best = by_name["latency.best_tokens_per_s"]
     assert best.details["best_batch"] == 4 and best.details["oom_batch"] is None
     assert backend.calls == 3 * (1 + 10) + 1
-    assert fingerprint_of(by_name) == collect("cpu", linear_classes=["Linear"])
+    assert fingerprint_of(by_name) == collect_fingerprint("cpu", linear_classes=["Linear"])
 
 
 def test_sweep_stops_cleanly_at_out_of_memory() -> None:
@@ -116,7 +116,7 @@ def test_settings_are_validated() -> None:
 
 def _verdicts(cand: list[Measurement], base: list[Measurement]) -> dict[str, Severity]:
     thresholds = load_thresholds(packaged_thresholds_path())
-    return {v.key: v.severity for v in compare(cand, base, thresholds)}
+    return {v.key: v.severity for v in compare_measurements(cand, base, thresholds)}
 
 
 def test_same_build_slowed_2x_and_3_percent_with_controlled_timing() -> None:
@@ -133,7 +133,7 @@ def test_same_build_slowed_2x_and_3_percent_with_controlled_timing() -> None:
 
 INNER = """
 import json, os
-from gate.hw.fingerprint import collect
+from gate.hw.fingerprint import collect_fingerprint
 from gate.hw.memory import MemoryTracker
 from gate.tiers.latency import LatencySettings, run_tier
 from tests.fakes.timed_backend import RealTime, ScriptedBackend
@@ -144,7 +144,7 @@ def test_loop(benchmark):
     backend = ScriptedBackend(source, prefill_s=0.008, step_s=0.004, noise_cv=0.0)
     def runner(fn, rounds, warmup):
         benchmark.pedantic(fn, rounds=rounds, warmup_rounds=warmup, iterations=1)
-    result = run_tier(backend, settings, fingerprint=collect("cpu"), clock_factory=source.clock,
+    result = run_tier(backend, settings, fingerprint=collect_fingerprint("cpu"), clock_factory=source.clock,
                       tracker_factory=lambda: MemoryTracker("cpu"), runner=runner)
     with open(os.environ["OUT_JSON"], "w") as fh:
         json.dump({"bench": list(benchmark.stats.stats.data),

@@ -139,7 +139,7 @@ def test_no_build_is_one_line_naming_the_setup_command(
     assert install.SETUP_COMMAND in (caught.value.hint or "")
     monkeypatch.delenv(install.DIR_ENV)
     monkeypatch.setenv(install.CACHE_ENV, str(tmp_path))
-    assert install.find() is None
+    assert install.find_llama_cpp() is None
 
 
 def test_run_config_engine_key_names_llama_cpp_or_a_table() -> None:
@@ -212,7 +212,7 @@ def test_a_missing_build_fails_the_dry_run(tmp_path: Path) -> None:
 
 def test_quant_types_mirror_llama_quantize() -> None:
     """The declared list is llama-quantize's own (its source, where llama.cpp is built)."""
-    found = install.find()
+    found = install.find_llama_cpp()
     if found is None:
         pytest.skip(f"llama.cpp is not built ({install.SETUP_COMMAND})")
     source = (found.root / QUANTIZE_CPP).read_text(encoding="utf-8")

@@ -42,7 +42,7 @@ def test_props_of_llama_server_and_of_another_server() -> None:
     assert ls.read_props({"detail": "Not Found"}) is None
     assert ls.read_props(None) is None
     card = {"id": "x", "owned_by": "llamacpp", "meta": {"ftype": 1, "n_ctx": 4096}}
-    assert ls.served_settings(props, card) == {
+    assert ls.reported_settings(props, card) == {
         "build_info": "b11434-pypi",
         "parallel_slots": 4,
         "gguf_ftype": 1,

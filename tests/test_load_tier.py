@@ -21,7 +21,7 @@ from scipy import stats
 
 from gate import progress
 from gate.errors import ConfigError, DataError
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path, require_a_bound
 from gate.gating.verdict import Severity
 from gate.loadgen import guidellm
@@ -204,7 +204,9 @@ def test_plan_interleaves_pairs_and_an_identical_build_passes() -> None:
     assert len(speed.samples) == 8  # 2 passes x 4 rates
     low, high = speed.details["ratio_ci"]
     assert low <= 1.0 <= high
-    verdicts = compare(list(measured.values()), [], load_thresholds(packaged_thresholds_path()))
+    verdicts = compare_measurements(
+        list(measured.values()), [], load_thresholds(packaged_thresholds_path())
+    )
     gated = next(v for v in verdicts if v.metric == "load.slo_speedup")
     assert gated.severity is not Severity.CRITICAL
     assert {v.metric for v in verdicts if v.threshold is not None} == {"load.slo_speedup"}
@@ -225,7 +227,9 @@ def test_a_slower_build_blocks_and_a_not_faster_one_warns() -> None:
     lo, hi = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
     assert speed.value == pytest.approx(math.exp(logs.mean()))
     assert speed.details["ratio_ci"] == pytest.approx([math.exp(lo), math.exp(hi)])
-    verdict = next(v for v in compare(measured, [], thresholds) if v.metric == speed.name)
+    verdict = next(
+        v for v in compare_measurements(measured, [], thresholds) if v.metric == speed.name
+    )
     assert verdict.severity is Severity.CRITICAL and "slower" in verdict.reason
     assert verdict.ci == pytest.approx((math.exp(lo) - 1, math.exp(hi) - 1))
     # goodput: per pass, from the scripted curves (TTFT 100 r k crosses 500 ms)
@@ -247,14 +251,18 @@ def test_a_slower_build_blocks_and_a_not_faster_one_warns() -> None:
     same_speed = next(m for m in measured if m.name == speed.name)
     low, high = same_speed.details["ratio_ci"]
     assert low < 1.0 < high < 1.5
-    verdict = next(v for v in compare(measured, [], thresholds) if v.metric == speed.name)
+    verdict = next(
+        v for v in compare_measurements(measured, [], thresholds) if v.metric == speed.name
+    )
     assert verdict.severity is Severity.WARN and "min_speedup 1.5" in verdict.reason
     # asked for a speed-up its interval still reaches: nothing shown against it, a pass
     # whose point estimate is flagged
     reach = dataclasses.replace(same_settings, min_speedup=high * 0.99)
     again = _scripted({"baseline": 1.0, "candidate": 1.0}, [])[1]
     measured = to_measurements(run_tier(again, reach))
-    verdict = next(v for v in compare(measured, [], thresholds) if v.metric == speed.name)
+    verdict = next(
+        v for v in compare_measurements(measured, [], thresholds) if v.metric == speed.name
+    )
     assert verdict.severity is Severity.PASS and "not shown" in verdict.reason, verdict.reason
 
 

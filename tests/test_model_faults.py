@@ -262,7 +262,7 @@ def test_nan_weights_are_a_critical_regression_in_the_accuracy_tier(
     models: dict[str, Path],
 ) -> None:
     """Measured with the real tier code on the demo model and a copy with one NaN matrix."""
-    from gate.gating.compare import compare
+    from gate.gating.compare import compare_measurements
     from gate.session.run import GateRun
     from gate.tiers import accuracy as tier
 
@@ -293,7 +293,9 @@ def test_nan_weights_are_a_critical_regression_in_the_accuracy_tier(
         run.record(measurement)  # finite: accepted (it used to be a DataError, exit 4)
     verdicts = {
         v.metric: v
-        for v in compare(candidate, baseline, load_thresholds(packaged_thresholds_path()))
+        for v in compare_measurements(
+            candidate, baseline, load_thresholds(packaged_thresholds_path())
+        )
         if v.slice is None
     }
     for name in (

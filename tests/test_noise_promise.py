@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import Thresholds, load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.measurement import Measurement
@@ -110,7 +110,7 @@ def _severities(gen: Generator, shift: float, thresholds: Thresholds) -> np.ndar
     out = []
     for trial in range(TRIALS):
         cand, base = gen(np.random.default_rng(trial), shift)
-        (verdict,) = compare([cand], [base], thresholds, n_resamples=1000)
+        (verdict,) = compare_measurements([cand], [base], thresholds, n_resamples=1000)
         out.append(int(verdict.severity))
     return np.asarray(out)
 

@@ -2,11 +2,11 @@
 
 For each test the gate uses (paired bootstrap for per-item scores, McNemar for
 per-item correctness, Mann-Whitney U and Wilcoxon signed-rank for timings) the
-MDE is read from a verdict of :func:`gate.gating.compare.compare` on
+MDE is read from a verdict of :func:`gate.gating.compare.compare_measurements` on
 measurements whose spread is exactly the one simulated. Then a few hundred
 replicates are drawn with a true degradation of 0.9 x and 1.1 x that MDE and
 put through the gate's own test: the :mod:`gate.gating.stats` function
-``compare`` calls, with the arguments it passes (resamples, seed, and for
+``compare_measurements`` calls, with the arguments it passes (resamples, seed, and for
 timings the warn bound as the margin of the CRITICAL test). The
 MDE is right within 10 % when the detection rate at 0.9 x MDE is below the
 power and at 1.1 x MDE above it. With 300 replicates a rate has a standard
@@ -32,7 +32,7 @@ from scipy import stats as sps
 from gate.errors import ConfigError, ExitCode
 from gate.gating import power as pw
 from gate.gating import stats
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import (
     Thresholds,
     load_thresholds,
@@ -70,9 +70,11 @@ def _one(verdicts: list[Verdict], key: str) -> Verdict:
 
 
 def _per_item(th: Thresholds, name: str, cand: np.ndarray, base: np.ndarray) -> list[Verdict]:
-    """``compare``'s verdicts on per-item samples of ``name``, item ``i`` paired on both sides."""
+    """``compare_measurements``'s verdicts on per-item samples of ``name``, item ``i`` paired on both sides."""
     ids = _ids(len(base))
-    return compare([from_samples(name, list(cand), ids)], [from_samples(name, list(base), ids)], th)
+    return compare_measurements(
+        [from_samples(name, list(cand), ids)], [from_samples(name, list(base), ids)], th
+    )
 
 
 def _rates(detect: Callable[[float, np.random.Generator], bool], mde: float) -> list[float]:
@@ -181,7 +183,7 @@ def test_timing_mde_matches_a_simulation_of_the_rank_test(th: Thresholds, paired
             }
         }
     verdict = _one(
-        compare(
+        compare_measurements(
             [Measurement(name, float(np.median(cand)), cand, details=details)],
             [Measurement(name, float(np.median(base)), base)],
             th,
@@ -319,7 +321,7 @@ def test_underpowered_warns_in_words_and_blocks_only_when_asked(th: Thresholds) 
 
 
 def test_no_statement_for_ungated_or_untested_metrics(th: Thresholds) -> None:
-    verdicts = compare(
+    verdicts = compare_measurements(
         [Measurement("latency.param_bytes", 2.0e9), from_samples("fidelity.cga", [1.0] * 30)],
         [Measurement("latency.param_bytes", 2.0e9), from_samples("fidelity.cga", [1.0] * 30)],
         th,

@@ -19,7 +19,7 @@ from gate.store.reference import (
     PackOrigin,
     PackPrompt,
     build_tensors,
-    check_compatible,
+    check_pack_compatible,
     check_prompt_ids,
     full_logits_bytes_per_token,
     load_pack,
@@ -374,12 +374,12 @@ def test_empty_pack_is_refused(tmp_path: Path) -> None:
 
 def test_compatibility_checks(tmp_path: Path) -> None:
     pack = load_pack(_write(tmp_path / "ref.safetensors"))
-    check_compatible(pack, tokenizer_sha256="t" * 64, prompt_set_sha256="p" * 64)
-    check_compatible(pack)  # unknown sides are not compared
+    check_pack_compatible(pack, tokenizer_sha256="t" * 64, prompt_set_sha256="p" * 64)
+    check_pack_compatible(pack)  # unknown sides are not compared
     with pytest.raises(BaselineError, match="another tokenizer"):
-        check_compatible(pack, tokenizer_sha256="x" * 64)
+        check_pack_compatible(pack, tokenizer_sha256="x" * 64)
     with pytest.raises(BaselineError, match="another prompt set"):
-        check_compatible(pack, prompt_set_sha256="x" * 64)
+        check_pack_compatible(pack, prompt_set_sha256="x" * 64)
     check_prompt_ids(pack, 0, pack.prompt_ids(0).tolist())
     with pytest.raises(BaselineError, match="tokenizes differently"):
         check_prompt_ids(pack, 0, [*pack.prompt_ids(0).tolist(), 1])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gate.errors import DataError, ExitCode
-from gate.gating.compare import compare
+from gate.gating.compare import compare_measurements
 from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Bound, Severity, Verdict, VerdictDetail, VerdictThreshold, decide
 from gate.measurement import Measurement, from_samples
@@ -182,7 +182,7 @@ def test_typed_threshold_and_detail_keys_keep_the_results_json_format(tmp_path: 
     ids = [f"q{i}" for i in range(200)]
     base = [1.0] * 160 + [0.0] * 40
     cand = [0.0] * 15 + [1.0] * 145 + [1.0] * 5 + [0.0] * 35  # -5 points, b=15, c=5: n.s.
-    verdicts = compare(
+    verdicts = compare_measurements(
         [
             from_samples("accuracy.mcq_acc", cand, ids, groups={"category:law": range(20)}),
             Measurement("fidelity.kl_max", 2.0),  # ungated

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gate.gating.drift import audit
+from gate.gating.drift import audit_drift
 from gate.metrics.registry import all_metrics
 from gate.report.html import render_html
 from gate.report.outputs import ReportTargets, write_reports
@@ -43,7 +43,7 @@ def _drift() -> list:
         )
         for i in range(14)
     ]
-    return audit(records, all_metrics(), permutations=199)
+    return audit_drift(records, all_metrics(), permutations=199)
 
 
 def test_blocked_report_is_self_contained_with_banner_and_plots(

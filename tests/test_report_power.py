@@ -16,7 +16,7 @@ from lxml import etree
 
 from gate.gating.verdict import decide
 from gate.report.console import make_console, render
-from gate.report.html import tiers_section, underpowered_section
+from gate.report.html import html_tiers_section, underpowered_section
 from gate.report.junit import render_junit
 from gate.report.markdown import render_markdown
 from gate.report.results import Results
@@ -67,7 +67,9 @@ def test_markdown_html_and_junit_say_it_too(blocked: report_cases.Case) -> None:
     assert "underpowered verdicts (a regression of the critical size would probably pass)" in folded
     assert f"- {kl.message}" in folded
     assert f" · {len(results.underpowered)} underpowered" in markdown
-    page = underpowered_section(results) + tiers_section(results)  # render_html's parts, no plots
+    page = underpowered_section(results) + html_tiers_section(
+        results
+    )  # render_html's parts, no plots
     assert f'<h2 id="underpowered">Underpowered: {len(results.underpowered)}</h2>' in page
     assert f"<li>{kl.message}</li>" in page
     assert "<th>MDE</th>" in page

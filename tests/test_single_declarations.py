@@ -1,8 +1,8 @@
 """Facts declared once: the exit-code questions (gate/errors.py), the default store
 (gate/store/location.py), the unnamed baseline's label (gate/gating/against.py) and
 the thresholds file's name (gate/gating/thresholds_file.py); and one meaning per name: a
-class, type alias or public function name declared in one module (the known shared
-names listed).
+class, type alias or public function name declared in one module (the protocol verbs
+listed, each with its modules).
 
 Each scan parses every module of the package and fails, listing the places, when
 one of them spells the fact again.
@@ -191,11 +191,6 @@ def test_the_thresholds_file_name_is_declared_once() -> None:
     assert not found, f"{THRESHOLDS_FILE!r} spelt outside gate.gating.thresholds_file: {found}"
 
 
-#: Type aliases declared under one name in several modules, each for its own module's
-#: values (a session's mode, a bound's, a bitsandbytes load's; a version report's side, a
-#: latency pair's): known, not to grow.
-SHARED_ALIASES = {"Mode": 3, "Side": 2}
-
 _CAMEL = re.compile(r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")
 
 
@@ -224,13 +219,10 @@ def _declared_where(kinds: tuple[type, ...]) -> dict[str, list[str]]:
 def test_every_class_and_type_alias_name_of_the_package_is_declared_once() -> None:
     """One meaning per name: no two modules of ``gate/`` declare a class or type alias of the
     same name (model loading's ``LoadSettings`` is not the load tier's ``LoadTierSettings``;
-    Wanda's ``ActivationPrompts`` are not ``gate calibrate``'s ``Calibration``)."""
+    Wanda's ``ActivationPrompts`` are not ``gate calibrate``'s ``Calibration``; a bound's
+    ``BoundMode`` is not a session's ``SessionMode`` nor a bitsandbytes load's ``Mode``)."""
     declared = _declared_where((ast.ClassDef, ast.Assign, ast.AnnAssign))
-    twice = {
-        name: where
-        for name, where in declared.items()
-        if len(where) > 1 and SHARED_ALIASES.get(name) != len(where)
-    }
+    twice = {name: where for name, where in declared.items() if len(where) > 1}
     assert not twice, twice
 
 
@@ -246,30 +238,49 @@ def test_no_class_name_is_declared_twice_even_inside_a_function() -> None:
     assert not twice, twice
 
 
-#: Public module-level functions declared in several modules, each a module's own verb
-#: (a command and its workflow, a tier's ``measure``, a probe's ``generate``): known, not
-#: to grow. A new name declared twice is a second meaning; give it its own name.
-SHARED_FUNCTIONS = frozenset(
-    {
-        "audit", "check_compatible", "collect", "compare", "counts", "find",
-        "flips_by_margin", "generate", "install", "load_measurements", "load_prompts",
-        "measure", "measurements", "merge", "record", "render", "run", "run_tier",
-        "served_settings", "summary_lines", "summary_table", "table", "tiers_section",
-        "to_measurements",
-    }
-)  # fmt: skip
+#: The public module-level function names declared in several modules, each with the exact
+#: modules allowed: one protocol verb, implemented once per module by design. A probe module
+#: (``gate/data/probes/``) has ``generate``; a tier module has ``measure`` (the candidate's
+#: measurements), ``record`` (what the tier does when the baseline is recorded), ``run_tier``
+#: (one timed run of the tier), ``to_measurements`` (its result as measurements) and
+#: ``load_prompts`` (its prompt set, cut to its limit) -- the suites call them as
+#: ``tier.measure``, ``tier.record``, ``tier.load_prompts``. A click command is named after
+#: its command and shares it with no library function (``gate merge``'s ``merge`` calls
+#: ``merge_results``, ``gate audit``'s group is not ``drift.audit_drift``, ``gate compare``'s
+#: ``compare`` not ``gating.compare.compare_measurements``); any other name declared twice
+#: is a second meaning: give it its own name.
+SHARED_FUNCTIONS: dict[str, frozenset[str]] = {
+    "generate": frozenset(
+        f"data/probes/{probe}.py" for probe in ("arithmetic", "code", "instructions", "structured")
+    ),
+    "load_prompts": frozenset({"tiers/fidelity/prompts.py", "tiers/judge.py"}),
+    "measure": frozenset(
+        {
+            "tiers/capability.py",
+            "tiers/fidelity/candidate.py",
+            "tiers/generation.py",
+            "tiers/speculative.py",
+        }
+    ),
+    "record": frozenset({"tiers/fidelity/recording.py", "tiers/generation.py"}),
+    "run_tier": frozenset({"tiers/latency.py", "tiers/load.py"}),
+    "to_measurements": frozenset({"tiers/generation.py", "tiers/latency.py", "tiers/load.py"}),
+}
 
 
 def test_no_new_public_function_name_is_declared_in_two_modules() -> None:
     """``model_slug`` is the slug rule (:mod:`gate.slugs`) and nothing else; the session's
     slug with ``--model-slug`` is ``store_slug``."""
     declared = _declared_where((ast.FunctionDef, ast.AsyncFunctionDef))
-    twice = {
-        name: where
+    shared = {
+        name: frozenset(where)
         for name, where in declared.items()
-        if not name.startswith("_") and len(where) > 1 and name not in SHARED_FUNCTIONS
+        if not name.startswith("_") and len(where) > 1
     }
-    assert not twice, twice
+    twice = {
+        name: sorted(where) for name, where in shared.items() if SHARED_FUNCTIONS.get(name) != where
+    }
+    assert not twice, f"not the modules SHARED_FUNCTIONS allows: {twice}"
     assert declared["model_slug"] == ["slugs.py"]
-    stale = {name for name in SHARED_FUNCTIONS if len(declared.get(name, [])) < 2}
-    assert not stale, f"declared once now: drop them from SHARED_FUNCTIONS: {sorted(stale)}"
+    stale = sorted(set(SHARED_FUNCTIONS) - set(shared))
+    assert not stale, f"declared once now: drop them from SHARED_FUNCTIONS: {stale}"

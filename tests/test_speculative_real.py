@@ -135,9 +135,11 @@ def test_counted_steps_equal_an_independent_speculative_loop(builds: Builds) -> 
 
 
 def _verdicts(candidate: list[Measurement], baseline: list[Measurement]) -> dict[str, Any]:
-    from gate.gating.compare import compare
+    from gate.gating.compare import compare_measurements
 
-    verdicts = compare(candidate, baseline, load_thresholds(packaged_thresholds_path()))
+    verdicts = compare_measurements(
+        candidate, baseline, load_thresholds(packaged_thresholds_path())
+    )
     return {v.metric: v for v in verdicts if v.slice is None}
 
 

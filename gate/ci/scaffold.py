@@ -16,7 +16,7 @@ Nothing is overwritten: every target is checked before the first is written,
 and one that exists is a :class:`~gate.errors.UsageError` (exit 4) naming it.
 A write that fails midway removes what this call wrote, so a repository never
 holds half of the set. The project's own ``.github/workflows/gate.yml`` is
-:func:`render` of the same template with the action ``./`` (a test compares them).
+:func:`render_targets` of the same template with the action ``./`` (a test compares them).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def check_settings(model: str, ref: str | None, action: str | None) -> InitSetti
     return InitSettings(model=spec.source, ref=chosen_ref, action=chosen_action)
 
 
-def render(settings: InitSettings) -> dict[str, str]:
+def render_targets(settings: InitSettings) -> dict[str, str]:
     """The text of every target (:data:`TARGETS`) for ``settings``."""
     values = {
         "@@MODEL@@": json.dumps(settings.model),

@@ -87,7 +87,7 @@ def latency(
         records, warnings = history.read(path)
         for line in warnings:
             click.echo(f"gate: warning: {line}", err=True)
-        drifts = drift.audit(
+        drifts = drift.audit_drift(
             records,
             specs,
             window=window,

@@ -241,7 +241,7 @@ def promote(ref: str, target: str, model_slug: str | None, store: Path) -> int:
 @store_option
 @runtime_option
 @engine_options
-def record(
+def record_command(
     model: str | None,
     label: str,
     tiers: str | None,

@@ -11,8 +11,8 @@ import click
 
 from gate.commands.options import (
     F,
-    collect,
     collect_load,
+    collect_options,
     engine_settings,
     file_option,
     json_option,
@@ -101,8 +101,8 @@ _REQUEST_PARAMS = (
 
 @click.command("calibrate")
 @collect_load
-@collect("engine", ("serve", "endpoint", "served_model", "api_key_env"), engine_settings)
-@collect("request", _REQUEST_PARAMS, calibration_request, keep=("out",))
+@collect_options("engine", ("serve", "endpoint", "served_model", "api_key_env"), engine_settings)
+@collect_options("request", _REQUEST_PARAMS, calibration_request, keep=("out",))
 @click.option("--model", required=True, help="Model id, local directory, .gguf file, or 'demo'.")
 @session_option(
     "recipe",

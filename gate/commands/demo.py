@@ -34,7 +34,7 @@ def _paper_table(candidates: Any, json_dir: Path | None) -> None:
     from gate.workflows import paper_panel
 
     console = make_console()
-    console.print(paper_panel.table(candidates))
+    console.print(paper_panel.paper_table(candidates))
     console.print(paper_panel.category_table(candidates))
     if json_dir is not None:
         text = json.dumps(paper_panel.rows_json(candidates), indent=2) + "\n"
@@ -159,7 +159,7 @@ def demo(
     result = _run_panel(
         console, model, recipe_list, tier_list, json_dir=json_dir, store=store, load=load
     )
-    console.print(panel.summary_table(result.candidates, model.baseline_ref))
+    console.print(panel.demo_summary_table(result.candidates, model.baseline_ref))
     if panel_name == "paper":
         _paper_table(result.candidates, json_dir)
     if result.problem:

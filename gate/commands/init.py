@@ -51,10 +51,10 @@ def init(model: str, ref: str | None, action: str | None, root: Path) -> int:
       gate init --model demo
       gate init --model meta-llama/Llama-3.1-8B-Instruct --ref fp16 --action acme/gate@v0.1.0
     """
-    from gate.ci.scaffold import check_settings, next_steps, render, write_new
+    from gate.ci.scaffold import check_settings, next_steps, render_targets, write_new
 
     settings = check_settings(model, ref, action)
-    written = write_new(root, render(settings))
+    written = write_new(root, render_targets(settings))
     for path in written:
         click.echo(f"gate init: wrote {path}")
     click.echo("next:")

@@ -154,7 +154,7 @@ def _localize(
     from gate.models.backends.loading import load_backend
     from gate.models.stack import parse_stack
     from gate.report.console import make_console
-    from gate.report.localize import console_table, summary_lines
+    from gate.report.localize import console_table, localization_summary_lines
     from gate.store.reference import load_pack
 
     started = time.perf_counter()
@@ -201,7 +201,7 @@ def _localize(
     result = replace(result, notes=(*result.notes, f"total wall time {total:.1f} s"))
     console = make_console()
     console.print(console_table(result))
-    for line in summary_lines(result):
+    for line in localization_summary_lines(result):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"total: {total:.1f} s (model loads and the repaired build's gate run included)")
     _write_outputs(result, request.outputs)

@@ -52,7 +52,7 @@ def merge(
       gate merge results/ --expect-from matrix.json --junit out/junit.xml
     """
     from gate.report.console import make_console
-    from gate.workflows.merge import merge as merge_results
+    from gate.workflows.merge import merge_results
 
     targets = ReportTargets(json=json_out, html=html_out, junit=junit_out, markdown=markdown_out)
     return int(merge_results(results, targets, make_console(color=color), expect_from))

@@ -7,7 +7,7 @@ the same in every ``gate <command> --help``.
 
 The options of a declared setting (:mod:`gate.config_options`: the load, engine
 and report settings) are rendered by one function, :func:`click_option`; a
-command takes such a group whole: :func:`collect` hands its callback one typed
+command takes such a group whole: :func:`collect_options` hands its callback one typed
 object (``load: LoadSettings``, ``engine: EngineSettings | None``,
 ``reports: ReportTargets``) built once from the group's options.
 """
@@ -117,7 +117,7 @@ def settings_options(
     return decorate
 
 
-def collect(
+def collect_options(
     param: str, names: tuple[str, ...], build: Callable[..., Any], keep: tuple[str, ...] = ()
 ) -> Callable[[F], F]:
     """Hand a click command's callback ``param=build(**given)`` for the options ``names``
@@ -151,7 +151,7 @@ def report_targets(**given: Path | None) -> ReportTargets:
 
 def collect_reports(*names: str) -> Callable[[F], F]:
     """``reports: ReportTargets`` from the report options ``names`` (``json``, ``html``...)."""
-    return collect("reports", tuple(name + "_out" for name in names), report_targets)
+    return collect_options("reports", tuple(name + "_out" for name in names), report_targets)
 
 
 json_option = settings_options(ReportTargets, ("json",), "_out")
@@ -224,7 +224,7 @@ def load_settings(
 
 
 #: ``load: LoadSettings`` from the load options (:func:`load_options`).
-collect_load = collect("load", load_setting_names(), load_settings)
+collect_load = collect_options("load", load_setting_names(), load_settings)
 
 
 def engine_options(command: F) -> F:
@@ -242,7 +242,7 @@ def engine_settings(**given: Any) -> EngineSettings | None:
 
 
 #: ``engine: EngineSettings | None`` from the engine options (:func:`engine_options`).
-collect_engine = collect(
+collect_engine = collect_options(
     "engine", tuple(name for name, _ in setting_options(EngineSettings)), engine_settings
 )
 

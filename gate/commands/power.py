@@ -245,9 +245,9 @@ def _document(
 ) -> dict[str, Any]:
     """The ``gate.power`` document: the rule's figures, the paired test's and the table over
     ``drops`` (what is printed, and written with ``--json``)."""
-    from gate.gating.rule_power import exact, table
+    from gate.gating.rule_power import exact, power_table
 
-    rows = table(rule, paired, drops, power=power)
+    rows = power_table(rule, paired, drops, power=power)
     k_lo, k_hi = rule.fail_counts(exact(rule.baseline))
     return {
         "kind": "gate.power",

@@ -10,9 +10,9 @@ import click
 
 from gate.commands.options import (
     TIERS_HELP,
-    collect,
     collect_engine,
     collect_load,
+    collect_options,
     collect_reports,
     engine_options,
     explicit_store,
@@ -93,12 +93,12 @@ _SHARED_PARAMS = (
 @click.command("run")
 @collect_load
 @collect_engine
-@collect(
+@collect_options(
     "overrides",
     (*_CANDIDATE_PARAMS, "runtime", "only", "load", "engine"),
     candidate_overrides,
 )
-@collect("shared", _SHARED_PARAMS, shared_options)
+@collect_options("shared", _SHARED_PARAMS, shared_options)
 @collect_reports("json", "html", "junit", "markdown", "measurements")
 @click.option(
     "--candidate",

@@ -248,7 +248,7 @@ def _groups(tasks: Sequence[str]) -> dict[str, list[int]]:
     return groups if len(groups) > 1 else {}
 
 
-def measurements(
+def pooled_measurements(
     comparisons: Sequence[TaskComparison],
 ) -> tuple[list[Measurement], list[Measurement], dict[str, bool]]:
     """``(candidate, baseline, binary)``: the measurements of every task, pooled per metric

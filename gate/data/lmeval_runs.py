@@ -210,7 +210,7 @@ def import_lmeval(base: Path, cand: Path, *, filter_name: str | None = None) -> 
         summaries.append(_mcq_summary(task, b, c))
     specs: dict[str, MetricSpec] = {}
     if generative:
-        got_c, got_b, binary = gen.measurements(generative)
+        got_c, got_b, binary = gen.pooled_measurements(generative)
         cand_m += got_c
         base_m += got_b
         summaries += [

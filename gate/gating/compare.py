@@ -530,7 +530,7 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
     )
 
 
-def compare(
+def compare_measurements(
     candidate: Sequence[Measurement],
     baseline: Mapping[str, Measurement] | Sequence[Measurement],
     thresholds: Thresholds,
@@ -596,7 +596,7 @@ def compare_many(
     out: list[Verdict] = []
     for ref, measurements in baselines.items():
         out.extend(
-            compare(
+            compare_measurements(
                 candidate,
                 measurements,
                 thresholds,

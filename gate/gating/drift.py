@@ -628,7 +628,7 @@ def bound_for(name: str, thresholds: Thresholds | None) -> Bound:
     return found.bound if found is not None else DEFAULT_BOUND
 
 
-def audit(
+def audit_drift(
     records: Sequence[HistoryRecord],
     specs: Mapping[str, MetricSpec],
     *,

@@ -189,7 +189,7 @@ class PowerRow:
     paired_n_needed: int | None
 
 
-def table(
+def power_table(
     rule: ToleranceRule, paired: PairedTest, drops: Sequence[float], *, power: float
 ) -> list[PowerRow]:
     """One :class:`PowerRow` per drop, in the given order."""

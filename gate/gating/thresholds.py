@@ -38,7 +38,7 @@ from gate.config import check_keys, load_toml, suggest
 from gate.errors import ConfigError
 from gate.gating.power import DEFAULT_POWER
 from gate.gating.thresholds_file import THRESHOLDS_FILE
-from gate.gating.verdict import Bound, Mode
+from gate.gating.verdict import Bound, BoundMode
 from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.metrics.registry import all_metrics, check_tier
 
@@ -118,7 +118,7 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _bound(table: Mapping[str, Any], where: str, *, default_mode: Mode) -> Bound:
+def _bound(table: Mapping[str, Any], where: str, *, default_mode: BoundMode) -> Bound:
     """``warn``/``critical``/``mode`` -> :class:`Bound`; one bound alone: critical = 2 x warn."""
     mode = table.get("mode", default_mode)
     if mode not in ("relative", "absolute"):

@@ -22,7 +22,7 @@ from gate.gating.against import DEFAULT_AGAINST
 from gate.gating.power import PowerStatement
 
 #: How a bound reads a degradation: in the metric's unit, or as a fraction of ``|reference|``.
-Mode = Literal["relative", "absolute"]
+BoundMode = Literal["relative", "absolute"]
 #: What a verdict's candidate was compared with (``details[VerdictDetail.REFERENCE]``).
 ReferenceKind = Literal["baseline", "ideal", "in-session"]
 
@@ -50,7 +50,7 @@ class Bound:
 
     warn: float
     critical: float
-    mode: Mode = "absolute"
+    mode: BoundMode = "absolute"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form for reports."""

@@ -104,7 +104,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def collect(
+def collect_fingerprint(
     device: str,
     *,
     linear_classes: Iterable[str] = (),

@@ -31,7 +31,7 @@ from guidellm.schemas.benchmark import BenchmarkScenario
 from guidellm.utils.typing import BLANK
 
 
-def run(manifest: Path) -> None:
+def run_manifest(manifest: Path) -> None:
     """Run every scenario of ``manifest`` in order, one JSON line each on stdout."""
     for job in json.loads(manifest.read_text()):
         started = time.perf_counter()
@@ -44,4 +44,4 @@ def run(manifest: Path) -> None:
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1]))
+    run_manifest(Path(sys.argv[1]))

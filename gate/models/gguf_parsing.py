@@ -8,7 +8,7 @@ module of the model (397 times for SmolLM2, about 10 s). Measured with cProfile:
 one in-process SmolLM2 load spent 25 s in the ``gguf`` reader and 10.5 s in the
 name maps of its 52.5 s.
 
-:func:`install` makes two of those calls remember their answers for the
+:func:`install_gguf_parsing` makes two of those calls remember their answers for the
 process, both keyed by what determines them:
 
 * ``load_gguf_checkpoint(path, return_tensors=False)`` — by the file's path,
@@ -48,7 +48,7 @@ def _remembering_metadata(load: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def install() -> None:
+def install_gguf_parsing() -> None:
     """Make transformers' GGUF metadata parse and llama.cpp's tensor-name maps remembered
     for the process (module doc); a second call changes nothing."""
     if _INSTALLED:
@@ -61,4 +61,4 @@ def install() -> None:
     _INSTALLED.append(True)
 
 
-__all__ = ["install"]
+__all__ = ["install_gguf_parsing"]

@@ -41,8 +41,8 @@ from gate.report.judge_summary import JudgeSummary, summary_lines
 from gate.report.markdown import (
     baseline_text,
     candidate_text,
-    counts,
     headline,
+    severity_counts,
 )
 from gate.report.plots import Plot, all_plots
 from gate.report.results import Results
@@ -245,7 +245,7 @@ def plots_section(plots: Sequence[Plot]) -> str:
     return f'<h2 id="plots">Plots</h2><div class="plots">{figures}</div>'
 
 
-def tiers_section(results: Results) -> str:
+def html_tiers_section(results: Results) -> str:
     """One table per tier, worst tier first."""
     tiers: dict[str, list[Verdict]] = {}
     for v in results.verdicts:
@@ -256,7 +256,9 @@ def tiers_section(results: Results) -> str:
     ordered = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
     parts = ['<h2 id="tiers">Results by tier</h2>']
     for tier in ordered:
-        parts.append(f'<h3 id="tier-{esc(tier)}">{esc(tier)} — {esc(counts(tiers[tier]))}</h3>')
+        parts.append(
+            f'<h3 id="tier-{esc(tier)}">{esc(tier)} — {esc(severity_counts(tiers[tier]))}</h3>'
+        )
         parts.append(verdict_table(order(tiers[tier]), show_against=show_against))
     return "".join(parts)
 
@@ -478,7 +480,7 @@ def render_html(results: Results, *, drift: Sequence[Any] = (), title: str = "ga
             load_section(results),
             judge_section(results),
             divergences_section(results),
-            tiers_section(results),
+            html_tiers_section(results),
             provenance_section(results),
             "</main>",
         ]

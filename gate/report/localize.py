@@ -49,7 +49,7 @@ def console_table(result: Localization, top: int = 10) -> Table:
     return table
 
 
-def summary_lines(result: Localization) -> list[str]:
+def localization_summary_lines(result: Localization) -> list[str]:
     """The lines printed under the table: losses, subset, repair, cost."""
     losses = result.losses
     lines = [
@@ -116,7 +116,7 @@ def html_page(result: Localization) -> str:
         f"<td>{esc(layer.resolution)}</td></tr>"
         for rank, layer in enumerate(result.layers, start=1)
     )
-    summary = "".join(f"<li>{esc(line)}</li>" for line in summary_lines(result))
+    summary = "".join(f"<li>{esc(line)}</li>" for line in localization_summary_lines(result))
     image = to_data_uri(sensitivity_figure(result))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>gate localize</title>"
@@ -131,4 +131,10 @@ def html_page(result: Localization) -> str:
     )
 
 
-__all__ = ["console_table", "html_page", "png_bytes", "sensitivity_figure", "summary_lines"]
+__all__ = [
+    "console_table",
+    "html_page",
+    "localization_summary_lines",
+    "png_bytes",
+    "sensitivity_figure",
+]

@@ -67,7 +67,7 @@ def mark(results: Results) -> str:
     return HEADLINE_MARK.get(headline(results), BLOCKED_MARK)
 
 
-def counts(verdicts: Sequence[Verdict]) -> str:
+def severity_counts(verdicts: Sequence[Verdict]) -> str:
     """``2 critical, 1 warning, 14 passed``."""
     n = {s: sum(1 for v in verdicts if v.severity == s) for s in Severity}
     warnings = n[Severity.WARN]
@@ -197,7 +197,7 @@ def tiers_section(results: Results) -> list[str]:
     tier_order = sorted(tiers, key=lambda t: (-max(int(v.severity) for v in tiers[t]), t))
     lines = [f"<details><summary>All {len(verdicts)} results, by tier</summary>", ""]
     for tier in tier_order:
-        lines += [f"#### {tier} — {counts(tiers[tier])}", ""]
+        lines += [f"#### {tier} — {severity_counts(tiers[tier])}", ""]
         lines += _table(order(tiers[tier]), show_against=show_against, severity_first=False)
         lines.append("")
     lines.append("</details>")
@@ -236,7 +236,7 @@ def render_markdown(
     lines = [
         f"## {mark(results)} {title}: {word}",
         "",
-        f"{compared_text(results)} · exit {results.exit_code} · {counts(results.verdicts)}"
+        f"{compared_text(results)} · exit {results.exit_code} · {severity_counts(results.verdicts)}"
         + (f" · {len(results.version_drift)} version drift" if results.version_drift else "")
         + (f" · {len(results.underpowered)} underpowered" if results.underpowered else ""),
         "",

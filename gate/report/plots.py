@@ -10,7 +10,7 @@ report shows what is present and skips the rest cleanly:
 * :func:`kl_distribution` — the pooled per-token KL distribution of the
   candidate (mean, median, p90, p95, p99, p99.9, max; docs/metrics.md
   "Fidelity"), log scale, with the warn/critical bounds where gated;
-* :func:`flips_by_margin` — flip rate per baseline top-margin bucket
+* :func:`plot_flips_by_margin` — flip rate per baseline top-margin bucket
   (docs/metrics.md "Multiple choice": flips vs margin), with the bucket sizes;
 * :func:`latency_percentiles` — TTFT / ITL / end-to-end p50/p95/p99,
   candidate against baseline;
@@ -205,7 +205,7 @@ def _margin_rows(verdicts: Sequence[Verdict]) -> list[tuple[float, float, int, f
     return sorted(rows)
 
 
-def flips_by_margin(verdicts: Sequence[Verdict]) -> Plot | None:
+def plot_flips_by_margin(verdicts: Sequence[Verdict]) -> Plot | None:
     """Flip rate per baseline top-margin bucket; labels carry the bucket size."""
     rows = _margin_rows(primary(verdicts))
     if not rows:
@@ -445,7 +445,7 @@ def all_plots(verdicts: Sequence[Verdict], drift: Sequence[Any] = ()) -> list[Pl
     made = [
         cga_by_slice(verdicts),
         kl_distribution(verdicts),
-        flips_by_margin(verdicts),
+        plot_flips_by_margin(verdicts),
         latency_percentiles(verdicts),
         throughput_by_batch(verdicts),
         load_curves(verdicts),

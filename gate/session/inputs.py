@@ -26,7 +26,7 @@ from gate.session.settings import TierTables, layer_settings, recorded_settings
 
 if TYPE_CHECKING:
     from gate.gating.thresholds import Thresholds
-    from gate.session.run import Mode
+    from gate.session.run import SessionMode
     from gate.session.run_config import RunConfig
     from gate.store.baseline import Baseline, BaselineStore
 
@@ -76,7 +76,7 @@ class InputFiles:
 class SessionInputs:
     """A session's validated inputs."""
 
-    mode: Mode
+    mode: SessionMode
     model: str
     #: The options with the plugin's defaults filled in.
     options: SessionOptions
@@ -102,7 +102,7 @@ def store_slug(model: str, explicit: str | None) -> str:
 
 
 def prepare_session(
-    mode: Mode,
+    mode: SessionMode,
     model: str,
     options: SessionOptions,
     *,

@@ -49,15 +49,15 @@ if TYPE_CHECKING:
     from gate.tiers.registry import TierSettings
     from gate.tiers.speculative import SpeculativeSettings
 
-Mode = Literal["record", "run"]
-MODES: tuple[Mode, ...] = ("record", "run")
+SessionMode = Literal["record", "run"]
+MODES: tuple[SessionMode, ...] = ("record", "run")
 
 
 @dataclass
 class GateRun:
     """The state of one gate session, shared by every tier test."""
 
-    mode: Mode
+    mode: SessionMode
     model: str
     model_slug: str
     backend_factory: Callable[[], Backend]

@@ -26,7 +26,7 @@ from gate.errors import ConfigError, ExitCode, ModelLoadError, NothingMeasuredEr
 from gate.metrics.registry import check_tier
 from gate.session.options import SessionOptions
 from gate.session.request import SessionRequest, SessionRequestPlugin
-from gate.session.run import MODES, Mode
+from gate.session.run import MODES, SessionMode
 from gate.tiers.tier_spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def build_args(tiers: Sequence[str], *, directory: Path, verbose: bool = False) 
 
 
 def run_pytest(
-    mode: Mode,
+    mode: SessionMode,
     model: str,
     options: SessionOptions = SessionOptions(),
     *,

@@ -71,7 +71,7 @@ recorder writes: a token id outside the vocabulary, a log-probability above 0
 or NaN, top-k log-probs out of order, a sampled token inside its position's
 top-k or more likely than the least likely top-k token, one token drawn twice
 at a position with two different log-probs, or sampled tokens whose distinct
-probabilities add up to more than the tail mass. :func:`check_compatible`
+probabilities add up to more than the tail mass. :func:`check_pack_compatible`
 refuses a pack recorded with another tokenizer or on another prompt set.
 """
 
@@ -649,7 +649,7 @@ def _sample_problem(
     return None
 
 
-def check_compatible(
+def check_pack_compatible(
     pack: ReferencePack,
     *,
     tokenizer_sha256: str | None = None,

@@ -208,7 +208,7 @@ def plain_runner(fn: Callable[[], object], rounds: int, warmup_rounds: int) -> N
 
 
 #: One side of a timed comparison: a backend and its own encoding of the prompt.
-Side = tuple[Backend, Sequence[int]]
+TimedBuild = tuple[Backend, Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ def round_orders(sides: int, rng: random.Random, *, warmup: int, runs: int) -> I
 
 
 def _rounds(
-    sides: Sequence[Side],
+    sides: Sequence[TimedBuild],
     *,
     batch_size: int,
     settings: LatencySettings,
@@ -317,7 +317,7 @@ def _rounds(
 
 
 def _sweep(
-    sides: Sequence[Side],
+    sides: Sequence[TimedBuild],
     *,
     settings: LatencySettings,
     clock_factory: ClockFactory,
@@ -391,7 +391,7 @@ def _at_reference_batch(batch: int, measure: Callable[[], _T]) -> _T:
         raise
 
 
-def load_prompts(backend: Backend, settings: LatencySettings) -> list[list[int]]:
+def load_run_prompts(backend: Backend, settings: LatencySettings) -> list[list[int]]:
     """The load run's prompts: the tier prompt, each prefixed with its request number
     (so that no two requests share a whole prompt and a prefix cache cannot answer one
     from another)."""
@@ -408,7 +408,7 @@ def load_runs(sides: Sequence[Backend], settings: LatencySettings) -> list[list[
     each level's pair balanced, where the timed loop's many short rounds draw their order.
     """
     rate = settings.load_request_rate or float("inf")
-    prompts = [load_prompts(b, settings) for b in sides]
+    prompts = [load_run_prompts(b, settings) for b in sides]
     out: list[list[LoadLevel]] = [[] for _ in sides]
     order = list(range(len(sides)))
     for level in settings.load_concurrency:
@@ -452,7 +452,7 @@ def run_tier(
         )
 
     # the sides timed together, the candidate last: (candidate) or (baseline, candidate)
-    sides: list[Side] = [(backend, prompt_ids)]
+    sides: list[TimedBuild] = [(backend, prompt_ids)]
     served = isinstance(backend, LoadRunner)
     reports: list[MemoryReport] | None = [] if served else None  # the server's memory, not ours
     if baseline_build is not None:
@@ -579,7 +579,7 @@ def to_measurements(result: LatencyResult) -> list[Measurement]:
                 details={**common, **result.kv_cache},
             )
         )
-    out += load_measurements(result, common)
+    out += latency_load_measurements(result, common)
     return out
 
 
@@ -650,7 +650,9 @@ def _per_request(level: LoadLevel, what: str) -> list[float]:
     return [t.ttft if what == "ttft" else t.e2e for t in done]
 
 
-def load_measurements(result: LatencyResult, common: Mapping[str, Any]) -> list[Measurement]:
+def latency_load_measurements(
+    result: LatencyResult, common: Mapping[str, Any]
+) -> list[Measurement]:
     """The ``latency.load_*`` metrics of a served build (none in process).
 
     At the highest concurrency level: the p50/p95 of the per-request TTFT, TPOT and

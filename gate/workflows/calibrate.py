@@ -73,11 +73,11 @@ from gate.tiers.tier_spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
 
 if TYPE_CHECKING:
     from gate.session.inputs import SessionInputs
-    from gate.session.run import Mode
+    from gate.session.run import SessionMode
     from gate.session.run_config import RunConfig
 
     #: A session's checked inputs, for a mode, its options and its run config.
-    _Inputs = Callable[[Mode, SessionOptions, RunConfig], SessionInputs]
+    _Inputs = Callable[[SessionMode, SessionOptions, RunConfig], SessionInputs]
 
 #: Ref of the baseline recorded in the temporary store.
 BASE_REF = "base"
@@ -385,7 +385,7 @@ def run_calibration(checked: CheckedCalibration) -> CalibrationResult:
         )
         files = checked.files
 
-        def inputs(mode: Mode, options: SessionOptions, config: RunConfig) -> SessionInputs:
+        def inputs(mode: SessionMode, options: SessionOptions, config: RunConfig) -> SessionInputs:
             return prepare_session(mode, request.model, options, run_config=config, files=files)
 
         with progress.task("calibrate: sessions", total=checked.sessions) as step:

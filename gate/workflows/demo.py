@@ -515,7 +515,9 @@ def write_summary(
         write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
-def summary_table(candidates: Sequence[CandidateResult], baseline_ref: str = BASELINE_REF) -> Any:
+def demo_summary_table(
+    candidates: Sequence[CandidateResult], baseline_ref: str = BASELINE_REF
+) -> Any:
     """A rich table: candidate, headline metrics that any candidate has, verdict."""
     from rich.table import Table
 

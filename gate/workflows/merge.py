@@ -1,7 +1,7 @@
 """``gate merge``: the results of a CI matrix's jobs, one verdict (docs/self-hosted-runners.md).
 
 Each job of the matrix (``gate run --config gate.toml --only NAME --json ...``)
-writes one candidate's results JSON; :func:`merge` reads them back
+writes one candidate's results JSON; :func:`merge_results` reads them back
 (:meth:`gate.report.results.Results.from_document`, the one reader) and makes
 what one ``gate run --config gate.toml`` would have made of the same
 candidates: the summary table and the worst exit code
@@ -300,7 +300,7 @@ def _reported(
     return outcome_of(candidate, code, item.results, mine.markdown, error, json_written)
 
 
-def merge(
+def merge_results(
     paths: Sequence[Path],
     targets: ReportTargets,
     console: Console,
@@ -359,7 +359,7 @@ __all__ = [
     "check_expected",
     "check_together",
     "expected_from",
-    "merge",
+    "merge_results",
     "read_merged",
     "results_files",
 ]

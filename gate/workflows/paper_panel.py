@@ -83,7 +83,7 @@ def row(result: CandidateResult) -> dict[str, Any]:
 LENGTHS: tuple[str, ...] = ("short", "medium", "long")
 
 
-def table(results: Sequence[CandidateResult]) -> Any:
+def paper_table(results: Sequence[CandidateResult]) -> Any:
     """The paper-shaped table: method, family, CGA (overall, per length slice), KL, ppl, MCQ."""
     from rich.table import Table
 
@@ -142,7 +142,7 @@ __all__ = [
     "category_table",
     "family_of",
     "panel_recipes",
+    "paper_table",
     "row",
     "rows_json",
-    "table",
 ]

@@ -181,7 +181,7 @@ class LlamaServerDialect(EngineDialect):
             cache_config={},
             engine=ENGINE,
             slots=found.slots,
-            reported=server.served_settings(found, card),
+            reported=server.reported_settings(found, card),
         )
 
     async def _check_tokenizer(self, client: EndpointClient, backend: LocalTokenizer) -> None:

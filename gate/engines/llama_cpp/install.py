@@ -111,7 +111,7 @@ def _read(root: Path) -> LlamaCpp | None:
     return found
 
 
-def find() -> LlamaCpp | None:
+def find_llama_cpp() -> LlamaCpp | None:
     """The built llama.cpp gate uses (module doc), or ``None`` when none is built."""
     named = os.environ.get(DIR_ENV)
     if named:
@@ -126,7 +126,7 @@ def find() -> LlamaCpp | None:
 
 def require(what: str = "this recipe") -> LlamaCpp:
     """The built llama.cpp, or one line naming the command that builds it (exit 4)."""
-    found = find()
+    found = find_llama_cpp()
     if found is not None:
         return found
     named = os.environ.get(DIR_ENV)
@@ -146,7 +146,7 @@ __all__ = [
     "SETUP_COMMAND",
     "LlamaCpp",
     "engine_cache",
-    "find",
+    "find_llama_cpp",
     "install_dir",
     "require",
 ]

@@ -182,7 +182,7 @@ async def server_props(client: EndpointClient, owned_by: str | None) -> ServerPr
     return props
 
 
-def served_settings(props: ServerProps, card: Mapping[str, Any]) -> dict[str, Any]:
+def reported_settings(props: ServerProps, card: Mapping[str, Any]) -> dict[str, Any]:
     """The served settings llama-server reports (``build_info``, slots, context, file type)."""
     meta = card.get("meta")
     out: dict[str, Any] = {"build_info": props.build_info}
@@ -536,7 +536,7 @@ __all__ = [
     "positions_from_completion",
     "positions_from_steps",
     "read_props",
-    "served_settings",
+    "reported_settings",
     "server_props",
     "stream_payload",
     "stream_usage",

@@ -47,7 +47,7 @@ import numpy as np
 
 from gate.gating import power as pw
 from gate.gating.thresholds import MetricThreshold
-from gate.gating.verdict import Bound, Mode
+from gate.gating.verdict import Bound, BoundMode
 from gate.metrics.metric_spec import MetricSpec, SampleKind
 
 #: Default margin over the noise quantile.
@@ -78,7 +78,7 @@ class MetricCalibration:
     """The calibrated bounds of one metric and where each number came from."""
 
     metric: str
-    mode: Mode
+    mode: BoundMode
     declared: Bound | None
     runs: tuple[NoiseRun, ...]
     #: ``Q``: the noise quantile (on the bound's scale).
@@ -168,7 +168,7 @@ def test_of(spec: MetricSpec) -> str:
     return "point"
 
 
-def _to_sample_scale(delta: float, mode: Mode, spec: MetricSpec, reference: float) -> float:
+def _to_sample_scale(delta: float, mode: BoundMode, spec: MetricSpec, reference: float) -> float:
     """A degradation on the bound's scale as a shift of the per-item mean."""
     if mode == "absolute":
         return delta
@@ -177,7 +177,7 @@ def _to_sample_scale(delta: float, mode: Mode, spec: MetricSpec, reference: floa
     return delta * abs(reference)
 
 
-def _to_bound_scale(shift: float, mode: Mode, spec: MetricSpec, reference: float) -> float:
+def _to_bound_scale(shift: float, mode: BoundMode, spec: MetricSpec, reference: float) -> float:
     """Inverse of :func:`_to_sample_scale`."""
     if mode == "absolute" or math.isinf(shift):
         return shift
@@ -189,7 +189,7 @@ def _to_bound_scale(shift: float, mode: Mode, spec: MetricSpec, reference: float
 def power_figures(
     spec: MetricSpec,
     *,
-    mode: Mode,
+    mode: BoundMode,
     spread: float | None,
     n: int,
     target: float | None,
@@ -256,7 +256,7 @@ def calibrate_metric(
 ) -> MetricCalibration:
     """One metric's calibration from its noise runs (module docstring for the rule)."""
     declared_bound = declared.bound if declared is not None else None
-    mode: Mode = declared_bound.mode if declared_bound is not None else "absolute"
+    mode: BoundMode = declared_bound.mode if declared_bound is not None else "absolute"
     q = noise_quantile([r.degradation for r in runs], noise_rule.quantile)
     bound, rule = derive_bound(declared_bound, q, margin=noise_rule.margin)
     spreads = [r.spread for r in runs if r.spread is not None and math.isfinite(r.spread)]

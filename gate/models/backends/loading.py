@@ -579,7 +579,7 @@ def load_backend(
     if spec.gguf_file is not None:
         check_gguf_recipe(recipe)
         gguf = read_gguf(spec.gguf_file)
-        gguf_parsing.install()
+        gguf_parsing.install_gguf_parsing()
     elif local is not None:
         _check_pickle_only(local, spec)
     common = _common_kwargs(spec, local)
@@ -634,7 +634,7 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, Any, Path | None]:
     local = spec.local_dir
     source = str(local) if local is not None else spec.source
     if spec.is_gguf:
-        gguf_parsing.install()
+        gguf_parsing.install_gguf_parsing()
     common = _common_kwargs(spec, local)
     config = _load_config(source, spec, common)
     tokenizer = _load_tokenizer(source, common)

@@ -22,7 +22,7 @@ from gate.store.reference import (
     PackPrompt,
     PromptLike,
     ReferencePack,
-    check_compatible,
+    check_pack_compatible,
     check_prompt_ids,
     prompt_set_sha256,
 )
@@ -55,7 +55,7 @@ def verify_candidate(
     tokenizer_sha = backend.provenance().tokenizer_identity()
     if prompts is not None:
         prompts = list(prompts)[: len(pack)]  # a pack holds the first N prompts of its set
-    check_compatible(
+    check_pack_compatible(
         pack,
         tokenizer_sha256=tokenizer_sha,
         prompt_set_sha256=prompt_set_sha256(prompts) if prompts is not None else None,
