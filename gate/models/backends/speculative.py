@@ -276,11 +276,7 @@ def open_drafter(
         )
     draft = load(draft_spec, draft_recipe)
     activity = draft.activity
-    if (
-        draft_recipe is not None
-        and draft_recipe.name != "none"
-        and not (activity and activity.acted)
-    ):
+    if draft_recipe is not None and not draft_recipe.control and not (activity and activity.acted):
         raise ConfigError(
             f"{label}: the draft's recipe {draft_recipe} changed nothing in the draft model",
             "check that its quantization kernels are installed",

@@ -253,6 +253,9 @@ class CompressionMethod:
     per_call_scales: bool = False
     #: Whether every decoder layer must be full attention (a KV press reads their queries).
     needs_full_attention: bool = False
+    #: Whether it is the control: the unmodified model, what a build without a recipe is
+    #: (``none``; it stacks with nothing and is the weights part a stack without one has).
+    control: bool = False
 
     @property
     def repairable(self) -> bool:
