@@ -43,7 +43,12 @@ from gate.errors import ConfigError, DataError
 from gate.measurement import TimedGeneration
 from gate.metrics.speculative import PlainReference, SpeculativeTrace, VerificationStep
 from gate.models.activity import Activity, StackActivity
-from gate.models.backends.base import ScoreRequest, TokenScores, require_prompts
+from gate.models.backends.base import (
+    ScoreRequest,
+    TokenScores,
+    nothing_to_generate,
+    require_prompts,
+)
 from gate.models.backends.tokens import InnerTokens
 from gate.models.methods.base import DRAFTED
 from gate.models.methods.registry import get_method, methods
@@ -163,8 +168,7 @@ class SpeculativeBackend(InnerTokens):
     ) -> list[list[int]]:
         """Greedy continuations through the drafter, one prompt at a time (``batch_size`` unused:
         assisted generation takes one sequence)."""
-        require_prompts(prompts)
-        if max_new_tokens < 1:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         out = []
         for prompt in prompts:
