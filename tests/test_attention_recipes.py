@@ -17,6 +17,8 @@ import torch
 
 from gate.errors import ConfigError
 from gate.models.compress import attention as attn
+from gate.models.methods.attention import AttentionReplacement
+from gate.models.methods.registry import get_method
 from gate.models.model_spec import demo_model_dir
 
 B, HQ, HKV, N, D = 2, 4, 2, 9, 8  # GQA: two query heads per key/value head
@@ -193,7 +195,9 @@ def test_bad_arguments_are_one_line_config_errors() -> None:
         ("attn-int3", None),
     ]:
         with pytest.raises(ConfigError) as err:
-            attn.parse_method(name, arg)
+            method = get_method(name)
+            assert isinstance(method, AttentionReplacement)
+            method.attention_method(arg)
         assert "\n" not in str(err.value)
 
 

@@ -231,3 +231,16 @@ def test_provenance(tiny_backend: HFBackend, tiny_model_dir: Path) -> None:
     assert list(document) == list(HF_FACTS)
     assert document["linear_classes"] == ["Linear"] and document["revision"] is None
     assert ModelProvenance.from_document(document) == prov
+
+
+def test_every_backend_starts_a_call_with_the_same_checks() -> None:
+    from gate.errors import DataError
+    from gate.models.backends.base import nothing_to_generate, nothing_to_score
+
+    assert nothing_to_generate([], 4) and nothing_to_generate([[1]], 0)
+    assert not nothing_to_generate([[1]], 1)
+    assert nothing_to_score([]) and not nothing_to_score([ScoreRequest((1,), (2,))])
+    with pytest.raises(DataError):
+        nothing_to_generate([[]], 4)
+    with pytest.raises(DataError):
+        nothing_to_score([ScoreRequest((), (2,))])

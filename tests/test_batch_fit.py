@@ -196,3 +196,15 @@ def test_the_real_model_generates_the_same_after_halving(fresh: HFBackend) -> No
 def test_the_real_model_out_of_memory_at_one_row(fresh: HFBackend) -> None:
     with _RowLimit(fresh, k=0), pytest.raises(ModelLoadError, match="even at batch size 1"):
         fresh.score(_requests(fresh)[:2], batch_size=2)
+
+
+def test_each_batch_done_counts_its_items_into_the_progress_and_a_failed_one_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gate import progress
+
+    counted: list[int] = []
+    monkeypatch.setattr(progress, "advance", counted.append)
+    fitter = BatchFitter("cuda:0", FakeSeam())
+    fitter.run("generate", list(range(11)), 8, _limited(2, []))
+    assert counted == [2, 2, 2, 2, 2, 1]  # the 8- and 4-row batches ran out of memory

@@ -24,17 +24,6 @@ ENGINE_NAME = re.compile(r"llama|vllm", re.IGNORECASE)
 ENGINE_FOLDERS = ("engines/vllm/", "engines/llama_cpp/")
 #: The registry's lines: the built-in dialects by ``module:Class``.
 REGISTRY = "engines/registry.py"
-#: Files outside the engines' folders that still name llama.cpp, each with the reason. The
-#: ``gguf-*`` method class, llama.cpp's tools that make its file and the ``--engine`` choices
-#: live in ``gate/engines/llama_cpp/`` (registered as a method by pyproject.toml's
-#: ``gate.methods`` entry point); what is left is a display label.
-GGUF_RECIPES: dict[str, str] = {
-    "localize/suggest.py": (
-        "a repaired build's snippet labelled by the tool it is for (llama.cpp's llama-quantize,"
-        " beside bitsandbytes, quanto...): a key of the results JSON's snippets that people read"
-    ),
-}
-
 #: Model names that contain an engine's letters: ``(file, text)``.
 MODEL_NAMES: frozenset[tuple[str, str]] = frozenset(
     {("store/baseline.py", "llama-3.1-8b"), ("tiers/judge.py", "llama-judge")}
@@ -91,7 +80,7 @@ def engine_names_outside_their_folders() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        if where.startswith(ENGINE_FOLDERS) or where.startswith(tuple(GGUF_RECIPES)):
+        if where.startswith(ENGINE_FOLDERS):
             continue
         hits = list(names_in_code(path.read_text(encoding="utf-8")))
         if where == REGISTRY:
@@ -125,13 +114,3 @@ def test_the_scan_sees_code_and_leaves_prose() -> None:
         (6, "llama.cpp"),
         (8, "llama"),
     ]
-
-
-def test_every_allowance_is_still_needed() -> None:
-    for where in GGUF_RECIPES:
-        paths = (
-            sorted((PACKAGE / where).rglob("*.py")) if where.endswith("/") else [PACKAGE / where]
-        )
-        assert any(list(names_in_code(p.read_text(encoding="utf-8"))) for p in paths), (
-            f"{where} names no engine any more: drop its allowance"
-        )

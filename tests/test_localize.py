@@ -69,6 +69,8 @@ def test_repaired_recipe_and_snippets() -> None:
     assert str(recipe) == "bnb-nf4:keep=lm_head,model.layers.0,model.layers.29"
     assert parse_recipe(str(recipe)) == recipe
     text = snippets(["model.layers.29"], [29])
+    # each toolkit's syntax is its method class's, in catalogue order; ModelOpt's last
+    assert list(text) == ["bitsandbytes", "quanto", "llm-compressor", "llama.cpp", "modelopt"]
     assert '"model.layers.29"' in text["bitsandbytes"]
     assert '"model.layers.29.*"' in text["quanto"]
     assert "re:model[.]layers[.]29[.].*" in text["llm-compressor"]

@@ -151,3 +151,33 @@ def test_commands_hide_the_kernels_transformers_imports_eagerly_and_methods_show
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_speculative_method_says_what_it_drafts_with() -> None:
+    from gate.models.methods.speculative import Speculation
+    from gate.models.model_spec import ModelSpec
+
+    spec = ModelSpec("org/target", revision="abc")
+    plans = {}
+    for text in ("spec-ngram:3", "spec-draft:quanto-int4", "spec-model:org/draft"):
+        recipe = parse_recipe(text)
+        method = registry.get_method(recipe.name)
+        assert isinstance(method, Speculation)
+        plans[recipe.name] = method.draft_plan(recipe, spec)
+    assert plans["spec-ngram"].spec is None
+    assert plans["spec-ngram"].config == {"prompt_lookup_num_tokens": 3}
+    assert plans["spec-draft"].spec == spec and plans["spec-draft"].recipe == "quanto-int4"
+    assert not plans["spec-draft"].same_tokenizer
+    draft = plans["spec-model"]
+    assert (draft.spec.source, draft.spec.revision, draft.recipe) == ("org/draft", None, None)
+    assert draft.same_tokenizer
+
+
+def test_a_drafter_of_a_recipe_that_drafts_nothing_is_refused_in_one_line() -> None:
+    from gate.models.backends.speculative import open_drafter
+    from gate.models.model_spec import ModelSpec
+
+    with pytest.raises(ConfigError) as err:
+        open_drafter(parse_recipe("quanto-int4"), ModelSpec("org/target"), None, lambda s, r: None)
+    assert err.value.message == "recipe quanto-int4 is not a speculative decoder"
+    assert err.value.hint == "use spec-ngram, spec-draft or spec-model"

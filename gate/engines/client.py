@@ -510,6 +510,13 @@ def _reason(exc: Exception) -> str:
     return (text.splitlines()[0][:120] if text else type(exc).__name__) or type(exc).__name__
 
 
+async def gather_counted(factories: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """The requests made by ``factories``, at most ``limit`` at once, each :func:`counted` as
+    it is done, results in order (:func:`gather_bounded`): the request loops of a server and
+    of its replicas."""
+    return await gather_bounded([counted(factory) for factory in factories], limit)
+
+
 def run_sync(coro: Awaitable[T]) -> T:
     """Run one coroutine to completion on a fresh event loop (the backend's sync face)."""
 

@@ -52,7 +52,7 @@ from gate.engines.client import (
     EndpointSettings,
     Liveness,
     counted,
-    gather_bounded,
+    gather_counted,
     public_url,
     run_sync,
 )
@@ -75,8 +75,8 @@ from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
     TokenScores,
-    require_contexts,
-    require_prompts,
+    nothing_to_generate,
+    nothing_to_score,
     require_timed,
 )
 from gate.models.model_spec import ModelSpec
@@ -346,8 +346,7 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         batch_size: int = 8,
     ) -> list[TokenScores]:
         """Teacher-forced scores, one request per sequence (``batch_size`` is the engine's business)."""
-        require_contexts(requests)
-        if not requests:
+        if nothing_to_score(requests):
             return []
         asked = self.asked_top_k(top_k, full)
         model = self.model
@@ -359,9 +358,8 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
             first: list[TokenScores] = []
             if self.scoring_api is None:  # the first answer tells which fields the server has
                 first = [await counted(scorer(client, requests[0]))()]
-            rest = await gather_bounded(
-                [counted(scorer(client, r)) for r in requests[len(first) :]],
-                self.request_slots,
+            rest = await gather_counted(
+                [scorer(client, r) for r in requests[len(first) :]], self.request_slots
             )
             return [*first, *rest]
 
@@ -431,14 +429,13 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations (new ids, up to and including EOS), one request per prompt."""
-        require_prompts(prompts)
-        if max_new_tokens < 1 or not prompts:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         self.connect()
 
         async def main(client: EndpointClient) -> list[list[int]]:
-            return await gather_bounded(
-                [counted(partial(self.generate_one, client, p, max_new_tokens)) for p in prompts],
+            return await gather_counted(
+                [partial(self.generate_one, client, p, max_new_tokens) for p in prompts],
                 self.request_slots,
             )
 

@@ -51,8 +51,7 @@ from typing import Any, TypeVar
 
 from gate.engines.client import (
     EndpointClient,
-    counted,
-    gather_bounded,
+    gather_counted,
     public_url,
     run_sync,
 )
@@ -72,8 +71,8 @@ from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
     TokenScores,
-    require_contexts,
-    require_prompts,
+    nothing_to_generate,
+    nothing_to_score,
     require_timed,
 )
 from gate.provenance import ModelProvenance
@@ -318,9 +317,8 @@ class ReplicaBackend(LoadRuns):
 
         async def main(clients: list[EndpointClient]) -> list[T]:
             slots = self._slots()
-            return await gather_bounded(
-                [counted(partial(self._on_any, slots, clients, work)) for work in works],
-                len(works),
+            return await gather_counted(
+                [partial(self._on_any, slots, clients, work) for work in works], len(works)
             )
 
         return self._run(main)
@@ -346,8 +344,7 @@ class ReplicaBackend(LoadRuns):
         batch_size: int = 8,
     ) -> list[TokenScores]:
         """Teacher-forced scores, each sequence on some replica (see the module docstring)."""
-        require_contexts(requests)
-        if not requests:
+        if nothing_to_score(requests):
             return []
 
         async def one(request: ScoreRequest, r: HTTPBackend, c: EndpointClient) -> TokenScores:
@@ -363,8 +360,7 @@ class ReplicaBackend(LoadRuns):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations, each prompt on some replica."""
-        require_prompts(prompts)
-        if max_new_tokens < 1 or not prompts:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
 
         async def one(prompt: Sequence[int], r: HTTPBackend, c: EndpointClient) -> list[int]:

@@ -121,6 +121,11 @@ class Recipe:
         """The canonical text of its own argument, without selectors (``None``: none)."""
         return argument_text(self)
 
+    @property
+    def control(self) -> bool:
+        """Whether it is the control, the unmodified model (its method's ``control``)."""
+        return get_method(self.name).control
+
     @classmethod
     def parse(cls, text: str | Recipe | None) -> Recipe:
         """Parse and validate a recipe string (unknown names get a did-you-mean)."""
@@ -253,7 +258,7 @@ def _draft(name: str, text: str) -> RecipeValue:
         )
     draft = parse_recipe(text)
     family = get_method(draft.name).family
-    if draft.name != "none" and family is not WEIGHTS:  # a self-draft's recipe changes weights
+    if not draft.control and family is not WEIGHTS:  # a self-draft's recipe changes weights
         raise ConfigError(
             f"{name}: {draft} is a {family.name} recipe, not a weight recipe",
             "a self-draft is the base weights compressed: e.g. spec-draft:quanto-int4",

@@ -89,7 +89,7 @@ class RecipeStack:
     def with_weights(self, recipe: Recipe) -> RecipeStack:
         """This stack with its weight part replaced by ``recipe`` (a repaired build,
         ``gate localize``); a stack without one gets it first."""
-        rest = tuple(p for p in self.parts if slot(p) != "weights" and p.name != "none")
+        rest = tuple(p for p in self.parts if slot(p) != "weights" and not p.control)
         return parse_stack(SEPARATOR.join(format_recipe(p) for p in (recipe, *rest)))
 
     @property
@@ -120,7 +120,7 @@ def check_stack(stack: RecipeStack) -> None:
     if not stack.composed:
         return
     text = str(stack)
-    if any(p.name == "none" for p in stack.parts):
+    if any(p.control for p in stack.parts):
         raise ConfigError(f"recipe {text}: 'none' cannot be stacked", "drop the 'none' part")
     filled: dict[str, Recipe] = {}
     for part in stack.parts:

@@ -111,7 +111,7 @@ def check_runtime(options: SessionOptions) -> str | None:
     recipe = stack.parts[0]
     method = get_method(recipe.name)
     if method.runtime != runtime:
-        what = "no recipe" if recipe.name == "none" else f"recipe {recipe} ({method.family.name})"
+        what = "no recipe" if method.control else f"recipe {recipe} ({method.family.name})"
         raise ConfigError(
             f"--engine {runtime} runs a gguf-* recipe's file, and this candidate has {what}",
             "give a gguf-* recipe (e.g. --recipe gguf-q4_k_m), or serve a model file of your"

@@ -8,9 +8,10 @@ its header says were written in the type (:mod:`gate.engines.llama_cpp.written`)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gate.engines.llama_cpp.install import ENGINE, require
 from gate.engines.llama_cpp.types import QUANT_TYPES, QuantType, refuse_imatrix
@@ -25,6 +26,15 @@ from gate.models.recipes import Recipe, parse_recipe
 class GGUFFile(CompressionMethod):
     """A file of one llama-quantize type; needs llama.cpp built, and an importance-matrix type
     is refused (exit 4)."""
+
+    #: llama.cpp's ``llama-quantize`` makes the file.
+    toolkit: ClassVar[str | None] = ENGINE
+
+    def keep_syntax(self, kept_names: Sequence[str], kept_indices: Sequence[int]) -> str:
+        """One ``--tensor-type`` per block (a regular expression searched in the tensor names,
+        which call block ``<i>`` ``blk.<i>``; ``f16`` kept)."""
+        tensor_types = " ".join(f'--tensor-type "blk\\.{i}\\.=f16"' for i in kept_indices)
+        return f"llama-quantize {tensor_types} model-f16.gguf out.gguf TYPE".replace("  ", " ")
 
     def precheck(self, spec: ModelSpec, recipe: RecipeArgs) -> None:
         refuse_imatrix(recipe.name)

@@ -46,6 +46,21 @@ def require_prompts(prompts: Sequence[Sequence[int]]) -> None:
         raise DataError("cannot generate from an empty prompt", "every prompt needs >= 1 token")
 
 
+def nothing_to_score(requests: Sequence[ScoreRequest]) -> bool:
+    """Every backend's start of teacher-forced scoring: the requests checked
+    (:func:`require_contexts`), and whether there are none (the answer is then ``[]``)."""
+    require_contexts(requests)
+    return not requests
+
+
+def nothing_to_generate(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> bool:
+    """Every backend's start of greedy generation: the prompts checked
+    (:func:`require_prompts`), and whether nothing is to be generated (no prompt, or
+    ``max_new_tokens < 1``: the answer is then one empty continuation per prompt)."""
+    require_prompts(prompts)
+    return max_new_tokens < 1 or not prompts
+
+
 def require_timed(prompt: Sequence[int], batch_size: int, new_tokens: int) -> None:
     """Every backend's rule for timed generation: a non-empty prompt, ``batch_size >= 1``
     and ``new_tokens >= 1``."""

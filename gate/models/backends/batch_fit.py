@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from gate import progress
 from gate.errors import ModelLoadError
 from gate.hw.oom import TORCH_MEMORY, MemorySeam
 
@@ -103,8 +104,9 @@ class BatchFitter:
     ) -> list[_R]:
         """``call`` on consecutive batches of ``items``; the results in ``items``' order.
 
-        ``call`` returns one result per item of its batch. Out of memory halves the
-        batch and reruns the batch's items; any other error propagates.
+        ``call`` returns one result per item of its batch; each batch done counts its items
+        into the current progress task (:func:`gate.progress.advance`). Out of memory halves
+        the batch and reruns the batch's items; any other error propagates.
         """
         size = self.size_for(operation, batch_size)
         out: list[_R] = []
@@ -122,6 +124,7 @@ class BatchFitter:
             if not failed:
                 out.extend(results)
                 start += len(chunk)
+                progress.advance(len(chunk))
                 continue
             # the error (and the tensors its traceback holds) is gone here: release, then halve
             self.seam.release()

@@ -64,8 +64,8 @@ from gate.models.backends.base import (
     StepClock,
     TimedGeneration,
     TokenScores,
+    nothing_to_generate,
     require_contexts,
-    require_prompts,
     require_timed,
 )
 from gate.models.backends.capabilities import activity_of
@@ -392,8 +392,7 @@ class CacheBackend(InnerTokens):
         self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, batch_size: int = 8
     ) -> list[list[int]]:
         """Greedy continuations through the method's cache, one prompt at a time."""
-        require_prompts(prompts)
-        if max_new_tokens < 1:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         if self.identity:
             return [

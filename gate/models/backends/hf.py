@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from gate import progress
 from gate.measurement import TimedGeneration
 from gate.models.activity import Activity, StackActivity
 from gate.models.backends import tokens
@@ -49,8 +48,8 @@ from gate.models.backends.base import (
     ScoreRequest,
     StepClock,
     TokenScores,
-    require_contexts,
-    require_prompts,
+    nothing_to_generate,
+    nothing_to_score,
     require_timed,
 )
 from gate.models.backends.batch_fit import BatchFitter
@@ -211,8 +210,7 @@ class HFBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations of each prompt: new ids only, up to and including EOS."""
-        require_prompts(prompts)
-        if max_new_tokens < 1:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[list[int]] = [[] for _ in prompts]
@@ -222,9 +220,7 @@ class HFBackend(tokens.TokenizerMethods):
             ids, mask = self._left_padded([prompts[i] for i in batch])
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
             new = out[:, ids.shape[1] :].cpu().tolist()
-            rows = [self.cut_at_eos([int(t) for t in row]) for row in new]
-            progress.advance(len(batch))
-            return rows
+            return [self.cut_at_eos([int(t) for t in row]) for row in new]
 
         for i, row in zip(order, self.fitter.run("generate", order, batch_size, run), strict=True):
             results[i] = row
@@ -242,14 +238,13 @@ class HFBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[TokenScores]:
         """Log-probs of each continuation given its context, with the top-k per position."""
-        require_contexts(requests)
+        if nothing_to_score(requests):
+            return []
         order = sorted(range(len(requests)), key=lambda i: -self._length(requests[i]))
         results: list[TokenScores | None] = [None] * len(requests)
 
         def run(batch: list[int]) -> list[TokenScores]:
-            scores = self._score_batch([requests[i] for i in batch], top_k, full)
-            progress.advance(len(batch))
-            return scores
+            return self._score_batch([requests[i] for i in batch], top_k, full)
 
         for i, scores in zip(order, self.fitter.run("score", order, batch_size, run), strict=True):
             results[i] = scores

@@ -483,7 +483,7 @@ def _with_drafter(
     from gate.models.backends.speculative import SpeculativeBackend, open_drafter
 
     def load_draft(draft_spec: ModelSpec, draft_recipe: Recipe | None) -> HFBackend:
-        untouched = stack.weights.name == "none" and not stack.on_loaded_model
+        untouched = stack.weights.control and not stack.on_loaded_model
         if (  # the target is the base model as loaded: its copy is the draft's start
             draft_spec == spec
             and untouched

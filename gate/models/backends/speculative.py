@@ -43,9 +43,16 @@ from gate.errors import ConfigError, DataError
 from gate.measurement import TimedGeneration
 from gate.metrics.speculative import PlainReference, SpeculativeTrace, VerificationStep
 from gate.models.activity import Activity, StackActivity
-from gate.models.backends.base import ScoreRequest, TokenScores, require_prompts
+from gate.models.backends.base import (
+    ScoreRequest,
+    TokenScores,
+    nothing_to_generate,
+    require_prompts,
+)
 from gate.models.backends.tokens import InnerTokens
 from gate.models.methods.base import DRAFTED
+from gate.models.methods.registry import get_method, methods
+from gate.models.methods.speculative import Speculation
 from gate.models.recipes import Recipe, format_recipe
 from gate.provenance import ModelProvenance
 
@@ -161,8 +168,7 @@ class SpeculativeBackend(InnerTokens):
     ) -> list[list[int]]:
         """Greedy continuations through the drafter, one prompt at a time (``batch_size`` unused:
         assisted generation takes one sequence)."""
-        require_prompts(prompts)
-        if max_new_tokens < 1:
+        if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         out = []
         for prompt in prompts:
@@ -260,32 +266,27 @@ def open_drafter(
     A self-draft whose recipe changed nothing, or a draft model whose vocabulary is not the
     target's, is refused in one line."""
     label = format_recipe(recipe)
-    if recipe.name == "spec-ngram":
-        count = int(recipe.value) if isinstance(recipe.value, int | float) else 0
-        return Drafter(label, "prompt lookup", config={"prompt_lookup_num_tokens": count})
-    if recipe.name == "spec-draft":
-        draft_spec, draft_recipe = spec, Recipe.parse(str(recipe.value))
-        kind = "self-draft"
-    elif recipe.name == "spec-model":
-        draft_spec, draft_recipe = replace(spec, source=str(recipe.value), revision=None), None
-        kind = "draft model"
-    else:
+    method = get_method(recipe.name)
+    if not isinstance(method, Speculation):
+        *rest, last = [m.name for m in methods().values() if isinstance(m, Speculation)]
         raise ConfigError(
             f"recipe {label} is not a speculative decoder",
-            "use spec-ngram, spec-draft or spec-model",
+            f"use {', '.join(rest)} or {last}" if rest else f"use {last}",
         )
+    plan = method.draft_plan(recipe, spec)
+    if plan.spec is None:
+        return Drafter(label, plan.kind, config=plan.config)
+    draft_spec = plan.spec
+    draft_recipe = Recipe.parse(plan.recipe) if plan.recipe is not None else None
     draft = load(draft_spec, draft_recipe)
     activity = draft.activity
-    if (
-        draft_recipe is not None
-        and draft_recipe.name != "none"
-        and not (activity and activity.acted)
-    ):
+    acts = draft_recipe is not None and not draft_recipe.control
+    if acts and not (activity and activity.acted):
         raise ConfigError(
             f"{label}: the draft's recipe {draft_recipe} changed nothing in the draft model",
             "check that its quantization kernels are installed",
         )
-    if kind == "draft model" and draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+    if plan.same_tokenizer and draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
         raise ConfigError(
             f"{label}: the draft model's tokenizer does not give the target's token ids",
             "give a draft model of the same tokenizer (the same model family)",
@@ -302,7 +303,7 @@ def open_drafter(
             {"draft_activity": {"unit": activity.unit, "acted": activity.acted}} if activity else {}
         ),
     }
-    return Drafter(label, kind, model=draft.model, facts=facts)
+    return Drafter(label, plan.kind, model=draft.model, facts=facts)
 
 
 __all__ = [

@@ -46,7 +46,7 @@ def method_of(recipe: Recipe) -> CompressionMethod:
     """The method of ``recipe``; one without a footprint cannot prove it acted: refused
     (only the control, ``none``, has none). An unknown name gets the did-you-mean."""
     found = get_method(recipe.name)
-    if found.footprint is None and recipe.name != "none":
+    if found.footprint is None and not found.control:
         raise ModelLoadError(
             f"recipe {recipe.name} declares no footprint, so it cannot prove it acted;"
             " it is not loaded",

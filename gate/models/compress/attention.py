@@ -394,24 +394,6 @@ def install(model: nn.Module, method: AttentionMethod) -> str:
     return name
 
 
-def parse_method(name: str, argument: str | None = None) -> AttentionMethod:
-    """``attn-fp8``, ``attn-sage`` or ``attn-topk`` with ``argument`` the kept fraction."""
-    kind = name.removeprefix("attn-")
-    if kind == "topk":
-        if argument is None:
-            raise ConfigError("attn-topk needs the fraction of keys kept", "e.g. attn-topk:0.1")
-        try:
-            keep = float(argument)
-        except ValueError:
-            raise ConfigError(
-                f"attn-topk: {argument!r} is not a number", "e.g. attn-topk:0.1"
-            ) from None
-        return AttentionMethod("topk", keep)
-    if argument is not None:
-        raise ConfigError(f"{name} takes no argument", f"write just {name}")
-    return AttentionMethod(kind)
-
-
 __all__ = [
     "ACTIVITY_ATTR",
     "E4M3_MAX",
@@ -425,7 +407,6 @@ __all__ = [
     "fp8_core",
     "install",
     "keep_exact",
-    "parse_method",
     "register",
     "sage_core",
     "topk_core",

@@ -22,6 +22,9 @@ declares, as fields:
   builds a file that an engine runs (its ``runtime``: llama.cpp for a ``gguf-*``
   file), takes its attention scales per call, needs full-attention layers (a KV
   press);
+* the toolkit it stands for (:attr:`CompressionMethod.toolkit`) and that toolkit's syntax
+  for leaving layers unquantized (:meth:`CompressionMethod.keep_syntax`), ``gate
+  localize``'s snippets;
 
 and, as methods, how it acts: :meth:`CompressionMethod.load_kwargs` (extra
 ``from_pretrained`` arguments), :meth:`CompressionMethod.apply` (an in-place
@@ -46,7 +49,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.models.activity import Counting, Footprint
@@ -253,6 +256,20 @@ class CompressionMethod:
     per_call_scales: bool = False
     #: Whether every decoder layer must be full attention (a KV press reads their queries).
     needs_full_attention: bool = False
+    #: Whether it is the control: the unmodified model, what a build without a recipe is
+    #: (``none``; it stacks with nothing and is the weights part a stack without one has).
+    control: bool = False
+
+    #: The toolkit whose own call its recipes stand for, the label of ``gate localize``'s
+    #: snippet in that toolkit's syntax (:meth:`keep_syntax`; ``None``: no snippet). A fact
+    #: of the class: every instance (``bnb-int8``, ``bnb-nf4``) shares it.
+    toolkit: ClassVar[str | None] = None
+
+    def keep_syntax(self, kept_names: Sequence[str], kept_indices: Sequence[int]) -> str:
+        """The smallest change to :attr:`toolkit`'s usual call that leaves the kept decoder
+        blocks in full precision (``gate localize``'s repair): ``kept_names`` as transformers
+        names them (``model.layers.<i>``), ``kept_indices`` their indices."""
+        raise NotImplementedError(f"{self.name} declares no toolkit")
 
     @property
     def repairable(self) -> bool:

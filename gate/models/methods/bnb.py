@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from gate.models.methods.base import (
     QUANTIZED,
@@ -24,6 +24,14 @@ class BitsAndBytes(CompressionMethod):
 
     #: ``int8``, ``nf4`` or ``fp4``.
     mode: str = "int8"
+
+    toolkit: ClassVar[str | None] = "bitsandbytes"
+
+    def keep_syntax(self, kept_names: Sequence[str], kept_indices: Sequence[int]) -> str:
+        """``llm_int8_skip_modules`` (a name skips the module and everything below it, also for
+        4-bit loads)."""
+        quoted = ", ".join(f'"{n}"' for n in ["lm_head", *kept_names])
+        return f"BitsAndBytesConfig(..., llm_int8_skip_modules=[{quoted}])"
 
     def load_kwargs(self, recipe: RecipeArgs, module_names: Sequence[str]) -> dict[str, Any]:
         from gate.models.compress.bnb import Mode, quantization_config

@@ -10,9 +10,10 @@ checkpoint is made in the user's own pipeline and given as the model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gate.errors import ConfigError, ModelLoadError
 from gate.models import checkpoints
@@ -64,6 +65,14 @@ def checkpoint_dir(spec: ModelSpec, recipe: RecipeArgs) -> Path:
 @dataclass(frozen=True)
 class Checkpoint(CompressionMethod):
     """A compressed-tensors checkpoint; counts the layers that carry its scheme."""
+
+    #: What makes such a checkpoint (``scripts/make_compressed_checkpoints.py``).
+    toolkit: ClassVar[str | None] = "llm-compressor"
+
+    def keep_syntax(self, kept_names: Sequence[str], kept_indices: Sequence[int]) -> str:
+        """``ignore`` (``re:`` marks a regular expression)."""
+        ignored = ['"lm_head"', *(f'"re:{n.replace(".", "[.]")}[.].*"' for n in kept_names)]
+        return f'QuantizationModifier(targets="Linear", scheme=..., ignore=[{", ".join(ignored)}])'
 
     def apply(self, model: Any, recipe: RecipeArgs, prompts: ActivationPrompts | None) -> int:
         from gate.models.compress.counting import quantized_checkpoint_layers

@@ -13,6 +13,7 @@ NONE = CompressionMethod(
     changes_weights=False,
     localizable=True,  # a checkpoint given as the model, localized as it is
     not_selective="it changes nothing",
+    control=True,
 )
 
 METHODS: tuple[CompressionMethod, ...] = (NONE,)

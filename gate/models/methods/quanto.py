@@ -3,8 +3,9 @@ loading (:mod:`gate.models.compress.quanto` states the formats)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from gate.models.methods.base import (
     QUANTIZED,
@@ -21,6 +22,13 @@ class Quanto(CompressionMethod):
     """quanto's ``quantize`` + ``freeze``; counts the ``QLinear`` modules installed."""
 
     bits: int = 8
+
+    toolkit: ClassVar[str | None] = "quanto"
+
+    def keep_syntax(self, kept_names: Sequence[str], kept_indices: Sequence[int]) -> str:
+        """``exclude`` (fnmatch patterns)."""
+        quoted = ", ".join(f'"{n}"' for n in ["lm_head", *(f"{n}.*" for n in kept_names)])
+        return f"quantize(model, weights=..., exclude=[{quoted}])"
 
     def apply(self, model: Any, recipe: RecipeArgs, prompts: ActivationPrompts | None) -> int:
         from gate.models.compress.counting import modules_of_class
