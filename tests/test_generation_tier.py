@@ -202,3 +202,20 @@ def test_a_length_ratio_within_the_bounds_passes() -> None:
     logs = [math.log(1.05), math.log(0.95)] * 12  # noise both ways, geometric mean 1
     severities = _verdicts([_ratio(catalog.LENGTH_RATIO, logs, [0.0] * 24)])
     assert severities[catalog.LENGTH_RATIO] is Severity.PASS
+
+
+def test_smollm2s_panel_gates_the_tier_on_the_pack_its_baseline_records() -> None:
+    """`gate demo --model smollm2` gates the tier by default, from the fidelity pack its
+    baseline records: the baseline (and its store, named after its settings) stays as it was."""
+    from dataclasses import replace
+
+    from gate.session.runner import check_tiers_fit
+    from gate.workflows.demo import demo_model, store_dir
+
+    model = demo_model("smollm2")
+    assert tier.TIER in model.tiers and tier.TIER not in model.baseline_tiers
+    assert "fidelity" in model.baseline_tiers
+    without = replace(model, tiers=tuple(t for t in model.tiers if t != tier.TIER))
+    assert store_dir(model) == store_dir(without)
+    for recipe in model.recipes:
+        check_tiers_fit(model.tiers, recipe)
