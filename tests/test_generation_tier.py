@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from gate.gating.compare import compare_measurements
 from gate.gating.stats import mcnemar
@@ -97,6 +98,34 @@ def _verdicts(measurements: list[Measurement]) -> dict[str, Severity]:
     return {v.metric: v.severity for v in verdicts if v.slice is None}
 
 
+def test_batched_answers_equal_one_at_a_time_on_one_thread(
+    demo_backend: HFBackend, pack: ReferencePack
+) -> None:
+    """Batched, left-padded greedy answers equal each prompt's alone and the pack's own
+    (recorded in batches of 16); decoding runs on one thread and gives the count back."""
+    picked = list(range(0, len(pack), 12))  # prompts of every length tier, padded together
+    prompts = [pack.prompt_ids(j).tolist() for j in picked]
+    assert len({len(p) for p in prompts}) > 1
+    seen: list[int] = []
+    hook = demo_backend.model.register_forward_pre_hook(
+        lambda module, args: seen.append(torch.get_num_threads())
+    )
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batched = demo_backend.generate(prompts, max_new_tokens=16, batch_size=len(prompts))
+        singles = [demo_backend.generate([p], max_new_tokens=16, batch_size=1)[0] for p in prompts]
+        after = torch.get_num_threads()
+    finally:
+        hook.remove()
+        torch.set_num_threads(saved)
+    assert batched == singles
+    # greedy: the answer at cap 16 is the first 16 tokens of the pack's answer at its cap
+    assert batched == [pack.output_ids(j).tolist()[:16] for j in picked]
+    assert seen and set(seen) == {1}
+    assert after == 2
+
+
 @pytest.mark.slow
 def test_the_control_reproduces_the_pack_and_passes(
     demo_backend: HFBackend, pack: ReferencePack
@@ -175,3 +204,20 @@ def test_a_length_ratio_within_the_bounds_passes() -> None:
     logs = [math.log(1.05), math.log(0.95)] * 12  # noise both ways, geometric mean 1
     severities = _verdicts([_ratio(catalog.LENGTH_RATIO, logs, [0.0] * 24)])
     assert severities[catalog.LENGTH_RATIO] is Severity.PASS
+
+
+def test_smollm2s_panel_gates_the_tier_on_the_pack_its_baseline_records() -> None:
+    """`gate demo --model smollm2` gates the tier by default, from the fidelity pack its
+    baseline records: the baseline (and its store, named after its settings) stays as it was."""
+    from dataclasses import replace
+
+    from gate.session.runner import check_tiers_fit
+    from gate.workflows.demo import demo_model, store_dir
+
+    model = demo_model("smollm2")
+    assert tier.TIER in model.tiers and tier.TIER not in model.baseline_tiers
+    assert "fidelity" in model.baseline_tiers
+    without = replace(model, tiers=tuple(t for t in model.tiers if t != tier.TIER))
+    assert store_dir(model) == store_dir(without)
+    for recipe in model.recipes:
+        check_tiers_fit(model.tiers, recipe)
