@@ -8,8 +8,7 @@ discordant counts of the stop and loop outcomes (candidate only, baseline
 only) with McNemar's two-sided p-value, all through
 :mod:`gate.metrics.generation` and :func:`gate.gating.stats.mcnemar`. The
 baseline's answers at the pack's own cap are checked against the pack.
-``--threads`` sets torch's thread count before anything runs (``HFBackend.generate``
-decodes on one CPU thread whatever it is); ``--time-threads`` times the
+``--threads`` sets torch's thread count before anything runs; ``--time-threads`` times the
 baseline's answers at the pack's cap and teacher-forced scoring of the pack's
 answers on one and on two threads, decoding by transformers directly.
 

@@ -69,7 +69,6 @@ from gate.models.backends.base import (
     require_timed,
 )
 from gate.models.backends.capabilities import activity_of
-from gate.models.backends.hf import decoding_threads
 from gate.models.backends.tokens import InnerTokens
 from gate.models.compress.kvcache import (
     KV_QUANT_RESIDUAL,
@@ -403,19 +402,18 @@ class CacheBackend(InnerTokens):
                 )
             ]
         out = []
-        with decoding_threads(self.inner.device):
-            for p in prompts:
-                out.append(
-                    generate_through_cache(
-                        self.model,
-                        self.method,
-                        p,
-                        max_new_tokens=max_new_tokens,
-                        eos_ids=self.inner.eos_ids,
-                        activity=self.method_activity,
-                    )
+        for p in prompts:
+            out.append(
+                generate_through_cache(
+                    self.model,
+                    self.method,
+                    p,
+                    max_new_tokens=max_new_tokens,
+                    eos_ids=self.inner.eos_ids,
+                    activity=self.method_activity,
                 )
-                progress.advance(1)
+            )
+            progress.advance(1)
         return out
 
     def score(

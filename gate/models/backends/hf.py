@@ -22,14 +22,6 @@ Implements :class:`gate.models.backends.base.Backend` on a loaded causal LM:
   ``clock.mark()`` after every decoding step from a stopping criterion, which
   transformers calls once per step after the step's tokens exist.
 
-``generate`` decodes on one CPU thread (:func:`decoding_threads`): a decoding
-step multiplies a few rows by each weight matrix, too little work to share, and
-on a CPU shared with other jobs every step of a two-thread pool waits for the
-thread the scheduler ran last. On the project's 2-core host under load 6 to 8,
-SmolLM2-135M's 32 answers of 48 tokens took 454 s on two threads and 89 s on
-one (scoring the same answers, large matrices: 48 s and 59 s); the demo
-model's 32 x 64, 29 s and 4.5 s. CUDA devices are left as they are.
-
 ``generate`` and ``score`` run their batches through a
 :class:`~gate.models.backends.batch_fit.BatchFitter`: out of memory halves the
 batch and retries (``generate_timed`` does not: a timing is taken at the shape
@@ -41,8 +33,7 @@ raises on them.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -108,21 +99,6 @@ HF_FACTS: tuple[str, ...] = (
     "incomplete_weights",
     "batch_backoffs",
 )
-
-
-@contextlib.contextmanager
-def decoding_threads(device: torch.device) -> Iterator[None]:
-    """One torch thread while greedy decoding runs on a CPU ``device`` (the count is restored
-    after); any other device: unchanged."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 class HFBackend(tokens.TokenizerMethods):
@@ -246,9 +222,7 @@ class HFBackend(tokens.TokenizerMethods):
             new = out[:, ids.shape[1] :].cpu().tolist()
             return [self.cut_at_eos([int(t) for t in row]) for row in new]
 
-        with decoding_threads(self.device):
-            rows = self.fitter.run("generate", order, batch_size, run)
-        for i, row in zip(order, rows, strict=True):
+        for i, row in zip(order, self.fitter.run("generate", order, batch_size, run), strict=True):
             results[i] = row
         return results
 
