@@ -1,4 +1,5 @@
-"""``gate calibrate`` on the demo model, cheaply (6 prompts x 8 tokens), and its input errors."""
+"""``gate calibrate`` on the demo model, cheaply (6 prompts x 8 tokens; the fidelity and
+generation tiers), and its input errors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_p
     out = tmp_path / "cal.toml"
     done = calibrate_small(
         tmp_path,
+        "--tiers",
+        "fidelity,generation",  # the generation tier reads the fidelity tier's pack
         "--tail-seeds",
         "0",  # a second record; the tail-seed runs are docs/adopting.md's
         "--dtype-control",
@@ -24,7 +27,8 @@ def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_p
     assert done.returncode == ExitCode.OK, done.stdout[-3000:] + done.stderr[-3000:]
     calibrated = load_thresholds(out)
     defaults = load_thresholds(packaged_thresholds_path())
-    gated = [name for name in defaults.metrics if name.startswith("fidelity.")]
+    gated = [name for name in defaults.metrics if name.startswith(("fidelity.", "generation."))]
+    assert any(name.startswith("generation.") for name in gated)
     assert gated
     for name in gated:
         bound = calibrated.metrics[name].bound
@@ -35,6 +39,7 @@ def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_p
     record = read_calibration(calibrated.calibration, str(out))
     assert record.metrics["fidelity.cga"].n == 6
     assert record.timings["fidelity"].items == 6
+    assert record.timings["generation"].items == 6
     doc = json.loads((tmp_path / "cal.json").read_text())
     assert doc["sources"] == [
         "repeat 1",
@@ -45,8 +50,11 @@ def test_calibrate_demo_writes_loadable_positive_bounds_with_their_sources(tmp_p
     kl = doc["metrics"]["fidelity.kl_mean"]["sources"]
     assert kl["repeat 1"] == 0.0  # the unchanged build in process: bit for bit
     assert kl["dtype bfloat16"] > 1e-6  # bfloat16 moves the distributions: a real figure
+    # greedy answers of the unchanged build repeat token for token
+    assert doc["metrics"]["generation.divergence_position"]["sources"]["repeat 1"] == 0.0
     assert "fidelity.cga" in done.stdout and "items needed" in done.stdout
-    assert (tmp_path / "cal.toml.log").read_text().count("gate run: demo") == 4
+    # a repeat per tier (fidelity, generation), batch size 2, prompt order 1, bfloat16
+    assert (tmp_path / "cal.toml.log").read_text().count("gate run: demo") == 5
 
 
 def test_calibrate_dry_run_and_bad_input(tmp_path: Path) -> None:
@@ -59,6 +67,10 @@ def test_calibrate_dry_run_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == ExitCode.USAGE_ERROR
     assert "tier 'latency' cannot be calibrated" in bad.stderr
     assert "Traceback" not in bad.stderr
+    alone = run_gate("calibrate", "--model", "demo", "--tiers", "generation", "--out", str(out))
+    assert alone.returncode == ExitCode.USAGE_ERROR
+    assert "--tiers generation,fidelity" in alone.stderr
+    assert len(alone.stderr.strip().splitlines()) == 1
     sizes = run_gate("calibrate", "--model", "demo", "--batch-sizes", "0", "--out", str(out))
     assert sizes.returncode == ExitCode.USAGE_ERROR
     assert "--batch-sizes" in sizes.stderr

@@ -23,6 +23,7 @@ from gate.tiers.tier_spec import (
     OPT_IN_TIERS,
     PORTABLE_TIERS,
     TIER_SPECS,
+    check_recorded_together,
     tier_spec,
 )
 from gate.workflows import demo
@@ -49,7 +50,7 @@ def test_every_metric_is_owned_by_exactly_the_spec_of_its_tier() -> None:
 def test_the_tier_lists_are_the_specs_flags() -> None:
     assert DEFAULT_TIERS == ("accuracy", "capability", "fidelity", "latency")
     assert OPT_IN_TIERS == ("generation", "judge", "load", "speculative")
-    assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity", "speculative")
+    assert CALIBRATED_TIERS == ("accuracy", "capability", "fidelity", "generation", "speculative")
     assert set(DEFAULT_CALIBRATION_TIERS) <= set(CALIBRATED_TIERS)
     assert CalibrationRequest(model="demo").tiers == DEFAULT_CALIBRATION_TIERS
     assert set(DEFAULT_TIERS) | set(OPT_IN_TIERS) == set(TIERS)
@@ -80,7 +81,8 @@ def test_an_unknown_tier_is_refused_with_a_suggestion() -> None:
 def test_calibrate_accepts_exactly_the_calibrated_tiers() -> None:
     for spec in TIER_SPECS:
         needs = "spec-ngram:3" if spec.name == "speculative" else None  # a speculative build
-        request = CalibrationRequest(model="demo", recipe=needs, tiers=(spec.name,))
+        tiers = (*spec.records_with, spec.name)  # the generation tier reads fidelity's pack
+        request = CalibrationRequest(model="demo", recipe=needs, tiers=tiers)
         if spec.calibrated:
             check_calibration(request)
         else:
@@ -111,8 +113,9 @@ def test_the_readme_tier_table_matches_the_specs() -> None:
 
 #: Tier selections that are a choice of their module, not a fact of the tiers.
 CHOSEN = {
-    # the SmolLM2 demo runs its two tiers that finish in a CPU session's time
-    "workflows/demo.py": ["fidelity", "accuracy"],
+    # the SmolLM2 demo runs the tiers that finish in a CPU session's time; its baseline
+    # records the two whose records the third reads
+    "workflows/demo.py": ["fidelity", "accuracy", "generation"],
 }
 
 
@@ -122,7 +125,7 @@ def test_no_module_spells_a_tier_list_of_its_own() -> None:
     found = []
     chosen: set[str] = set()
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "tiers" / "spec.py":
+        if path == PACKAGE / "tiers" / "tier_spec.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Tuple | ast.List | ast.Set):
@@ -155,3 +158,15 @@ def test_reading_the_specs_imports_no_tier_workload() -> None:
         assert dataclasses.is_dataclass(spec.settings) and spec.settings.__name__.endswith(
             "Settings"
         )
+
+
+def test_a_tier_that_records_from_another_is_refused_without_it() -> None:
+    """The generation tier reads the fidelity tier's reference pack when a baseline is
+    recorded: recording it alone is one line naming both (exit 4)."""
+    check_recorded_together(("fidelity", "generation"))
+    check_recorded_together(("accuracy",))
+    with pytest.raises(ConfigError, match="fidelity tier's records") as info:
+        check_recorded_together(("accuracy", "generation"))
+    assert info.value.hint == "name them together: --tiers accuracy,generation,fidelity"
+    for spec in TIER_SPECS:  # every tier named is a tier
+        assert all(tier_spec(t) for t in spec.records_with)

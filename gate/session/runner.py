@@ -27,7 +27,7 @@ from gate.metrics.registry import check_tier
 from gate.session.options import SessionOptions
 from gate.session.request import SessionRequest, SessionRequestPlugin
 from gate.session.run import MODES, SessionMode
-from gate.tiers.tier_spec import DEFAULT_TIERS, TIER_SPECS, tier_spec
+from gate.tiers.tier_spec import DEFAULT_TIERS, TIER_SPECS, check_recorded_together, tier_spec
 
 if TYPE_CHECKING:
     from gate.engines.settings import EngineSettings
@@ -177,6 +177,8 @@ def run_request(
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
     check_tiers_fit(selected, request.options.recipe, request.options.engine)
+    if request.mode == "record":
+        check_recorded_together(selected)
     for tier in missing:
         print(
             f"gate: tier {tier!r} unavailable (no suite {root / tier_spec(tier).suite})",

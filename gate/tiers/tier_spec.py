@@ -14,9 +14,11 @@ suite files, the ``--help`` texts — is derived from :data:`TIER_SPECS`.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
+from gate.errors import ConfigError
 from gate.metrics.catalog import accuracy as accuracy_catalog
 from gate.metrics.catalog import capability as capability_catalog
 from gate.metrics.catalog import fidelity as fidelity_catalog
@@ -36,7 +38,9 @@ class TierSpec:
     ``default``: it runs when no tier list is given (``--tiers``, ``[run].tiers``);
     an opt-in tier runs only when named. ``calibrated``: ``gate calibrate``
     measures its noise. ``portable``: a baseline recorded on one machine holds on
-    another (timings and served load do not).
+    another (timings and served load do not). ``records_with``: the tiers whose
+    records it reads when a baseline is recorded, so they are recorded in the same
+    session (the generation tier reads the fidelity tier's reference pack).
     """
 
     name: str
@@ -47,6 +51,7 @@ class TierSpec:
     default: bool
     calibrated: bool
     portable: bool
+    records_with: tuple[str, ...] = ()
 
     @property
     def settings(self) -> type:
@@ -74,10 +79,11 @@ def _tier(
     default: bool,
     calibrated: bool,
     portable: bool,
+    records_with: tuple[str, ...] = (),
 ) -> TierSpec:
     name: str = catalog.TIER
     metrics: tuple[MetricSpec, ...] = catalog.SPECS
-    return TierSpec(name, settings, metrics, default, calibrated, portable)
+    return TierSpec(name, settings, metrics, default, calibrated, portable, records_with)
 
 
 #: Every tier, sorted by name (the order of :data:`gate.metrics.registry.TIERS`).
@@ -114,8 +120,9 @@ TIER_SPECS: tuple[TierSpec, ...] = (
         generation_catalog,
         "gate.tiers.generation:GenerationSettings",
         default=False,
-        calibrated=False,
+        calibrated=True,
         portable=True,
+        records_with=(fidelity_catalog.TIER,),
     ),
     _tier(
         judge_catalog,
@@ -162,6 +169,20 @@ DEFAULT_CALIBRATION_TIERS: tuple[str, ...] = (fidelity_catalog.TIER,)
 PORTABLE_TIERS: tuple[str, ...] = tuple(s.name for s in TIER_SPECS if s.portable)
 
 
+def check_recorded_together(tiers: Sequence[str]) -> None:
+    """A baseline recorded over ``tiers`` holds what each tier reads when it records
+    (:attr:`TierSpec.records_with`); a tier named without them is refused in one line (exit 4)."""
+    for tier in tiers:
+        lacking = [t for t in _BY_NAME[tier].records_with if t not in tiers]
+        if lacking:
+            together = ",".join(dict.fromkeys([*tiers, *lacking]))
+            raise ConfigError(
+                f"a baseline over {','.join(tiers)} lacks what the {tier} tier reads:"
+                f" the {' and '.join(lacking)} tier's records",
+                f"name them together: --tiers {together}",
+            )
+
+
 def tier_spec(tier: str, where: str = "") -> TierSpec:
     """The spec of ``tier``; an unknown name raises :class:`~gate.errors.ConfigError`
     with a "did you mean" (``where`` prefixes the message)."""
@@ -181,6 +202,7 @@ __all__ = [
     "PORTABLE_TIERS",
     "TIER_SPECS",
     "TierSpec",
+    "check_recorded_together",
     "tier_spec",
     "tiers_help",
 ]

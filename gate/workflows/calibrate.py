@@ -69,7 +69,11 @@ from gate.metrics.metric_spec import MetricSpec, SampleKind
 from gate.models.load_settings import LoadSettings
 from gate.session.inputs import InputFiles
 from gate.session.options import SessionOptions
-from gate.tiers.tier_spec import CALIBRATED_TIERS, DEFAULT_CALIBRATION_TIERS
+from gate.tiers.tier_spec import (
+    CALIBRATED_TIERS,
+    DEFAULT_CALIBRATION_TIERS,
+    check_recorded_together,
+)
 
 if TYPE_CHECKING:
     from gate.session.inputs import SessionInputs
@@ -254,6 +258,7 @@ def check_calibration(request: CalibrationRequest) -> CheckedCalibration:
                 f"calibrate {', '.join(CALIBRATED_TIERS)}; timings use --paired-latency",
             )
     selected, _ = select_tiers(request.tiers)
+    check_recorded_together(selected)  # calibration records its baseline first
     if request.recipe is not None:
         from gate.session.run_config import canonical_recipe
 
