@@ -145,6 +145,32 @@ def test_streaming_timings_count_tokens_not_chunks(local: HFBackend, spec: Model
     assert summary.output_throughput == pytest.approx(36 / duration)
 
 
+def test_a_send_merged_into_one_chunk_is_sent_again(local: HFBackend, spec: ModelSpec) -> None:
+    """The first send's two streams arrive whole: no step to time, so it is sent once more."""
+    prompt = local.encode_prompt(TEXTS[0])
+    with FakeOpenAIServer(local, merged_streams=2) as server:
+        backend = HTTPBackend(_settings(server.url), spec)
+        gen = backend.generate_timed(prompt, batch_size=2, new_tokens=6, clock=PerfCounterClock())
+        assert server.streams == 4
+    assert gen.details["sends"] == 2
+    assert gen.step_times[-1] > gen.step_times[0]
+    assert run_latency(gen).tpot > 0
+
+
+def test_a_server_that_always_merges_is_refused_in_one_line(
+    local: HFBackend, spec: ModelSpec
+) -> None:
+    """Three sends, each answer in one chunk: refused (exit 4), never a zero decode time."""
+    prompt = local.encode_prompt(TEXTS[0])
+    with FakeOpenAIServer(local, merged_streams=100) as server:
+        backend = HTTPBackend(_settings(server.url), spec)
+        with pytest.raises(GateError) as info:
+            backend.generate_timed(prompt, batch_size=1, new_tokens=6, clock=PerfCounterClock())
+        assert server.streams == 3
+    line = _one_line(info.value, ExitCode.USAGE_ERROR)
+    assert "one chunk" in line and "idle cores" in line
+
+
 def test_load_run_records_requests_at_a_rate(local: HFBackend, spec: ModelSpec) -> None:
     prompt = local.encode_prompt(TEXTS[1])
     with FakeOpenAIServer(local) as server:

@@ -61,6 +61,7 @@ from gate.engines.scores import Position, scores_from_positions
 from gate.engines.secrets import mask_argv
 from gate.engines.streams import (
     LoadRuns,
+    TimedStreams,
     check_load_run,
     require_a_token,
     run_load,
@@ -537,15 +538,15 @@ class HTTPBackend(tokens.TokenizerMethods, LoadRuns):
         require_timed(prompt, batch_size, new_tokens)
         model = self.model
 
-        async def main(client: EndpointClient) -> list[StreamTiming]:
+        async def main(client: EndpointClient) -> TimedStreams:
             async def send(t0: float) -> StreamTiming:
                 return await self._stream_one(client, model, prompt, new_tokens, start=0.0, sent=t0)
 
             return await streams_at_once(clock, batch_size, send)
 
-        streams: list[StreamTiming] = self._run(main)
+        timed: TimedStreams = self._run(main)
         return timed_generation(
-            prompt, batch_size, streams, f"server {public_url(self.settings.base_url)}"
+            prompt, batch_size, timed, f"server {public_url(self.settings.base_url)}"
         )
 
     def stream_timings(

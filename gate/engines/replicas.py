@@ -58,6 +58,7 @@ from gate.engines.client import (
 from gate.engines.http import HTTPBackend
 from gate.engines.streams import (
     LoadRuns,
+    TimedStreams,
     check_load_run,
     require_a_token,
     run_load,
@@ -381,8 +382,8 @@ class ReplicaBackend(LoadRuns):
         token ``j`` (:func:`gate.metrics.serving.step_times`)."""
         require_timed(prompt, batch_size, new_tokens)
 
-        def measure() -> list[StreamTiming]:
-            async def main(clients: list[EndpointClient]) -> list[StreamTiming]:
+        def measure() -> TimedStreams:
+            async def main(clients: list[EndpointClient]) -> TimedStreams:
                 slots = self._slots([batch_size] * len(self.replicas))
 
                 async def send(t0: float) -> StreamTiming:
@@ -395,9 +396,9 @@ class ReplicaBackend(LoadRuns):
 
             return self._run(main)
 
-        streams = self._timed(measure)
+        timed = self._timed(measure)
         live = ", ".join(public_url(self.replicas[i].settings.base_url) for i in self._live())
-        return timed_generation(prompt, batch_size, streams, f"servers {live}")
+        return timed_generation(prompt, batch_size, timed, f"servers {live}")
 
     def stream_timings(
         self,

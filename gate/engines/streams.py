@@ -16,7 +16,12 @@ where each streamed request goes; the rest is here, once:
 * :func:`streams_at_once` and :func:`timed_generation` — ``batch_size``
   streams sent at one moment ``t0`` and their record: step ``j`` is when every
   stream has token ``j`` (:func:`gate.metrics.serving.step_times`), in seconds
-  since ``t0``;
+  since ``t0``. A send whose steps all fall at one moment (``N >= 2`` and
+  ``step_{N-1} = step_0``: every answer arrived in one chunk, as vLLM sends a
+  stream whose deltas it merged while its reader fell behind) times no
+  decoding step; it is sent again, up to :data:`TIMED_SENDS` sends in all,
+  then refused (:class:`~gate.errors.DataError`). The record says how many
+  sends it took;
 * :class:`LoadRuns` — ``load_run``: ``stream_timings`` summarised by
   :func:`gate.metrics.serving.load_summary`.
 """
@@ -27,6 +32,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from gate.engines.client import gather_bounded
@@ -87,20 +93,49 @@ def require_a_token(timings: Sequence[StreamTiming]) -> None:
         raise ModelLoadError(f"every request of the load run failed: {first}")
 
 
+#: Sends of one timed request, at most, while every answer arrives in one chunk.
+TIMED_SENDS = 3
+
+
+@dataclass(frozen=True)
+class TimedStreams:
+    """The streams of one timed request and the sends it took (see the module docstring)."""
+
+    streams: list[StreamTiming]
+    sends: int
+
+
+def merged_into_one_chunk(streams: Sequence[StreamTiming]) -> bool:
+    """True when the batch's steps all fall at one moment: ``N >= 2`` and ``step_{N-1} = step_0``."""
+    steps = step_times([s.token_times for s in streams])
+    return len(steps) >= 2 and steps[-1] == steps[0]
+
+
 async def streams_at_once(
     clock: StepClock, batch_size: int, send: Callable[[float], Awaitable[StreamTiming]]
-) -> list[StreamTiming]:
+) -> TimedStreams:
     """``batch_size`` calls ``send(t0)`` at one moment ``t0`` (a ``perf_counter`` value),
-    ``clock`` started just before (for the record: the times come from the streams)."""
-    clock.start()
-    t0 = time.perf_counter()
-    return await gather_bounded([partial(send, t0) for _ in range(batch_size)], batch_size)
+    ``clock`` started just before (for the record: the times come from the streams);
+    sent again while every answer arrives in one chunk (see the module docstring)."""
+    for sends in range(1, TIMED_SENDS + 1):
+        clock.start()
+        t0 = time.perf_counter()
+        streams = await gather_bounded([partial(send, t0) for _ in range(batch_size)], batch_size)
+        if not merged_into_one_chunk(streams):
+            return TimedStreams(streams, sends)
+    raise DataError(
+        f"the server sent every timed answer in one chunk, {TIMED_SENDS} sends in a row: "
+        "no decoding step can be timed from its streams",
+        "time the served build on a host with idle cores (a server that falls behind "
+        "its readers merges a stream's tokens)",
+    )
 
 
 def timed_generation(
-    prompt: Sequence[int], batch_size: int, streams: Sequence[StreamTiming], device: str
+    prompt: Sequence[int], batch_size: int, timed: TimedStreams, device: str
 ) -> TimedGeneration:
     """The record of ``batch_size`` streams of ``prompt`` sent at one moment, on ``device``."""
+    streams = timed.streams
     steps = step_times([s.token_times for s in streams])
     return TimedGeneration(
         batch_size=batch_size,
@@ -111,6 +146,7 @@ def timed_generation(
         details={
             "device": device,
             "per_stream_ttft": [s.ttft for s in streams if s.token_times],
+            "sends": timed.sends,
         },
     )
 

@@ -20,7 +20,9 @@ be compared with the in-process numbers; only the transport is a stand-in.
 per-request cost would (the replica benchmark); ``version`` is what ``/version``
 says; ``die_after=N`` makes the server die at its ``N + 1``-th completion: that
 request's connection is closed unanswered and the server stops listening (a
-replica killed mid-run).
+replica killed mid-run); ``merged_streams=N`` sends the first ``N`` streamed
+answers in one chunk each (an engine whose reader fell behind merges a
+stream's deltas: no decoding step can be timed from it).
 
 ``prompt_logprobs=False`` ignores that field (a server with only the legacy
 ``echo`` fields); ``echo=False`` as well leaves no way to score prompts.
@@ -58,11 +60,14 @@ class FakeOpenAIServer:
         latency: float = 0.0,
         version: str = "0.0-fake",
         die_after: int | None = None,
+        merged_streams: int = 0,
     ) -> None:
         self.backend = backend
         self.latency = latency
         self.version = version
         self.die_after = die_after
+        self.merged_streams = merged_streams
+        self.streams = 0
         self.dead = threading.Event()
         self.model_name = model_name
         self.prompt_logprobs = prompt_logprobs
@@ -304,7 +309,12 @@ class FakeOpenAIServer:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 chunks: list[list[int]] = []
-                i = 0
+                with server._lock:
+                    server.streams += 1
+                    whole = server.streams <= server.merged_streams
+                i = len(ids) if whole else 0
+                if whole:
+                    chunks.append(ids)
                 while i < len(ids):
                     width = 2 if server.fault == "merge" and i % 3 == 0 else 1
                     chunks.append(ids[i : i + width])
