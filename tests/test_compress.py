@@ -23,6 +23,7 @@ from gate.models.backends.loading import load_backend
 from gate.models.compress.counting import modules_of_class, pruned_linears
 from gate.models.methods.base import CACHE, CHECKPOINT, GGUF, QUANTIZED
 from gate.models.methods.registry import get_method, methods
+from gate.models.methods.torchao import TorchAO
 from gate.models.model_spec import ModelSpec, demo_model_dir
 from gate.models.recipes import recipe_names
 from gate.tiers import exercised
@@ -57,8 +58,11 @@ LINEAR_CLASS = {
     "quanto-int2": "QLinear",
     **{f"hqq-{bits}": "HQQLinear" for bits in (1, 2, 3, 4, 8)},
 }
-#: torchao keeps ``nn.Linear`` and swaps its weight for a torchao tensor (counted by that).
-TORCHAO_ON_CPU = ("torchao-int8wo", "torchao-int8dq", "torchao-intx4wo", "torchao-float8wo")
+#: The torchao recipes, by name.
+TORCHAO_METHODS = {n: m for n in recipe_names() if isinstance(m := get_method(n), TorchAO)}
+#: torchao keeps ``nn.Linear`` and swaps its weight for a torchao tensor (counted by that);
+#: the schemes torchao runs on a CPU.
+TORCHAO_ON_CPU = tuple(n for n, m in TORCHAO_METHODS.items() if not m.cuda_only)
 
 Loader = Callable[[str], HFBackend]
 
@@ -99,7 +103,7 @@ def _decoder_linears(backend: HFBackend) -> dict[str, torch.Tensor]:
 #: and llama.cpp's GGUF files (tests/test_llama_cpp_make.py).
 MADE_ELSEWHERE = (CHECKPOINT, GGUF)
 #: Methods that need a CUDA GPU (refused on this CPU: tests/test_torchao_hqq.py).
-CUDA_ONLY = ("torchao-int4wo",)
+CUDA_ONLY = tuple(n for n, m in TORCHAO_METHODS.items() if m.cuda_only)
 
 
 @pytest.mark.parametrize(

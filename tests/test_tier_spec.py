@@ -24,6 +24,7 @@ from gate.tiers.tier_spec import (
     PORTABLE_TIERS,
     TIER_SPECS,
     check_recorded_together,
+    recorded_tiers,
     tier_spec,
 )
 from gate.workflows import demo
@@ -113,8 +114,8 @@ def test_the_readme_tier_table_matches_the_specs() -> None:
 
 #: Tier selections that are a choice of their module, not a fact of the tiers.
 CHOSEN = {
-    # the SmolLM2 demo runs the tiers that finish in a CPU session's time; its baseline
-    # records the two whose records the third reads
+    # the SmolLM2 demo runs the tiers that finish in a CPU session's time (its baseline
+    # records what tier_spec.recorded_tiers derives from them)
     "workflows/demo.py": ["fidelity", "accuracy", "generation"],
 }
 
@@ -170,3 +171,11 @@ def test_a_tier_that_records_from_another_is_refused_without_it() -> None:
     assert info.value.hint == "name them together: --tiers accuracy,generation,fidelity"
     for spec in TIER_SPECS:  # every tier named is a tier
         assert all(tier_spec(t) for t in spec.records_with)
+
+
+def test_a_baseline_records_the_tiers_that_read_no_other_tiers_records() -> None:
+    """A run over fidelity, accuracy and generation needs a baseline of fidelity and
+    accuracy: generation gates on the fidelity tier's pack (SmolLM2's panel)."""
+    assert recorded_tiers(("fidelity", "accuracy", "generation")) == ("fidelity", "accuracy")
+    assert recorded_tiers(("generation",)) == ()
+    check_recorded_together((*recorded_tiers(DEFAULT_TIERS), "generation"))

@@ -1,4 +1,4 @@
-"""The generation tier: the candidate's free-running greedy answers against the baseline's.
+"""The generation tier: the candidate's free-running answers against the baseline's.
 
 The baseline's answers are those its reference pack already stores (the
 fidelity tier's greedy outputs, :mod:`gate.store.reference`): the baseline is
@@ -27,6 +27,12 @@ mode each candidate measurement carries them under
 reference), so a baseline recorded before this tier existed gates it on its
 pack alone; in record mode they are the baseline's own measurements.
 
+With a seed (``[tiers.generation] seed``), both builds' answers are coupled
+samples (:mod:`gate.models.backends.sampling`) instead: the baseline draws its
+own when it is recorded and stores them (:class:`SampledAnswers`, artifact
+:data:`SAMPLED_ARTIFACT`), and they stand in for the pack's greedy answers,
+each whole, on both sides.
+
 The worst divergences (the earliest, relative to the stored answer) go to
 ``details["examples"]`` of ``generation.exact_match``: the prompt, the common
 prefix and the two answers from the divergence on, as text, for the reports.
@@ -35,16 +41,20 @@ prefix and the two answers from the divergence on, as text, for the reports.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from gate.errors import DataError
+from gate.errors import BaselineError, ConfigError, DataError, UsageError
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics import generation as gm
 from gate.metrics.catalog import generation as catalog
 from gate.models.backends.base import Backend
+from gate.models.backends.capabilities import SamplesCoupled
+from gate.models.backends.sampling import Sampling
 from gate.progress import task as progress_task
 from gate.store.reference import PackPrompt, ReferencePack
 
@@ -52,6 +62,10 @@ TIER = catalog.TIER
 
 #: The key of ``generation.exact_match``'s details holding the worst divergences.
 EXAMPLES = "examples"
+#: The key of ``generation.exact_match``'s details holding the sampling of sampled answers.
+SAMPLING = "sampling"
+#: The artifact holding the baseline's sampled answers (:class:`SampledAnswers`).
+SAMPLED_ARTIFACT = "generation-sampled"
 
 
 @dataclass(frozen=True)
@@ -71,11 +85,29 @@ class GenerationSettings:
     loop_max_period: int = 32
     #: Worst divergences shown in the reports (0: none).
     examples: int = 3
+    #: Sampled answers instead of greedy ones, with this seed (None: greedy). The
+    #: baseline's sampled answers are stored with it when it is recorded
+    #: (:data:`SAMPLED_ARTIFACT`); :mod:`gate.models.backends.sampling` draws them.
+    seed: int | None = None
+    #: ``T`` of the sampled answers.
+    temperature: float = 1.0
+    #: ``p`` of the sampled answers: the nucleus mass (1: the whole vocabulary).
+    top_p: float = 1.0
 
     def __post_init__(self) -> None:
         self.loop_rule  # noqa: B018 - validates the detector's parameters
         if self.examples < 0:
             raise ValueError(f"examples must be >= 0, got {self.examples}")
+        if self.seed is None and (self.temperature != 1.0 or self.top_p != 1.0):
+            raise ValueError("temperature and top_p shape sampled answers: set seed too")
+        self.sampling  # noqa: B018 - validates the sampling parameters
+
+    @property
+    def sampling(self) -> Sampling | None:
+        """The seeded sampling these settings ask for (None: greedy answers)."""
+        if self.seed is None:
+            return None
+        return Sampling(self.seed, self.temperature, self.top_p)
 
     @property
     def loop_rule(self) -> gm.LoopRule:
@@ -338,12 +370,31 @@ def worst_divergences(
 
 
 def answer(
-    backend: Backend, pack: ReferencePack, answers: Sequence[StoredAnswer], batch_size: int
+    backend: Backend,
+    pack: ReferencePack,
+    answers: Sequence[StoredAnswer],
+    batch_size: int,
+    sampling: Sampling | None = None,
 ) -> list[list[int]]:
-    """The candidate's greedy answers to the pack's prompts, up to the pack's cap."""
+    """A build's answers to the pack's prompts, up to the pack's cap: greedy, or
+    ``sampling``'s coupled samples keyed by each prompt's index in the pack."""
     prompts = [pack.prompt_ids(a.index).tolist() for a in answers]
+    cap = pack.max_new_tokens
     with progress_task("generation: answering", total=len(prompts), counted_below=True):
-        out = backend.generate(prompts, max_new_tokens=pack.max_new_tokens, batch_size=batch_size)
+        if sampling is None:
+            out = backend.generate(prompts, max_new_tokens=cap, batch_size=batch_size)
+        elif isinstance(backend, SamplesCoupled):
+            keys = [a.index for a in answers]
+            out = backend.generate_sampled(
+                prompts, keys, max_new_tokens=cap, sampling=sampling, batch_size=batch_size
+            )
+        else:
+            raise UsageError(
+                "sampled answers ([tiers.generation] seed) are drawn in process, with random"
+                " numbers shared by both builds; this build's engine draws its own",
+                "unset [tiers.generation] seed to compare greedy answers, or load the build"
+                " in process",
+            )
     answered = [list(o) for o in out]
     too_long = [
         a.meta.id for a, c in zip(answers, answered, strict=True) if len(c) > pack.max_new_tokens
@@ -364,13 +415,33 @@ def measure(
     batch_size: int,
     limit: int | None = None,
     against: str | None = None,
+    sampled: SampledAnswers | None = None,
 ) -> list[Measurement]:
-    """The candidate's generation measurements against the baseline's answers in ``pack``."""
+    """The candidate's generation measurements against the baseline's answers: the greedy
+    ones in ``pack``, or (settings with a seed) the baseline's ``sampled`` answers."""
     answers = stored_answers(pack, limit)
     if not answers:
         raise DataError("the reference pack holds no prompt", "re-record the baseline")
-    answered = answer(backend, pack, answers, batch_size)
-    return measure_answers(backend, pack, answers, answered, settings, against=against)
+    sampling = settings.sampling
+    if sampling is not None:
+        if sampled is None:
+            raise BaselineError(
+                f"[tiers.generation] seed = {sampling.seed} compares sampled answers, and the"
+                " baseline holds none",
+                "record the baseline with the same [tiers.generation] seed, or unset it",
+            )
+        sampled.check_matches(sampling, pack.max_new_tokens)
+        answers = sampled.as_stored(answers)
+    answered = answer(backend, pack, answers, batch_size, sampling)
+    out = measure_answers(backend, pack, answers, answered, settings, against=against)
+    if sampling is None:
+        return out
+    return [
+        dataclasses.replace(m, details={**m.details, SAMPLING: sampled_facts(sampling)})
+        if m.name == catalog.EXACT_MATCH
+        else m
+        for m in out
+    ]
 
 
 def measure_answers(
@@ -399,28 +470,128 @@ def measure_answers(
 
 
 def record(
-    pack: ReferencePack, settings: GenerationSettings, *, limit: int | None = None
+    pack: ReferencePack,
+    settings: GenerationSettings,
+    *,
+    limit: int | None = None,
+    sampled: SampledAnswers | None = None,
 ) -> list[Measurement]:
-    """The baseline's own generation measurements, from its pack alone (nothing generated)."""
+    """The baseline's own generation measurements: from its pack alone (greedy, nothing
+    generated), or from its ``sampled`` answers (settings with a seed)."""
     answers = stored_answers(pack, limit)
+    if sampled is not None:
+        answers = sampled.as_stored(answers)
     values = paired_values(
         answers, [a.tokens for a in answers], pack.max_new_tokens, settings.loop_rule
     )
     return to_measurements(values, side="baseline")
 
 
+@dataclass(frozen=True)
+class SampledAnswers:
+    """The baseline's sampled answers (artifact :data:`SAMPLED_ARTIFACT`, JSON): the
+    sampling they were drawn with, the cap, and each prompt's tokens by prompt id."""
+
+    sampling: Sampling
+    max_new_tokens: int
+    answers: Mapping[str, tuple[int, ...]]
+
+    @classmethod
+    def draw(
+        cls,
+        backend: Backend,
+        pack: ReferencePack,
+        sampling: Sampling,
+        *,
+        batch_size: int,
+        limit: int | None = None,
+    ) -> SampledAnswers:
+        """The baseline build's sampled answers to the pack's prompts."""
+        answers = stored_answers(pack, limit)
+        drawn = answer(backend, pack, answers, batch_size, sampling)
+        return cls(
+            sampling,
+            pack.max_new_tokens,
+            {a.meta.id: tuple(c) for a, c in zip(answers, drawn, strict=True)},
+        )
+
+    def write(self, path: Path) -> None:
+        """Write the JSON artifact."""
+        body = {
+            "sampling": sampled_facts(self.sampling),
+            "max_new_tokens": self.max_new_tokens,
+            "answers": {k: list(v) for k, v in self.answers.items()},
+        }
+        path.write_text(json.dumps(body), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: Path) -> SampledAnswers:
+        """Read the JSON artifact; a malformed one is a one-line BaselineError."""
+        try:
+            body = json.loads(path.read_text(encoding="utf-8"))
+            facts = body["sampling"]
+            sampling = Sampling(
+                int(facts["seed"]), float(facts["temperature"]), float(facts["top_p"])
+            )
+            answers = {str(k): tuple(int(t) for t in v) for k, v in body["answers"].items()}
+            return cls(sampling, int(body["max_new_tokens"]), answers)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BaselineError(
+                f"the baseline's sampled answers ({path.name}) cannot be read: {exc}",
+                "record the baseline again",
+            ) from None
+
+    def check_matches(self, sampling: Sampling, cap: int) -> None:
+        """The run asks for the sampling and cap these answers were drawn with (ConfigError)."""
+        if sampling != self.sampling or cap != self.max_new_tokens:
+            raise ConfigError(
+                f"the baseline's answers were sampled with {_described(self.sampling)} up to"
+                f" {self.max_new_tokens} tokens; this run asks for {_described(sampling)}"
+                f" up to {cap}",
+                "set [tiers.generation] as the baseline was recorded, or record it again",
+            )
+
+    def as_stored(self, answers: Sequence[StoredAnswer]) -> list[StoredAnswer]:
+        """``answers`` with the sampled tokens in place of the greedy ones (each whole)."""
+        missing = [a.meta.id for a in answers if a.meta.id not in self.answers]
+        if missing:
+            raise BaselineError(
+                f"the baseline's sampled answers lack prompt {missing[0]!r}",
+                "record the baseline again with the same [tiers.fidelity] limit",
+            )
+        out = []
+        for a in answers:
+            tokens = self.answers[a.meta.id]
+            meta = dataclasses.replace(a.meta, truncated=False, n_generated=len(tokens))
+            out.append(StoredAnswer(a.index, meta, tokens, len(tokens)))
+        return out
+
+
+def sampled_facts(sampling: Sampling) -> dict[str, Any]:
+    """The sampling as stored and reported: seed, temperature, top_p."""
+    return {"seed": sampling.seed, "temperature": sampling.temperature, "top_p": sampling.top_p}
+
+
+def _described(sampling: Sampling) -> str:
+    return f"seed {sampling.seed}, temperature {sampling.temperature}, top_p {sampling.top_p}"
+
+
 __all__ = [
     "EXAMPLES",
+    "SAMPLED_ARTIFACT",
+    "SAMPLING",
     "TIER",
     "DivergenceExample",
     "GenerationSettings",
     "PairedValues",
+    "SampledAnswers",
     "StoredAnswer",
     "answer",
     "measure",
     "measure_answers",
     "paired_values",
     "record",
+    "sampled_facts",
     "stored_answers",
     "to_measurements",
     "worst_divergences",

@@ -183,6 +183,13 @@ def check_recorded_together(tiers: Sequence[str]) -> None:
             )
 
 
+def recorded_tiers(tiers: Sequence[str]) -> tuple[str, ...]:
+    """The tiers of ``tiers`` a baseline must record for a run over ``tiers`` to gate:
+    all but those that read another tier's records (:attr:`TierSpec.records_with`), which
+    gate on those records alone."""
+    return tuple(t for t in tiers if not _BY_NAME[t].records_with)
+
+
 def tier_spec(tier: str, where: str = "") -> TierSpec:
     """The spec of ``tier``; an unknown name raises :class:`~gate.errors.ConfigError`
     with a "did you mean" (``where`` prefixes the message)."""
@@ -203,6 +210,7 @@ __all__ = [
     "TIER_SPECS",
     "TierSpec",
     "check_recorded_together",
+    "recorded_tiers",
     "tier_spec",
     "tiers_help",
 ]

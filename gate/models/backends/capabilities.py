@@ -20,6 +20,9 @@ does not; each extra is declared here once, with the question a tier asks
   uncompressed or served build.
 - :class:`LoadRunner` — ``stream_timings``: a load run of concurrent streamed
   requests (a served build). Without it: no load run.
+- :class:`SamplesCoupled` — ``generate_sampled``: seeded samples whose random
+  numbers are keyed by prompt and step, the same in every build
+  (:mod:`gate.models.backends.sampling`). Without it: greedy answers only.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gate.models.activity import Activity, StackActivity
 
 if TYPE_CHECKING:
     from gate.metrics.serving import StreamTiming
+    from gate.models.backends.sampling import Sampling
 
 
 @runtime_checkable
@@ -92,6 +96,23 @@ class LoadRunner(Protocol):
     ) -> tuple[list[StreamTiming], float]: ...
 
 
+@runtime_checkable
+class SamplesCoupled(Protocol):
+    """An in-process backend that draws coupled samples (:mod:`gate.models.backends.sampling`)."""
+
+    def generate_sampled(
+        self,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[int],
+        *,
+        max_new_tokens: int,
+        sampling: Sampling,
+        batch_size: int = 8,
+    ) -> list[list[int]]:
+        """Each prompt's sampled continuation, drawing the random numbers keyed ``keys[i]``."""
+        ...
+
+
 def exact_full_rows(backend: object) -> bool:
     """Whether ``backend``'s full score rows are exact (a backend that does not say: yes)."""
     return bool(backend.exact_full_rows) if isinstance(backend, DeclaresFullRows) else True
@@ -121,6 +142,7 @@ __all__ = [
     "LoadRunner",
     "ReportsActivity",
     "ReportsKVCache",
+    "SamplesCoupled",
     "activity_of",
     "exact_full_rows",
     "last_kv_cache",

@@ -53,6 +53,7 @@ from gate.models.backends.base import (
     require_timed,
 )
 from gate.models.backends.batch_fit import BatchFitter
+from gate.models.backends.sampling import CoupledSampler, Sampling
 from gate.models.compress.delay import HANDLE_ATTR
 from gate.models.gguf import GGUFSummary
 from gate.models.model_spec import ModelSpec
@@ -210,6 +211,33 @@ class HFBackend(tokens.TokenizerMethods):
         batch_size: int = 8,
     ) -> list[list[int]]:
         """Greedy continuations of each prompt: new ids only, up to and including EOS."""
+        return self._continue(prompts, max_new_tokens, batch_size, None)
+
+    @torch.no_grad()
+    def generate_sampled(
+        self,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[int],
+        *,
+        max_new_tokens: int,
+        sampling: Sampling,
+        batch_size: int = 8,
+    ) -> list[list[int]]:
+        """Coupled samples of each prompt (:mod:`gate.models.backends.sampling`), prompt
+        ``i`` drawing the random numbers keyed ``keys[i]``: new ids only, up to and
+        including EOS. The draws do not depend on the batch a prompt is answered in."""
+        if len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        return self._continue(prompts, max_new_tokens, batch_size, (keys, sampling))
+
+    def _continue(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        batch_size: int,
+        sampled: tuple[Sequence[int], Sampling] | None,
+    ) -> list[list[int]]:
+        """Each prompt's continuation, greedy or (``sampled``: keys and sampling) coupled."""
         if nothing_to_generate(prompts, max_new_tokens):
             return [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -218,7 +246,16 @@ class HFBackend(tokens.TokenizerMethods):
 
         def run(batch: list[int]) -> list[list[int]]:
             ids, mask = self._left_padded([prompts[i] for i in batch])
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            extra: dict[str, Any] = {}
+            if sampled is not None:
+                from transformers import LogitsProcessorList
+
+                keys, sampling = sampled
+                sampler = CoupledSampler([keys[i] for i in batch], int(ids.shape[1]), sampling)
+                extra["logits_processor"] = LogitsProcessorList([sampler])
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, generation_config=config, **extra
+            )
             new = out[:, ids.shape[1] :].cpu().tolist()
             return [self.cut_at_eos([int(t) for t in row]) for row in new]
 

@@ -36,6 +36,7 @@ The schemes (torchao 0.18's version-2 configs, their defaults):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,8 @@ EXCLUDE: tuple[str, ...] = ("lm_head",)
 INTX_GROUP_SIZE = 64
 
 
-def _config(scheme: str) -> Any:
-    """torchao's config object of a scheme (the module doc)."""
+def _config(scheme: str, group_size: int | None) -> Any:
+    """torchao's config object of a scheme (the module doc); ``group_size`` is ``intx4wo``'s."""
     # its CUDA kernels fail to load on a CPU, and torch warns about one of its enums: quiet
     for logger in ("torchao", "torch.utils._pytree"):
         logging.getLogger(logger).setLevel(logging.ERROR)
@@ -67,30 +68,32 @@ def _config(scheme: str) -> Any:
     from torchao.quantization.granularity import PerGroup
     from torchao.quantization.quant_primitives import MappingType
 
-    if scheme == "intx4wo":
-        return q.IntxWeightOnlyConfig(
-            weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch 2.13 stubs omit int4
-            granularity=PerGroup(INTX_GROUP_SIZE),
-            mapping_type=MappingType.ASYMMETRIC,
-        )
-    configs = {
-        "int8wo": q.Int8WeightOnlyConfig,
-        "int8dq": q.Int8DynamicActivationInt8WeightConfig,
-        "int4wo": q.Int4WeightOnlyConfig,
-        "float8wo": q.Float8WeightOnlyConfig,
-    }
     # gate runs eager (no torch.compile): torchao's inductor settings are not needed
-    return configs[scheme](set_inductor_config=False)
+    factories: dict[str, Callable[[], Any]] = {
+        "int8wo": lambda: q.Int8WeightOnlyConfig(set_inductor_config=False),
+        "int8dq": lambda: q.Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+        "int4wo": lambda: q.Int4WeightOnlyConfig(set_inductor_config=False),
+        "float8wo": lambda: q.Float8WeightOnlyConfig(set_inductor_config=False),
+        "intx4wo": lambda: q.IntxWeightOnlyConfig(
+            weight_dtype=torch.int4,  # type: ignore[attr-defined]  # torch 2.13 stubs omit int4
+            granularity=PerGroup(group_size),
+            mapping_type=MappingType.ASYMMETRIC,
+        ),
+    }
+    return factories[scheme]()
 
 
 @dataclass(frozen=True)
 class TorchAO(CompressionMethod):
     """``quantize_`` with one torchao config; counts the linears holding a torchao tensor."""
 
-    #: ``int8wo``, ``int8dq``, ``int4wo`` or ``float8wo``.
+    #: ``int8wo``, ``int8dq``, ``int4wo``, ``intx4wo`` or ``float8wo``.
     scheme: str = "int8wo"
     #: Whether torchao runs it only on a CUDA GPU (the module doc).
     cuda_only: bool = False
+    #: Input channels per quantization group that a linear's input size must be a
+    #: multiple of (a linear it does not divide is left alone); None: every linear.
+    group_size: int | None = None
 
     def _refuse_on_cpu(self, recipe: RecipeArgs) -> UsageError:
         return UsageError(
@@ -116,17 +119,17 @@ class TorchAO(CompressionMethod):
         TORCHAO.require(f"recipe {recipe}")
         if self.cuda_only and next(model.parameters()).device.type != "cuda":
             raise self._refuse_on_cpu(recipe)
-        config = _config(self.scheme)
+        config = _config(self.scheme, self.group_size)
         from torchao.quantization import quantize_
         from torchao.utils import TorchAOBaseTensor
 
         chosen = set(selected(recipe, linear_names(model, EXCLUDE)))
-        grouped = self.scheme == "intx4wo"
+        group = self.group_size
 
         def fits(module: Any, name: str) -> bool:
             if not (isinstance(module, nn.Linear) and name in chosen):
                 return False
-            return not grouped or module.in_features % INTX_GROUP_SIZE == 0
+            return group is None or module.in_features % group == 0
 
         quantize_(model, config, filter_fn=fits)
         return sum(
@@ -136,7 +139,9 @@ class TorchAO(CompressionMethod):
         )
 
 
-def _torchao(scheme: str, summary: str, cuda_only: bool = False) -> TorchAO:
+def _torchao(
+    scheme: str, summary: str, cuda_only: bool = False, group_size: int | None = None
+) -> TorchAO:
     return TorchAO(
         f"torchao-{scheme}",
         summary,
@@ -146,6 +151,7 @@ def _torchao(scheme: str, summary: str, cuda_only: bool = False) -> TorchAO:
         localizable=True,
         scheme=scheme,
         cuda_only=cuda_only,
+        group_size=group_size,
     )
 
 
@@ -153,7 +159,11 @@ METHODS: tuple[CompressionMethod, ...] = (
     _torchao("int8wo", "torchao int8 weight-only (per-row symmetric)"),
     _torchao("int8dq", "torchao int8 weights and dynamic int8 activations"),
     _torchao("int4wo", "torchao int4 weight-only (groups of 128; CUDA only)", cuda_only=True),
-    _torchao("intx4wo", "torchao int4 weight-only, groups of 64 (its CPU path)"),
+    _torchao(
+        "intx4wo",
+        "torchao int4 weight-only, groups of 64 (its CPU path)",
+        group_size=INTX_GROUP_SIZE,
+    ),
     _torchao("float8wo", "torchao float8 (e4m3) weight-only, per-row scales"),
 )
 
