@@ -235,8 +235,37 @@ def test_a_seed_against_a_baseline_without_sampled_answers_is_one_line(tmp_path:
         "run", "--candidate", "demo", "--tiers", "generation", "--config", str(config), cwd=tmp_path
     )
     assert done.returncode == ExitCode.USAGE_ERROR, done.stderr[-2000:]
-    out = done.stdout + done.stderr  # a tier's error is in the session's report
-    assert "the baseline holds none" in out and "Traceback" not in out
+    assert "the baseline holds none" in done.stderr and "Traceback" not in done.stderr
+    assert "loading" not in done.stderr  # refused before the model loads
+    dry = run_gate(
+        "run",
+        "--candidate",
+        "demo",
+        "--tiers",
+        "generation",
+        "--config",
+        str(config),
+        "--dry-run",
+        cwd=tmp_path,
+    )
+    assert dry.returncode == ExitCode.USAGE_ERROR
+    assert "the baseline holds none" in dry.stderr
+    served = run_gate(
+        "run",
+        "--candidate",
+        "demo",
+        "--tiers",
+        "fidelity,generation",
+        "--endpoint",
+        "http://127.0.0.1:9/v1",
+        "--config",
+        str(config),
+        "--dry-run",
+        cwd=tmp_path,
+    )
+    assert served.returncode == ExitCode.USAGE_ERROR
+    assert "this build's engine draws its own" in served.stderr
+    assert len(served.stderr.strip().splitlines()) == 1
     no_seed = tmp_path / "no_seed.toml"
     no_seed.write_text("[tiers.generation]\ntemperature = 0.7\n")
     done = run_gate(

@@ -113,6 +113,32 @@ def check_tiers_fit(
         )
 
 
+def check_generation_fits(
+    tiers: Sequence[str], inputs: SessionInputs, engine: EngineSettings | None
+) -> None:
+    """Sampled answers (a ``[tiers.generation] seed``, set or inherited from the baseline)
+    fit the build and the baseline (:func:`gate.tiers.generation.check_sampling_fits`),
+    before anything loads."""
+    from gate.metrics.catalog.generation import TIER as GENERATION
+
+    if GENERATION not in tiers:
+        return
+    from gate.tiers import generation
+    from gate.tiers.registry import build_settings
+
+    settings = build_settings("generation", inputs.tier_settings.get(GENERATION))
+    if settings.sampling is None:
+        return
+    baseline = next(iter(inputs.baselines.values()), None) if inputs.mode == "run" else None
+    recorded = None
+    if baseline is not None and generation.SAMPLED_ARTIFACT in baseline.artifacts:
+        path = baseline.artifact_path(generation.SAMPLED_ARTIFACT)
+        recorded = generation.SampledAnswers.read(path)
+    generation.check_sampling_fits(
+        settings, served=engine is not None, run_mode=inputs.mode == "run", recorded=recorded
+    )
+
+
 def _plugin_autoloaded() -> bool:
     """Whether the ``pytest11`` entry point registers the plugin (installed package)."""
     return any(ep.value == "gate.session.plugin" for ep in metadata.entry_points(group="pytest11"))
@@ -177,6 +203,8 @@ def run_request(
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
     check_tiers_fit(selected, request.options.recipe, request.options.engine)
+    if request.inputs is not None:
+        check_generation_fits(selected, request.inputs, request.options.engine)
     if request.mode == "record":
         check_recorded_together(selected)
     for tier in missing:

@@ -389,12 +389,7 @@ def answer(
                 prompts, keys, max_new_tokens=cap, sampling=sampling, batch_size=batch_size
             )
         else:
-            raise UsageError(
-                "sampled answers ([tiers.generation] seed) are drawn in process, with random"
-                " numbers shared by both builds; this build's engine draws its own",
-                "unset [tiers.generation] seed to compare greedy answers, or load the build"
-                " in process",
-            )
+            raise draws_its_own()
     answered = [list(o) for o in out]
     too_long = [
         a.meta.id for a, c in zip(answers, answered, strict=True) if len(c) > pack.max_new_tokens
@@ -425,11 +420,7 @@ def measure(
     sampling = settings.sampling
     if sampling is not None:
         if sampled is None:
-            raise BaselineError(
-                f"[tiers.generation] seed = {sampling.seed} compares sampled answers, and the"
-                " baseline holds none",
-                "record the baseline with the same [tiers.generation] seed, or unset it",
-            )
+            raise no_sampled_answers(sampling)
         sampled.check_matches(sampling, pack.max_new_tokens)
         answers = sampled.as_stored(answers)
     answered = answer(backend, pack, answers, batch_size, sampling)
@@ -541,8 +532,10 @@ class SampledAnswers:
                 "record the baseline again",
             ) from None
 
-    def check_matches(self, sampling: Sampling, cap: int) -> None:
-        """The run asks for the sampling and cap these answers were drawn with (ConfigError)."""
+    def check_matches(self, sampling: Sampling, cap: int | None = None) -> None:
+        """The run asks for the sampling (and ``cap``, unless None) these answers were drawn
+        with (ConfigError)."""
+        cap = self.max_new_tokens if cap is None else cap
         if sampling != self.sampling or cap != self.max_new_tokens:
             raise ConfigError(
                 f"the baseline's answers were sampled with {_described(self.sampling)} up to"
@@ -567,6 +560,48 @@ class SampledAnswers:
         return out
 
 
+def draws_its_own() -> UsageError:
+    """The refusal of sampled answers from a build whose engine draws its own random numbers."""
+    return UsageError(
+        "sampled answers ([tiers.generation] seed) are drawn in process, with random numbers"
+        " shared by both builds; this build's engine draws its own",
+        "gate it on greedy answers (a baseline recorded without [tiers.generation] seed),"
+        " or load the build in process",
+    )
+
+
+def no_sampled_answers(sampling: Sampling) -> BaselineError:
+    """The refusal of a seed against a baseline that stored no sampled answers."""
+    return BaselineError(
+        f"[tiers.generation] seed = {sampling.seed} compares sampled answers, and the"
+        " baseline holds none",
+        "record the baseline with the same [tiers.generation] seed, or unset it",
+    )
+
+
+def check_sampling_fits(
+    settings: GenerationSettings,
+    *,
+    served: bool,
+    run_mode: bool,
+    recorded: SampledAnswers | None,
+) -> None:
+    """Before anything loads: sampled answers need an in-process build and, in run mode,
+    the baseline's own ``recorded`` with the same sampling; each refusal one line (exit
+    4). A build that loads in process without the capability is refused when it answers
+    (:func:`answer`)."""
+    sampling = settings.sampling
+    if sampling is None:
+        return
+    if served:
+        raise draws_its_own()
+    if not run_mode:
+        return
+    if recorded is None:
+        raise no_sampled_answers(sampling)
+    recorded.check_matches(sampling)
+
+
 def sampled_facts(sampling: Sampling) -> dict[str, Any]:
     """The sampling as stored and reported: seed, temperature, top_p."""
     return {"seed": sampling.seed, "temperature": sampling.temperature, "top_p": sampling.top_p}
@@ -587,8 +622,11 @@ __all__ = [
     "SampledAnswers",
     "StoredAnswer",
     "answer",
+    "check_sampling_fits",
+    "draws_its_own",
     "measure",
     "measure_answers",
+    "no_sampled_answers",
     "paired_values",
     "record",
     "sampled_facts",
