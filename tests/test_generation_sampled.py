@@ -128,6 +128,27 @@ def test_sampled_answers_equal_a_plain_loop_and_do_not_depend_on_the_batch(
     assert batched != greedy  # sampling at 0.9 leaves the greedy path somewhere
 
 
+def test_a_compressed_cache_draws_the_same_coupled_samples_through_its_own_path() -> None:
+    """kv-snapkv's sampled answers run through its compressed cache, keyed like every
+    build's: the same keys draw the same answers, the press evicts pairs on every request,
+    and the answers differ from its greedy ones."""
+    from gate.models.backends.loading import load_candidate
+    from gate.models.model_spec import ModelSpec
+
+    pack = load_pack(PACK)
+    sampling = Sampling(seed=2, temperature=0.9)
+    build = load_candidate(ModelSpec.parse("demo", device="cpu"), "kv-snapkv:0.5")
+    picked = [3, 50, 90]
+    prompts = [pack.prompt_ids(j).tolist() for j in picked]
+    first = build.generate_sampled(prompts, picked, max_new_tokens=16, sampling=sampling)
+    before = build.method_activity.reading()
+    again = build.generate_sampled(prompts, picked, max_new_tokens=16, sampling=sampling)
+    assert first == again
+    exercise = build.method_activity.since(before)
+    assert exercise.requests == 3 and exercise.exercised == 3 and exercise.acted > 0
+    assert first != build.generate(prompts, max_new_tokens=16)
+
+
 def test_a_build_that_draws_its_own_random_numbers_is_refused() -> None:
     class Greedy:
         def generate(self, prompts: object, **kw: object) -> list[list[int]]:
@@ -264,8 +285,23 @@ def test_a_seed_against_a_baseline_without_sampled_answers_is_one_line(tmp_path:
         cwd=tmp_path,
     )
     assert served.returncode == ExitCode.USAGE_ERROR
-    assert "this build's engine draws its own" in served.stderr
+    assert "a served engine draws its own" in served.stderr
     assert len(served.stderr.strip().splitlines()) == 1
+    speculative = run_gate(
+        "run",
+        "--candidate",
+        "demo",
+        "--tiers",
+        "generation",
+        "--recipe",
+        "spec-ngram:3",
+        "--config",
+        str(config),
+        "--dry-run",
+        cwd=tmp_path,
+    )
+    assert speculative.returncode == ExitCode.USAGE_ERROR
+    assert "verifies its drafts greedily" in speculative.stderr
     no_seed = tmp_path / "no_seed.toml"
     no_seed.write_text("[tiers.generation]\ntemperature = 0.7\n")
     done = run_gate(

@@ -24,7 +24,7 @@ from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.catalog import generation as catalog
 from gate.metrics.generation import LoopRule
 from gate.models.backends.hf import HFBackend
-from gate.models.backends.loading import load_backend
+from gate.models.backends.loading import load_backend, load_candidate
 from gate.models.model_spec import ModelSpec
 from gate.store.reference import ReferencePack, load_pack
 from gate.tiers import generation as tier
@@ -162,6 +162,33 @@ def test_two_dropped_layers_are_blocked_by_short_answers(pack: ReferencePack) ->
     examples = by_name[catalog.EXACT_MATCH].details[tier.EXAMPLES]
     assert examples and examples[0]["position"] == 0
     json.dumps(examples)  # they travel in the results JSON
+
+
+@pytest.mark.slow
+def test_speculative_and_stacked_builds_answer_through_their_own_paths(
+    pack: ReferencePack,
+) -> None:
+    """A speculative build answers by assisted generation, losslessly: the pack's answers,
+    its drafter counted; a stack's attention part acts on every generated step."""
+    from gate.models.backends.capabilities import activity_of
+
+    stored = tier.stored_answers(pack, 16)
+    spec = load_candidate(ModelSpec.parse("demo", device="cpu"), "spec-ngram:3")
+    answers = tier.answer(spec, pack, stored, BATCH)
+    assert answers == [pack.output_ids(j).tolist() for j in range(16)]
+    stack = load_candidate(ModelSpec.parse("demo", device="cpu"), "quanto-int4+attn-fp8")
+    activity = activity_of(stack)
+    assert activity is not None
+    before = activity.reading()
+    answers = tier.answer(stack, pack, stored, BATCH)
+    exercise = activity.since(before)
+    attention = next(part for part in exercise.parts if part.recipe == "attn-fp8")
+    # one replaced attention call per layer per decoding step, at least
+    assert attention.acted >= 2 * max(len(a) for a in answers)
+    got = _by_name(tier.measure_answers(stack, pack, stored, answers, tier.GenerationSettings()))
+    base = [pack.output_ids(j).tolist() for j in range(16)]
+    exact = [float(a == b) for a, b in zip(answers, base, strict=True)]
+    assert got[catalog.EXACT_MATCH].samples == pytest.approx(exact)
 
 
 def _ratio(name: str, logs: list[float], reference: list[float]) -> Measurement:

@@ -6,8 +6,9 @@ process (``gate baseline record --model smollm2 --ref base --tiers fidelity``,
 
 * on the first 8 of the baseline's prompts (``config_first8``),
   ``--recipe gguf-f16 --engine llama.cpp``: gate makes the file, serves it with
-  llama-server, gates it (approved, exit 0; the candidate's provenance says
-  ``engine: llama.cpp``, the build and the file) and stops the server;
+  llama-server, gates it on the fidelity and generation tiers (approved, exit 0;
+  the candidate's provenance says ``engine: llama.cpp``, the build and the file)
+  and stops the server;
   ``--recipe gguf-q2_k --engine llama.cpp``: blocked (exit 1);
 * on all 24, ``gguf-q8_0``: its KL mean as llama.cpp runs the file is at least 1.5 times
   that of the same file dequantized in process (llama.cpp's kernels quantize
@@ -40,13 +41,18 @@ def base(smollm2_fidelity_base: dict[str, Path]) -> dict[str, Path]:
 
 
 def _run(
-    base: dict[str, Path], recipe: str, name: str, *extra: str, config: str = "config"
+    base: dict[str, Path],
+    recipe: str,
+    name: str,
+    *extra: str,
+    config: str = "config",
+    tiers: str = "fidelity",
 ) -> tuple[int, dict[str, Any]]:
     """``gate run`` of ``recipe`` against ``base`` with the run config ``base[config]``."""
     out = base["root"] / f"{name}.json"
     done = run_gate(
         "run", "--candidate", "smollm2", "--recipe", recipe, "--against", "base",
-        "--tiers", "fidelity", "--config", str(base[config]), "--store", str(base["store"]),
+        "--tiers", tiers, "--config", str(base[config]), "--store", str(base["store"]),
         "--json", str(out), *extra,
     )  # fmt: skip
     assert out.is_file(), done.stdout + done.stderr
@@ -74,15 +80,34 @@ def _figures(name: str, **values: Any) -> None:
 
 
 def test_f16_run_by_llama_cpp_is_approved_and_says_so(base: dict[str, Path]) -> None:
-    code, results = _run(base, "gguf-f16", "f16", "--engine", "llama.cpp", config="config_first8")
+    """Served by llama-server, the f16 file is approved on fidelity and on its own free-running
+    answers (the generation tier: llama-server's greedy answers against the pack's)."""
+    code, results = _run(
+        base,
+        "gguf-f16",
+        "f16",
+        "--engine",
+        "llama.cpp",
+        config="config_first8",
+        tiers="fidelity,generation",
+    )
     candidate = results["candidate"]
+    generation = {
+        m["name"]: m
+        for m in results["metrics"]
+        if m["name"].startswith("generation.") and m.get("slice") is None
+    }
     _figures(
         "gguf-f16 llama.cpp",
         exit=code,
         kl_mean=_whole(results, "fidelity.kl_mean"),
         cga=_whole(results, "fidelity.cga"),
+        **{name: m["value"] for name, m in generation.items()},
     )
     assert code == 0, results.get("verdict")
+    assert len(generation) == 6
+    for m in generation.values():  # against the pack's answers, taken in the session
+        assert m["n"] == 8 and m["severity"] == "pass", m
     assert candidate["engine"] == "llama.cpp"
     assert candidate["engine_version"] == built_llama_cpp().build
     assert candidate["gguf_runtime"] == "llama.cpp"

@@ -156,7 +156,11 @@ def paired_bootstrap(
     ``w = -delta*`` when higher is better (``+delta*`` otherwise) for each
     resampled statistic ``delta*``, the one-sided p-value of "worse" is
     ``(1 + #{w <= 0}) / (B + 1)``: the smallest level at which a one-sided
-    percentile interval excludes "not worse".
+    percentile interval excludes "not worse", and never below ``2^-m``, ``m`` the
+    pairs that differ: the smallest one-sided p-value the exact sign-flip
+    (permutation) test can reach on ``m`` pairs, all moved the same way. A
+    bootstrap of a few pairs has too few distinct resamples to go lower: on one
+    pair every resample is that pair, and the floor makes its p-value 1/2.
     """
     from scipy import stats as sps
 
@@ -167,9 +171,10 @@ def paired_bootstrap(
     diff = c - b
     delta = float(stat(diff, axis=-1))
     sign = -1.0 if higher_is_better else 1.0
+    floor = 0.5 ** int(np.count_nonzero(diff))
     if diff.size < 2 or np.ptp(diff) == 0.0:
         worse = sign * delta > 0
-        p = 1.0 / (n_resamples + 1) if worse else 1.0
+        p = max(1.0 / (n_resamples + 1), floor) if worse else 1.0
         return PairedResult(delta=delta, ci=(delta, delta), p_worse=p, n=int(diff.size))
     res = sps.bootstrap(
         (diff,),
@@ -182,7 +187,7 @@ def paired_bootstrap(
     )
     boot = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     p = (1.0 + float(np.count_nonzero(sign * boot <= 0.0))) / (boot.size + 1.0)
-    return PairedResult(delta=delta, ci=_ci(res), p_worse=min(1.0, p), n=int(diff.size))
+    return PairedResult(delta=delta, ci=_ci(res), p_worse=min(1.0, max(p, floor)), n=int(diff.size))
 
 
 def _binary(values: ArrayLike, what: str) -> NDArray[np.bool_]:

@@ -31,6 +31,7 @@ from gate.tiers.tier_spec import DEFAULT_TIERS, TIER_SPECS, check_recorded_toget
 
 if TYPE_CHECKING:
     from gate.engines.settings import EngineSettings
+    from gate.models.recipes import Recipe
     from gate.session.inputs import SessionInputs
 
 
@@ -86,7 +87,6 @@ def check_tiers_fit(
     speculative steps; ``speculative.speedup`` does)."""
     from gate.metrics.catalog.latency import TIER as LATENCY
     from gate.metrics.catalog.speculative import TIER as SPECULATIVE
-    from gate.models.stack import parse_stack
 
     if SPECULATIVE in tiers and engine is not None:
         from gate.engines.serve import parse_command
@@ -99,12 +99,9 @@ def check_tiers_fit(
         from gate.tiers.speculative import require_speculative
 
         require_speculative(recipe)
-    if LATENCY not in tiers or recipe is None:
+    if LATENCY not in tiers:
         return
-    try:
-        speculative = parse_stack(recipe).part("speculative")
-    except ConfigError:  # a name a pytest_gate_make_backend hook reads; the loader checks its own
-        return
+    speculative = _speculative_part(recipe)
     if speculative is not None:
         raise ConfigError(
             f"the latency tier does not time a speculative build ({speculative})",
@@ -135,8 +132,24 @@ def check_generation_fits(
         path = baseline.artifact_path(generation.SAMPLED_ARTIFACT)
         recorded = generation.SampledAnswers.read(path)
     generation.check_sampling_fits(
-        settings, served=engine is not None, run_mode=inputs.mode == "run", recorded=recorded
+        settings,
+        coupled=engine is None and _speculative_part(inputs.options.recipe) is None,
+        run_mode=inputs.mode == "run",
+        recorded=recorded,
     )
+
+
+def _speculative_part(recipe: str | None) -> Recipe | None:
+    """The speculative part of ``recipe``; None without one, or for a name a
+    ``pytest_gate_make_backend`` hook reads (the loader checks its own)."""
+    from gate.models.stack import parse_stack
+
+    if recipe is None:
+        return None
+    try:
+        return parse_stack(recipe).part("speculative")
+    except ConfigError:
+        return None
 
 
 def _plugin_autoloaded() -> bool:

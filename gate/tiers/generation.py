@@ -561,12 +561,12 @@ class SampledAnswers:
 
 
 def draws_its_own() -> UsageError:
-    """The refusal of sampled answers from a build whose engine draws its own random numbers."""
+    """The refusal of sampled answers from a build that cannot draw coupled samples."""
     return UsageError(
         "sampled answers ([tiers.generation] seed) are drawn in process, with random numbers"
-        " shared by both builds; this build's engine draws its own",
-        "gate it on greedy answers (a baseline recorded without [tiers.generation] seed),"
-        " or load the build in process",
+        " shared by both builds; this build cannot draw them (a served engine draws its own,"
+        " a speculative build verifies its drafts greedily)",
+        "gate it on greedy answers (a baseline recorded without [tiers.generation] seed)",
     )
 
 
@@ -582,18 +582,18 @@ def no_sampled_answers(sampling: Sampling) -> BaselineError:
 def check_sampling_fits(
     settings: GenerationSettings,
     *,
-    served: bool,
+    coupled: bool,
     run_mode: bool,
     recorded: SampledAnswers | None,
 ) -> None:
-    """Before anything loads: sampled answers need an in-process build and, in run mode,
-    the baseline's own ``recorded`` with the same sampling; each refusal one line (exit
-    4). A build that loads in process without the capability is refused when it answers
-    (:func:`answer`)."""
+    """Before anything loads: sampled answers need a build that draws coupled samples
+    (``coupled``: in process, not speculative) and, in run mode, the baseline's own
+    ``recorded`` with the same sampling; each refusal one line (exit 4). A build found
+    without the capability when it loads is refused when it answers (:func:`answer`)."""
     sampling = settings.sampling
     if sampling is None:
         return
-    if served:
+    if not coupled:
         raise draws_its_own()
     if not run_mode:
         return

@@ -69,6 +69,7 @@ from gate.models.backends.base import (
     require_timed,
 )
 from gate.models.backends.capabilities import activity_of
+from gate.models.backends.sampling import CoupledSampler, Sampling
 from gate.models.backends.tokens import InnerTokens
 from gate.models.compress.kvcache import (
     KV_QUANT_RESIDUAL,
@@ -202,12 +203,15 @@ def generate_through_cache(
     max_new_tokens: int,
     eos_ids: Sequence[int] = (),
     activity: Activity | None = None,
+    sampled: tuple[int, Sampling] | None = None,
 ) -> list[int]:
-    """Greedy continuation of ``prompt`` with ``method``'s cache (transformers' ``generate``).
+    """Greedy continuation of ``prompt`` with ``method``'s cache (transformers' ``generate``),
+    or with ``sampled`` (a key and a sampling) its coupled sample
+    (:mod:`gate.models.backends.sampling`).
 
     ``activity`` counts the request, as exercised when the cache ended compressed.
     """
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, LogitsProcessorList
 
     method.check(model)
     device = model.get_input_embeddings().weight.device
@@ -221,6 +225,11 @@ def generate_through_cache(
         eos_token_id=list(eos_ids) or None,
         pad_token_id=(list(eos_ids) or [0])[0],
     )
+    extra: dict[str, Any] = {}
+    if sampled is not None:
+        key, sampling = sampled
+        sampler = CoupledSampler([key], int(ids.shape[1]), sampling)
+        extra["logits_processor"] = LogitsProcessorList([sampler])
     cache = method.new_cache(model)
     with method.active(model):
         out = model.generate(
@@ -228,6 +237,7 @@ def generate_through_cache(
             attention_mask=torch.ones_like(ids),
             **cache_argument(model, cache),
             generation_config=config,
+            **extra,
         )
     if activity is not None:
         activity.count(acted_pairs(cache))
@@ -401,8 +411,44 @@ class CacheBackend(InnerTokens):
                     prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
                 )
             ]
+        return self._through_cache(prompts, max_new_tokens, None)
+
+    def generate_sampled(
+        self,
+        prompts: Sequence[Sequence[int]],
+        keys: Sequence[int],
+        *,
+        max_new_tokens: int,
+        sampling: Sampling,
+        batch_size: int = 8,
+    ) -> list[list[int]]:
+        """Coupled samples through the method's cache (prompt ``i`` keyed ``keys[i]``), one
+        prompt at a time; the identity method's are the inner backend's, batched."""
+        if len(keys) != len(prompts):
+            raise ValueError(f"{len(keys)} keys for {len(prompts)} prompts")
+        if nothing_to_generate(prompts, max_new_tokens):
+            return [[] for _ in prompts]
+        if self.identity:
+            return [
+                list(row)
+                for row in self.inner.generate_sampled(
+                    prompts,
+                    keys,
+                    max_new_tokens=max_new_tokens,
+                    sampling=sampling,
+                    batch_size=batch_size,
+                )
+            ]
+        return self._through_cache(prompts, max_new_tokens, (keys, sampling))
+
+    def _through_cache(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        sampled: tuple[Sequence[int], Sampling] | None,
+    ) -> list[list[int]]:
         out = []
-        for p in prompts:
+        for i, p in enumerate(prompts):
             out.append(
                 generate_through_cache(
                     self.model,
@@ -411,6 +457,7 @@ class CacheBackend(InnerTokens):
                     max_new_tokens=max_new_tokens,
                     eos_ids=self.inner.eos_ids,
                     activity=self.method_activity,
+                    sampled=None if sampled is None else (sampled[0][i], sampled[1]),
                 )
             )
             progress.advance(1)
