@@ -103,6 +103,41 @@ def test_paired_bootstrap_p_is_the_share_of_resamples_not_worse() -> None:
     assert res.p_worse == pytest.approx(expected, abs=0.02)
 
 
+def _sign_flip_p(diff: np.ndarray) -> float:
+    """The exact one-sided sign-flip p-value of "the mean difference is below 0": the
+    share of the 2^m sign assignments of the m nonzero differences whose mean is at
+    least as low as the observed one."""
+    moved = diff[diff != 0]
+    observed = moved.mean()
+    m = moved.size
+    signs = np.array([[1 if (k >> i) & 1 else -1 for i in range(m)] for k in range(2**m)])
+    means = (signs * np.abs(moved)).mean(axis=1)
+    return float(np.count_nonzero(means <= observed + 1e-12)) / 2**m
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 6])
+def test_a_few_moved_pairs_are_never_more_significant_than_a_sign_flip_test_allows(
+    m: int,
+) -> None:
+    """Every one of m pairs worse (by different amounts): the bootstrap alone would say
+    p = 1 / (B + 1); the floor is the exact sign-flip test's p-value, 2^-m."""
+    base = np.full(m + 3, 0.8)
+    cand = base.copy()
+    cand[:m] -= np.linspace(0.1, 0.3, m)  # m pairs move, the others do not
+    res = stats.paired_bootstrap(cand, base)
+    assert _sign_flip_p(cand - base) == pytest.approx(0.5**m)
+    assert res.p_worse == pytest.approx(0.5**m)
+    one = stats.paired_bootstrap([0.5], [0.9])  # a slice of one item
+    assert one.p_worse == 0.5
+
+
+def test_many_moved_pairs_keep_the_bootstraps_p_value() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.5, 1.0, 40)
+    cand = base - 0.2 - rng.uniform(0, 0.05, 40)
+    assert stats.paired_bootstrap(cand, base).p_worse == pytest.approx(1 / 2001)
+
+
 def test_paired_binary_ci_agrees_with_the_generic_paired_bootstrap() -> None:
     rng = np.random.default_rng(2)
     base = (rng.random(300) < 0.7).astype(float)
