@@ -27,7 +27,7 @@ from gate.models.backends.hf import HFBackend
 from gate.models.backends.sampling import Sampling, coupled_choice, gumbel_noise
 from gate.store.reference import load_pack
 from gate.tiers import generation as tier
-from tests.cli_support import run_gate
+from tests.cli_support import GateRun, run_gate
 from tests.test_generation_tier import PACK
 
 
@@ -248,65 +248,35 @@ def test_sampled_baseline_control_and_damaged_build_through_the_cli(tmp_path: Pa
     assert "sampled with seed 11" in err and "Traceback" not in err
 
 
+def _gate_run(config: Path, cwd: Path, *extra: str, tiers: str = "generation") -> GateRun:
+    """``gate run --candidate demo`` of ``tiers`` against the committed baseline."""
+    return run_gate(
+        "run", "--candidate", "demo", "--tiers", tiers, "--config", str(config), *extra, cwd=cwd
+    )
+
+
 def test_a_seed_against_a_baseline_without_sampled_answers_is_one_line(tmp_path: Path) -> None:
     """The committed demo baseline holds greedy answers only."""
     config = tmp_path / "seed.toml"
     config.write_text("[tiers.generation]\nseed = 3\n")
-    done = run_gate(
-        "run", "--candidate", "demo", "--tiers", "generation", "--config", str(config), cwd=tmp_path
-    )
+    done = _gate_run(config, tmp_path)
     assert done.returncode == ExitCode.USAGE_ERROR, done.stderr[-2000:]
     assert "the baseline holds none" in done.stderr and "Traceback" not in done.stderr
     assert "loading" not in done.stderr  # refused before the model loads
-    dry = run_gate(
-        "run",
-        "--candidate",
-        "demo",
-        "--tiers",
-        "generation",
-        "--config",
-        str(config),
-        "--dry-run",
-        cwd=tmp_path,
-    )
+    dry = _gate_run(config, tmp_path, "--dry-run")
     assert dry.returncode == ExitCode.USAGE_ERROR
     assert "the baseline holds none" in dry.stderr
-    served = run_gate(
-        "run",
-        "--candidate",
-        "demo",
-        "--tiers",
-        "fidelity,generation",
-        "--endpoint",
-        "http://127.0.0.1:9/v1",
-        "--config",
-        str(config),
-        "--dry-run",
-        cwd=tmp_path,
-    )
+    endpoint = ("--endpoint", "http://127.0.0.1:9/v1", "--dry-run")
+    served = _gate_run(config, tmp_path, *endpoint, tiers="fidelity,generation")
     assert served.returncode == ExitCode.USAGE_ERROR
     assert "a served engine draws its own" in served.stderr
     assert len(served.stderr.strip().splitlines()) == 1
-    speculative = run_gate(
-        "run",
-        "--candidate",
-        "demo",
-        "--tiers",
-        "generation",
-        "--recipe",
-        "spec-ngram:3",
-        "--config",
-        str(config),
-        "--dry-run",
-        cwd=tmp_path,
-    )
+    speculative = _gate_run(config, tmp_path, "--recipe", "spec-ngram:3", "--dry-run")
     assert speculative.returncode == ExitCode.USAGE_ERROR
     assert "verifies its drafts greedily" in speculative.stderr
     no_seed = tmp_path / "no_seed.toml"
     no_seed.write_text("[tiers.generation]\ntemperature = 0.7\n")
-    done = run_gate(
-        "run", "--candidate", "demo", "--tiers", "generation", "--config", str(no_seed), "--dry-run"
-    )
+    done = _gate_run(no_seed, tmp_path, "--dry-run")
     assert done.returncode == ExitCode.USAGE_ERROR
     assert "set seed too" in done.stderr
 
