@@ -4,7 +4,8 @@ Each command lives in a small module under :mod:`gate.commands`
 (:mod:`gate.commands.group` assembles them into one click group). :func:`main`
 first installs the interrupt handler (SIGINT and SIGTERM, as CI systems cancel
 a job), then imports the commands, so a signal while importing is an
-interrupt too, not a traceback. It converts :class:`~gate.errors.GateError`
+interrupt too, not a traceback (one that lands inside a library's import is
+held until that import ends: :class:`_Interrupts`). It converts :class:`~gate.errors.GateError`
 (one line, no traceback), interrupts and unexpected errors into the exit codes
 of :class:`~gate.errors.ExitCode`; the last line printed names what the code
 means (``ERROR (input, exit 4)``, :func:`gate.errors.exit_label`). Before it
@@ -17,6 +18,7 @@ interpreter reaches :func:`main` within milliseconds.
 
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import sys
@@ -41,25 +43,94 @@ class _Interrupts:
     CI systems send SIGINT then SIGTERM a moment later: the second signal must
     not break the ``finally`` blocks that stop the servers and subprocesses the
     run started, so only the first one raises.
+
+    While the main thread imports a library from outside the standard library
+    (:meth:`held`, entered by :func:`_holding_import`), the interrupt is held
+    and raised once that import has finished: an exception raised part-way
+    through a native extension's initialisation (torch registering its
+    operators) leaves it half-built, and the next touch of it, or the
+    interpreter's garbage collection on the way out, can crash the process
+    (SIGSEGV or SIGABRT) instead of ending it with exit 2. Imports take seconds,
+    so the hold is short.
     """
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self._holds = 0
+        self._pending = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None:
             return
         self.received = signum
+        if self._holds:
+            self._pending = True
+            return
         raise KeyboardInterrupt(f"signal {signum}")
+
+    @property
+    def holding(self) -> bool:
+        """Whether an interrupt would be held now."""
+        return self._holds > 0
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold an interrupt inside the block; raise it when the outermost block ends (in place
+        of what the block raised, so a caller that expects the import to fail cannot swallow it)."""
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if not self._holds and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt(f"signal {self.received} (held until an import finished)")
+
+
+#: ``builtins.__import__``'s signature.
+_Import = Callable[..., Any]
+
+
+def _outside_stdlib(name: str) -> bool:
+    top = name.partition(".")[0]
+    return top not in sys.stdlib_module_names and top != "gate"
+
+
+def _holding_import(interrupts: _Interrupts, original: _Import) -> _Import:
+    """``__import__`` that holds an interrupt across an absolute import, in the main thread,
+    of a library outside the standard library and the gate (where the signals are handled)."""
+    main = threading.main_thread().ident
+
+    def holding_import(
+        name: str,
+        globals: Any = None,
+        locals: Any = None,
+        fromlist: Any = (),
+        level: int = 0,
+    ) -> Any:
+        if (
+            level == 0
+            and not interrupts.holding
+            and threading.get_ident() == main
+            and _outside_stdlib(name)
+        ):
+            with interrupts.held():
+                return original(name, globals, locals, fromlist, level)
+        return original(name, globals, locals, fromlist, level)
+
+    return holding_import
 
 
 @contextmanager
 def interrupt_handlers() -> Iterator[_Interrupts]:
     """Handle :data:`INTERRUPT_SIGNALS` as interrupts while the block runs (main thread only;
-    a signal the parent process set to be ignored stays ignored)."""
+    a signal the parent process set to be ignored stays ignored), holding one across the
+    imports of libraries (:class:`_Interrupts`)."""
     handler = _Interrupts()
     previous: dict[signal.Signals, Any] = {}
+    original_import = builtins.__import__
     if threading.current_thread() is threading.main_thread():
+        builtins.__import__ = _holding_import(handler, original_import)
         for sig in INTERRUPT_SIGNALS:
             if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. nohup: the parent's choice
                 continue
@@ -69,6 +140,7 @@ def interrupt_handlers() -> Iterator[_Interrupts]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        builtins.__import__ = original_import
 
 
 def _say(line: str) -> None:
