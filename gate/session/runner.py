@@ -79,12 +79,16 @@ def select_tiers(
 
 
 def check_tiers_fit(
-    tiers: Sequence[str], recipe: str | None, engine: EngineSettings | None = None
+    tiers: Sequence[str],
+    recipe: str | None,
+    engine: EngineSettings | None = None,
+    inputs: SessionInputs | None = None,
 ) -> None:
-    """Tiers that need a kind of build get one, each refusal one line (exit 4): the
-    speculative tier needs a ``spec-*`` part (served, ``engine``: a ``--serve`` command that
-    speculates), and the latency tier does not time one (its per-step clock does not see
-    speculative steps; ``speculative.speedup`` does)."""
+    """Tiers that need a kind of build get one, each refusal one line (exit 4), before
+    anything loads: the speculative tier needs a ``spec-*`` part (served, ``engine``: a
+    ``--serve`` command that speculates); the latency tier does not time one (its per-step
+    clock does not see speculative steps; ``speculative.speedup`` does); with the session's
+    ``inputs``, sampled answers fit the build and the baseline (:func:`_check_sampling`)."""
     from gate.metrics.catalog.latency import TIER as LATENCY
     from gate.metrics.catalog.speculative import TIER as SPECULATIVE
 
@@ -99,23 +103,22 @@ def check_tiers_fit(
         from gate.tiers.speculative import require_speculative
 
         require_speculative(recipe)
-    if LATENCY not in tiers:
-        return
     speculative = _speculative_part(recipe)
-    if speculative is not None:
+    if LATENCY in tiers and speculative is not None:
         raise ConfigError(
             f"the latency tier does not time a speculative build ({speculative})",
             "name the tiers without latency (e.g. --tiers fidelity,capability,speculative);"
             " the speculative tier measures its speed-up",
         )
+    if inputs is not None:
+        _check_sampling(tiers, inputs, engine)
 
 
-def check_generation_fits(
+def _check_sampling(
     tiers: Sequence[str], inputs: SessionInputs, engine: EngineSettings | None
 ) -> None:
     """Sampled answers (a ``[tiers.generation] seed``, set or inherited from the baseline)
-    fit the build and the baseline (:func:`gate.tiers.generation.check_sampling_fits`),
-    before anything loads."""
+    fit the build and the baseline (:func:`gate.tiers.generation.check_sampling_fits`)."""
     from gate.metrics.catalog.generation import TIER as GENERATION
 
     if GENERATION not in tiers:
@@ -215,9 +218,7 @@ def run_request(
 
     root = directory if directory is not None else suites_dir()
     selected, missing = select_tiers(tiers, root)
-    check_tiers_fit(selected, request.options.recipe, request.options.engine)
-    if request.inputs is not None:
-        check_generation_fits(selected, request.inputs, request.options.engine)
+    check_tiers_fit(selected, request.options.recipe, request.options.engine, request.inputs)
     if request.mode == "record":
         check_recorded_together(selected)
     for tier in missing:

@@ -180,7 +180,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
     from gate.session.engine import session_engines
     from gate.session.inputs import prepare_session
     from gate.session.run_config import canonical_recipe
-    from gate.session.runner import check_generation_fits, check_tiers_fit, select_tiers
+    from gate.session.runner import check_tiers_fit, select_tiers
 
     if plan.several:  # the combined markdown, beside the given paths; each candidate's below
         check_targets(plan.targets)
@@ -205,8 +205,7 @@ def check_plan(plan: RunPlan) -> list[CheckedCandidate]:
                 raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         tiers, _ = select_tiers(candidate.tiers)
         try:
-            check_tiers_fit(tiers, candidate.recipe, engines.candidate)
-            check_generation_fits(tiers, inputs, engines.candidate)
+            check_tiers_fit(tiers, candidate.recipe, engines.candidate, inputs)
         except GateError as exc:
             raise type(exc)(f"candidate {candidate.name!r}: {exc.message}", exc.hint) from None
         require_a_bound(
