@@ -8,6 +8,9 @@ discordant counts of the stop and loop outcomes (candidate only, baseline
 only) with McNemar's two-sided p-value, all through
 :mod:`gate.metrics.generation` and :func:`gate.gating.stats.mcnemar`. The
 baseline's answers at the pack's own cap are checked against the pack.
+``--probes N`` asks ``N`` capability probes of each family instead (drawn with the
+probes' default seed, through the chat template): short-answer prompts on which the
+demo model's baseline ends by itself, so that a build that stops differently there shows.
 ``--threads`` sets torch's thread count before anything runs; ``--time-threads`` times the
 baseline's answers at the pack's cap and teacher-forced scoring of the pack's
 answers on one and on two threads, decoding by transformers directly.
@@ -16,21 +19,25 @@ Run (demo model, minutes on two CPU cores)::
 
     python scripts/measure_generation_caps.py --caps 64,128,256 --recipes quanto-int2,drop-layers:2
     python scripts/measure_generation_caps.py --model DIR --pack PACK --limit 32 --time-threads
+    python scripts/measure_generation_caps.py --probes 40 --caps 64 --recipes quanto-int2,drop-layers:2
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from gate.data.probes import FAMILIES, build_probes
 from gate.gating.stats import mcnemar
 from gate.metrics import generation as gm
 from gate.models.backends.base import ScoreRequest
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend
+from gate.models.backends.tokens import encode_prompt
 from gate.models.model_spec import ModelSpec
 from gate.store.reference import load_pack
 from gate.tiers.generation import GenerationSettings
@@ -45,13 +52,15 @@ DEMO_PACK = (
 )
 
 
-def _greedy(backend: HFBackend, prompts: list[list[int]], cap: int, batch: int) -> list[list[int]]:
+def _greedy(
+    backend: HFBackend, prompts: Sequence[Sequence[int]], cap: int, batch: int
+) -> list[list[int]]:
     """Batched greedy answers by transformers' ``generate`` at torch's current thread count."""
     config = backend.generation_config(cap)
     out: list[list[int]] = []
     with torch.no_grad():
         for start in range(0, len(prompts), batch):
-            ids, mask = backend._left_padded(prompts[start : start + batch])
+            ids, mask = backend._left_padded([*prompts[start : start + batch]])
             rows = backend.model.generate(
                 input_ids=ids, attention_mask=mask, generation_config=config
             )
@@ -69,6 +78,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--time-threads", action="store_true")
+    parser.add_argument("--probes", type=int, default=0)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -79,9 +89,14 @@ def main() -> None:
     spec = ModelSpec.parse(args.model)
     base = load_backend(spec, None)
     rule = GenerationSettings().loop_rule
-    print(
-        f"pack: {count} prompts, cap {pack.max_new_tokens}; torch threads {torch.get_num_threads()}"
-    )
+    if args.probes:
+        texts = [p.prompt for family in FAMILIES for p in build_probes(family, args.probes)]
+        prompts = [encode_prompt(base.tokenizer, text) for text in texts]
+        count = len(prompts)
+        print(f"probes: {args.probes} of each of {len(FAMILIES)} families, {count} prompts")
+    else:
+        print(f"pack: {count} prompts, cap {pack.max_new_tokens}")
+    print(f"torch threads {torch.get_num_threads()}")
     if args.time_threads:
         saved = torch.get_num_threads()
         for threads in (1, 2):
@@ -103,7 +118,7 @@ def main() -> None:
         t = time.perf_counter()
         b = base.generate(prompts, max_new_tokens=cap, batch_size=args.batch_size)
         took = time.perf_counter() - t
-        if cap == pack.max_new_tokens:
+        if cap == pack.max_new_tokens and not args.probes:
             same = sum(x == s for x, s in zip(b, stored, strict=True))
             print(f"  the baseline reproduces the pack: {same}/{count}")
         b_stop = [gm.stopped(len(x), cap) for x in b]
