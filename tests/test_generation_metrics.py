@@ -132,6 +132,23 @@ def test_divergence_position_is_the_first_difference_censored_at_the_shorter() -
     assert divergence_position([1, 2, 3, 4], [1, 2]) == 2  # censored at the stored answer
 
 
+def test_the_horizon_censors_the_divergence_position() -> None:
+    assert divergence_position([1, 2, 3, 4], [1, 2, 9, 4], horizon=2) == 2
+    assert divergence_position([1, 2, 3, 4], [1, 2, 9, 4], horizon=3) == 2
+    assert divergence_position([1, 2, 3], [1, 2, 3], horizon=1) == 1
+    # against brute force: the first difference within min(n_c, n'_b, H), else that length
+    rng = random.Random(7)
+    for _ in range(500):
+        b = [rng.randrange(3) for _ in range(rng.randrange(1, 20))]
+        c = [rng.randrange(3) for _ in range(rng.randrange(1, 20))]
+        h = rng.randrange(1, 25)
+        m = min(len(c), len(b), h)
+        first = next((i for i in range(m) if c[i] != b[i]), m)
+        assert divergence_position(c, b, horizon=h) == first
+    with pytest.raises(ValueError, match="horizon"):
+        divergence_position([1], [1], horizon=0)
+
+
 def test_exact_match_needs_the_tokens_and_the_generated_length() -> None:
     assert exact_match([1, 2, 3], [1, 2, 3], 3)
     assert not exact_match([1, 2, 4], [1, 2, 3], 3)

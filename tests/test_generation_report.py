@@ -32,7 +32,7 @@ def _answers() -> tuple[list[tier.StoredAnswer], list[list[int]]]:
 
 def _case() -> object:
     stored, answered = _answers()
-    values = tier.paired_values(stored, answered, CAP, tier.GenerationSettings().loop_rule)
+    values = tier.paired_values(stored, answered, CAP, tier.GenerationSettings())
     measurements = tier.to_measurements(values, side="candidate", against="fp16")
     example = tier.DivergenceExample(
         prompt_id="p0",
@@ -89,7 +89,7 @@ def test_every_report_shows_the_divergence_side_by_side() -> None:
 def test_no_divergence_no_section() -> None:
     stored, _ = _answers()
     same = [list(a.tokens) for a in stored]
-    values = tier.paired_values(stored, same, CAP, tier.GenerationSettings().loop_rule)
+    values = tier.paired_values(stored, same, CAP, tier.GenerationSettings())
     results = make_case(tier.to_measurements(values, side="candidate", against="fp16")).results
     assert "worst divergences" not in render_markdown(results)
     assert 'id="divergences"' not in render_html(results)

@@ -77,10 +77,11 @@ def _check_against_answers(
     assert got[catalog.LENGTH_RATIO].value == pytest.approx(geo)
     exact = [float(a == b) for a, b in zip(answers, base, strict=True)]
     assert got[catalog.EXACT_MATCH].samples == pytest.approx(exact)
+    horizon = tier.GenerationSettings().divergence_horizon
     firsts = []
     for a, b in zip(answers, base, strict=True):
         d = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-        firsts.append(float(min(len(a), len(b)) if d is None else d))
+        firsts.append(float(min(len(a), len(b), horizon) if d is None else min(d, horizon)))
     assert got[catalog.DIVERGENCE_POSITION].samples == pytest.approx(firsts)
     loops = [float(_brute_loop(a, rule)) for a in answers]
     assert got[catalog.LOOP_RATE].samples == pytest.approx(loops)

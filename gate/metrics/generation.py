@@ -9,10 +9,16 @@ candidate's answer of ``n_c`` tokens. Answers include their end-of-sequence
 token when they have one (the backends' ``generate``). Definitions
 (docs/metrics.md "Generation"):
 
-* **divergence position** ``d = min{i < min(n_c, n'_b): c_i != b_i}``, else
-  ``min(n_c, n'_b)``: tokens until the first difference, censored at the
-  baseline's comparable length ``n'_b <= C`` (the baseline against itself:
-  ``d = n'_b``);
+* **divergence position** ``d = min{i < m: c_i != b_i}``, else ``m``, with
+  ``m = min(n_c, n'_b, H)``: tokens until the first difference, censored at the
+  baseline's comparable length ``n'_b <= C`` and at the horizon ``H`` (the
+  baseline against itself: ``d = min(n'_b, H)``). Greedy divergence compounds:
+  a build that leaves the baseline's path with probability ``h`` per token
+  keeps it for ``T`` tokens with ``P(T >= k) = (1 - h)^k``, so
+  ``E[min(T, H)] = sum_{k=1..H} (1 - h)^k = (1 - h)(1 - (1 - h)^H) / h``:
+  relative to the baseline's ``H`` (answers of at least ``H`` tokens) the
+  change depends on ``h`` and ``H``, not on the cap, and one bound means the
+  same at every cap ``C >= H``;
 * **exact match** ``1[c_{0..n'_b-1} = b and n_c = n_b]``;
 * **length ratio** ``n_c / n_b``; over prompts the geometric mean
   ``exp(mean log(n_c / n_b))`` (a halved and a doubled answer average to 1);
@@ -92,9 +98,16 @@ def distinct_2(tokens: Sequence[int]) -> float:
     return len(set(bigrams)) / len(bigrams)
 
 
-def divergence_position(candidate: Sequence[int], reference: Sequence[int]) -> int:
-    """``d``: the first index where the answers differ, else the shorter length."""
+def divergence_position(
+    candidate: Sequence[int], reference: Sequence[int], horizon: int | None = None
+) -> int:
+    """``d``: the first index where the answers differ, else the shorter length, both
+    censored at ``horizon`` tokens (``H``; None: no horizon)."""
     common = min(len(candidate), len(reference))
+    if horizon is not None:
+        if horizon < 1:
+            raise ValueError(f"a divergence horizon of {horizon} tokens")
+        common = min(common, horizon)
     for i in range(common):
         if candidate[i] != reference[i]:
             return i

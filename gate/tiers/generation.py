@@ -83,6 +83,11 @@ class GenerationSettings:
     loop_min_tokens: int = 16
     #: ``P`` of the loop detector: the longest repeated span looked for, in tokens.
     loop_max_period: int = 32
+    #: ``H``: the divergence position is censored at this many tokens (and at the
+    #: stored answer's length), so that its relative bounds mean the same at every
+    #: cap of at least ``H`` (:func:`gate.metrics.generation.divergence_position`).
+    #: 48: the cap the default bounds were chosen at (thresholds.toml).
+    divergence_horizon: int = 48
     #: Worst divergences shown in the reports (0: none).
     examples: int = 3
     #: Sampled answers instead of greedy ones, with this seed (None: greedy). The
@@ -98,6 +103,8 @@ class GenerationSettings:
         self.loop_rule  # noqa: B018 - validates the detector's parameters
         if self.examples < 0:
             raise ValueError(f"examples must be >= 0, got {self.examples}")
+        if self.divergence_horizon < 1:
+            raise ValueError(f"divergence_horizon must be >= 1, got {self.divergence_horizon}")
         if self.seed is None and (self.temperature != 1.0 or self.top_p != 1.0):
             raise ValueError("temperature and top_p shape sampled answers: set seed too")
         self.sampling  # noqa: B018 - validates the sampling parameters
@@ -186,11 +193,13 @@ def paired_values(
     answers: Sequence[StoredAnswer],
     answered: Sequence[Sequence[int]],
     cap: int,
-    rule: gm.LoopRule,
+    settings: GenerationSettings,
 ) -> dict[str, PairedValues]:
     """Every metric's per-prompt values: the candidate's (``answered``) and the baseline's
-    (the pack: its divergence from itself is ``n'_b``, its exact match 1, its log length
-    ratio 0)."""
+    (the pack: its divergence from itself is ``min(n'_b, H)``, its exact match 1, its log
+    length ratio 0), under ``settings``' loop detector and divergence horizon."""
+    rule = settings.loop_rule
+    horizon = settings.divergence_horizon
 
     def has_tokens(a: StoredAnswer) -> bool:
         return bool(a.tokens)
@@ -217,8 +226,8 @@ def paired_values(
             answers,
             answered,
             has_tokens,
-            lambda a, c: float(gm.divergence_position(c, a.tokens)),
-            lambda a: float(len(a.tokens)),
+            lambda a, c: float(gm.divergence_position(c, a.tokens, horizon)),
+            lambda a: float(min(len(a.tokens), horizon)),
         ),
         catalog.LENGTH_RATIO: _paired(
             answers,
@@ -446,7 +455,7 @@ def measure_answers(
 ) -> list[Measurement]:
     """The measurements of the candidate's ``answered`` against the stored ``answers``
     (``backend`` decodes the examples)."""
-    values = paired_values(answers, answered, pack.max_new_tokens, settings.loop_rule)
+    values = paired_values(answers, answered, pack.max_new_tokens, settings)
     out = to_measurements(values, side="candidate", against=against)
     if not settings.examples:
         return out
@@ -472,9 +481,7 @@ def record(
     answers = stored_answers(pack, limit)
     if sampled is not None:
         answers = sampled.as_stored(answers)
-    values = paired_values(
-        answers, [a.tokens for a in answers], pack.max_new_tokens, settings.loop_rule
-    )
+    values = paired_values(answers, [a.tokens for a in answers], pack.max_new_tokens, settings)
     return to_measurements(values, side="baseline")
 
 
