@@ -47,8 +47,8 @@ SPECS: tuple[MetricSpec, ...] = (
         True,
         SampleKind.PAIRED_SCORE,
         "tokens until the first difference from the baseline's answer, censored at the "
-        "baseline's stored answer length and at [tiers.generation] divergence_horizon "
-        "(48 tokens by default), mean over prompts",
+        "baseline's stored answer length and at [tiers.generation] divergence_horizon, "
+        "mean over prompts",
     ),
     MetricSpec(
         LENGTH_RATIO,
