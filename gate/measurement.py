@@ -236,6 +236,20 @@ class MeasurementDetail:
     #: ``Fingerprint.hash`` and ``Fingerprint.hardware_hash`` of that fingerprint -> HTML.
     FINGERPRINT_HASH: Final = "fingerprint_hash"
     HARDWARE_HASH: Final = "hardware_hash"
+    #: A ratio measurement's interval ``[low, high]`` (None: too few pairs gave none), its
+    #: level, and the tier's ``min_speedup`` that gates it (load and speculative tiers) ->
+    #: :mod:`gate.gating.speedup`, compare and the HTML report.
+    RATIO_CI: Final = "ratio_ci"
+    RATIO_LEVEL: Final = "ratio_level"
+    MIN_SPEEDUP: Final = "min_speedup"
+    #: The load tier's SLO, ``{"ttft_p95_ms", "itl_p95_ms"}`` -> HTML table and plots.
+    SLO: Final = "slo"
+    #: The load tier's rows per sweep and side, ``{"candidate": [...], "baseline": [...]}``,
+    #: and each pass's latency-against-rate curve -> HTML table and plots.
+    PER_SWEEP: Final = "per_sweep"
+    CURVES: Final = "curves"
+    #: Passes of the load tier's plan -> HTML table.
+    REPEATS: Final = "repeats"
     #: Requests a KV-cache method scored and how many it touched, ``{"method",
     #: "requests", "exercised"}`` (:mod:`gate.tiers.exercised`) -> report notes.
     COMPRESSION_EXERCISED: Final = "compression_exercised"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 
+from gate.metrics.catalog.generation import GenerationDetail
 from gate.report.console import make_console, render
 from gate.report.html import render_html
 from gate.report.markdown import render_markdown
@@ -54,7 +55,7 @@ def _case() -> object:
             m.samples,
             m.sample_ids,
             m.breakdown,
-            {**m.details, tier.EXAMPLES: [example.to_dict()]},
+            {**m.details, GenerationDetail.EXAMPLES: [example.to_dict()]},
         )
         for m in measurements
     ]

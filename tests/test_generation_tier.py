@@ -22,6 +22,7 @@ from gate.gating.thresholds import load_thresholds, packaged_thresholds_path
 from gate.gating.verdict import Severity
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.catalog import generation as catalog
+from gate.metrics.catalog.generation import GenerationDetail
 from gate.metrics.generation import LoopRule
 from gate.models.backends.hf import HFBackend
 from gate.models.backends.loading import load_backend, load_candidate
@@ -126,7 +127,7 @@ def test_the_control_reproduces_the_pack_and_passes(
     for m in got:
         reference = m.details[MeasurementDetail.PAIRED_REFERENCE]
         assert list(m.samples or ()) == pytest.approx(reference["samples"]), m.name
-    assert by_name[catalog.EXACT_MATCH].details[tier.EXAMPLES] == []
+    assert by_name[catalog.EXACT_MATCH].details[GenerationDetail.EXAMPLES] == []
     assert set(_verdicts(got).values()) == {Severity.PASS}
     # the baseline's own measurements (record mode) are the same values, from the pack alone
     own = _by_name(tier.record(pack, tier.GenerationSettings(), limit=LIMIT))
@@ -160,7 +161,7 @@ def test_two_dropped_layers_are_blocked_by_short_answers(pack: ReferencePack) ->
         if v.metric == catalog.STOP_RATE and v.slice is None
     )
     assert verdict.p_value == pytest.approx(min(1.0, 2 * one_sided))
-    examples = by_name[catalog.EXACT_MATCH].details[tier.EXAMPLES]
+    examples = by_name[catalog.EXACT_MATCH].details[GenerationDetail.EXAMPLES]
     assert examples and examples[0]["position"] == 0
     json.dumps(examples)  # they travel in the results JSON
 

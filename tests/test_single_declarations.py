@@ -284,3 +284,49 @@ def test_no_new_public_function_name_is_declared_in_two_modules() -> None:
     assert declared["model_slug"] == ["slugs.py"]
     stale = sorted(set(SHARED_FUNCTIONS) - set(shared))
     assert not stale, f"declared once now: drop them from SHARED_FUNCTIONS: {stale}"
+
+
+#: The layers that read measurements' details written by a tier.
+DETAIL_READERS = ("report/", "gating/")
+
+
+def _details_key_read(node: ast.AST) -> ast.expr | None:
+    """The key of ``<x>.details[key]`` or ``<x>.details.get(key, ...)`` (also for a variable
+    named ``details``), when ``node`` reads one."""
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        holder, key = node.value, node.slice
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+    ):
+        holder, key = node.func.value, node.args[0]
+    else:
+        return None
+    named = (isinstance(holder, ast.Attribute) and holder.attr == "details") or (
+        isinstance(holder, ast.Name) and holder.id == "details"
+    )
+    return key if named else None
+
+
+def test_details_keys_read_across_layers_are_named_not_spelled() -> None:
+    """A key of ``Measurement.details`` that the reports or the gating read is declared once
+    (:class:`gate.measurement.MeasurementDetail`, or a tier's catalog class such as
+    ``GenerationDetail``) and named by writer and reader alike, so a key renamed on one side
+    cannot leave the other reading nothing."""
+    spelled = [
+        f"{rel}:{node.lineno} {key.value!r}"
+        for rel, tree in modules()
+        if rel.startswith(DETAIL_READERS)
+        for node in ast.walk(tree)
+        if isinstance(key := _details_key_read(node), ast.Constant) and isinstance(key.value, str)
+    ]
+    assert not spelled, "details keys spelled as strings: " + ", ".join(spelled)
+
+
+def test_the_details_key_scan_sees_a_spelled_key() -> None:
+    tree = ast.parse("v.details.get('ratio_ci')\ndetails['slo']\nx.details[KEY]\nd.get('a')")
+    keys = [_details_key_read(n) for n in ast.walk(tree)]
+    found = [k.value for k in keys if isinstance(k, ast.Constant)]
+    assert sorted(found) == ["ratio_ci", "slo"]

@@ -99,7 +99,7 @@ from gate.gating.decision import (
     describe_test,
 )
 from gate.gating.power import PowerStatement
-from gate.gating.speedup import RATIO_CI, judge_ratio
+from gate.gating.speedup import judge_ratio
 from gate.gating.thresholds import MetricThreshold, Thresholds
 from gate.gating.verdict import (
     Bound,
@@ -509,7 +509,11 @@ def to_verdict(decision: Decision, cand: Measurement, spec: MetricSpec, against:
         details[VerdictDetail.NOT_SIGNIFICANT] = decision.point.label
     evidence = decision.evidence
     ci = evidence.ci if evidence else None
-    interval = cand.details.get(RATIO_CI) if spec.sample_kind is SampleKind.RATIO else None
+    interval = (
+        cand.details.get(MeasurementDetail.RATIO_CI)
+        if spec.sample_kind is SampleKind.RATIO
+        else None
+    )
     if interval is not None:  # the ratio's interval as a change from 1
         low, high = interval
         ci = (float(low) - 1.0, float(high) - 1.0)

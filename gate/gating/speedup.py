@@ -1,7 +1,7 @@
 """The decision on a candidate/baseline ratio (``SampleKind.RATIO``): does compression pay?
 
 A ratio metric carries its interval in ``details["ratio_ci"]`` (``[low,
-high]`` at ``details["ratio_level"]``; ``None`` when too few paired
+high]`` at ``details["ratio_level"]``, keys of :class:`gate.measurement.MeasurementDetail`; ``None`` when too few paired
 observations gave none, :data:`gate.metrics.load.MIN_PAIRS`) and, when it is
 gated, the tier's ``details["min_speedup"]`` (``s``). The reference is the ideal ratio 1 (the
 baseline build measured in the same session). For a higher-is-better ratio
@@ -41,19 +41,14 @@ from typing import Any
 from gate.errors import DataError
 from gate.gating.decision import Basis, Decision, Reference, Subject, fmt
 from gate.gating.verdict import Bound, Severity, VerdictThreshold
-from gate.measurement import Measurement
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.metric_spec import MetricSpec
-
-#: ``details`` keys of a ratio measurement.
-RATIO_CI = "ratio_ci"
-RATIO_LEVEL = "ratio_level"
-MIN_SPEEDUP = "min_speedup"
 
 
 def _interval(details: Mapping[str, Any], name: str) -> tuple[float, float, float] | None:
     try:
-        raw = details[RATIO_CI]
-        level = float(details.get(RATIO_LEVEL, 0.95))
+        raw = details[MeasurementDetail.RATIO_CI]
+        level = float(details.get(MeasurementDetail.RATIO_LEVEL, 0.95))
         if raw is None:
             return None
         low, high = (float(x) for x in raw)
@@ -71,7 +66,7 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
     value = cand.value
     n = len(cand.samples) if cand.samples else 1
     reference = Reference(1.0, None, "ideal")
-    raw = cand.details.get(MIN_SPEEDUP)
+    raw = cand.details.get(MeasurementDetail.MIN_SPEEDUP)
     if found is None:
         shown = f"{spec.name} {fmt(value)} (no interval: {n} paired observations)"
     else:
@@ -131,4 +126,4 @@ def judge_ratio(cand: Measurement, spec: MetricSpec, *, slice: str | None = None
     )
 
 
-__all__ = ["MIN_SPEEDUP", "RATIO_CI", "RATIO_LEVEL", "judge_ratio"]
+__all__ = ["judge_ratio"]

@@ -1,8 +1,8 @@
 """The generation tier's worst divergences, as every report shows them.
 
 The tier stores them in the details of its ``generation.exact_match``
-measurement (:data:`gate.tiers.generation.EXAMPLES`, which travel into the
-verdict's details): per example the prompt, the tokens both answers share
+measurement (key :attr:`~gate.metrics.catalog.generation.GenerationDetail.EXAMPLES`;
+they travel into the verdict's details): per example the prompt, the tokens both answers share
 before they part (``position``, the common text), and each answer from there
 on. Reports show the prompt and the two answers side by side, with where they
 diverge; one list per baseline ref.
@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gate.metrics.catalog import generation as generation_catalog
+from gate.metrics.catalog.generation import GenerationDetail
 from gate.report.results import Results
 
-#: The details key the generation tier writes its examples under.
-EXAMPLES_KEY = "examples"
 #: Characters of each text shown in the console and markdown reports (the HTML shows all).
 SHORT = 160
 
@@ -37,7 +36,7 @@ def divergences(results: Results) -> list[Divergences]:
     for v in results.verdicts:
         if v.metric != generation_catalog.EXACT_MATCH or v.slice is not None:
             continue
-        raw = v.details.get(EXAMPLES_KEY)
+        raw = v.details.get(GenerationDetail.EXAMPLES)
         if isinstance(raw, Sequence) and raw:
             out.append(Divergences(v.against, tuple(e for e in raw if isinstance(e, Mapping))))
     return out

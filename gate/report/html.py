@@ -391,7 +391,7 @@ def load_section(results: Results) -> str:
     """The load tier in one table: each build's mean over its sweeps, the ratio and its CI."""
     by_metric = {v.metric: v for v in results.verdicts if v.tier == "load" and v.slice is None}
     good = by_metric.get(load_catalog.GOODPUT_RATIO)
-    per: Any = good.details.get("per_sweep") if good is not None else None
+    per: Any = good.details.get(MeasurementDetail.PER_SWEEP) if good is not None else None
     if good is None or not isinstance(per, Mapping):
         return ""
     head = "<tr><th>at the SLO</th><th>baseline</th><th>candidate</th><th>ratio [CI]</th><th>verdict</th></tr>"
@@ -402,7 +402,7 @@ def load_section(results: Results) -> str:
             values = [float(r[key]) for r in per.get(side, []) if r.get(key) is not None]
             sides.append(f"{sum(values) / len(values):.3g} {unit}".strip() if values else "-")
         v = by_metric.get(metric)
-        ci = v.details.get("ratio_ci") if v is not None else None
+        ci = v.details.get(MeasurementDetail.RATIO_CI) if v is not None else None
         ratio = f"{v.value:.3g} [{ci[0]:.3g}, {ci[1]:.3g}]" if v is not None and ci else "-"
         pill = severity_pill(v.severity) if v is not None and v.threshold is not None else "-"
         rows.append(
@@ -410,15 +410,16 @@ def load_section(results: Results) -> str:
             f'<td class="num">{esc(sides[1])}</td><td class="num">{esc(ratio)}</td>'
             f"<td>{pill}</td></tr>"
         )
-    slo: Any = good.details.get("slo", {})
+    slo: Any = good.details.get(MeasurementDetail.SLO, {})
     speed = by_metric.get(load_catalog.SLO_SPEEDUP)
-    min_speedup = speed.details.get("min_speedup") if speed is not None else None
+    min_speedup = speed.details.get(MeasurementDetail.MIN_SPEEDUP) if speed is not None else None
+    repeats = good.details.get(MeasurementDetail.REPEATS)
     knees = {
         side: [r.get("knee_rate") for r in per.get(side, [])] for side in ("baseline", "candidate")
     }
     caption = (
         f"SLO: TTFT p95 <= {slo.get('ttft_p95_ms')} ms, ITL p95 <= {slo.get('itl_p95_ms')} ms;"
-        f" mean over {good.details.get('repeats')} interleaved passes per build (the first"
+        f" mean over {repeats} interleaved passes per build (the first"
         " row's ratio is baseline / candidate: above 1, the candidate is faster);"
         f" knees (offered req/s per sweep): baseline {knees['baseline']},"
         f" candidate {knees['candidate']}; min_speedup {min_speedup}."

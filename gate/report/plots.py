@@ -383,12 +383,12 @@ def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
     """p95 TTFT and ITL against the offered rate, both builds, with the SLO and the knees
     (``load.goodput_ratio`` details: ``curves``, ``slo``, ``per_sweep``)."""
     good = _find(primary(verdicts), load_catalog.GOODPUT_RATIO)
-    curves: Any = good.details.get("curves") if good is not None else None
-    slo: Any = good.details.get("slo") if good is not None else None
+    curves: Any = good.details.get(MeasurementDetail.CURVES) if good is not None else None
+    slo: Any = good.details.get(MeasurementDetail.SLO) if good is not None else None
     if good is None or not isinstance(curves, dict) or not isinstance(slo, dict):
         return None
     fig = _figure(8.0, 3.4)
-    per_sweep: Any = good.details.get("per_sweep", {})
+    per_sweep: Any = good.details.get(MeasurementDetail.PER_SWEEP, {})
     for i, (key, label, slo_key) in enumerate(LOAD_PANELS):
         ax = fig.add_subplot(1, len(LOAD_PANELS), i + 1)
         for side in ("baseline", "candidate"):
@@ -429,7 +429,7 @@ def load_curves(verdicts: Sequence[Verdict]) -> Plot | None:
         ax.grid(alpha=0.3)
         if i == 0:
             ax.legend(fontsize=7)
-    ci = good.details.get("ratio_ci") or [None, None]
+    ci = good.details.get(MeasurementDetail.RATIO_CI) or [None, None]
     return Plot(
         "load",
         "Latency against offered load, baseline and candidate",

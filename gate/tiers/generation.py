@@ -34,7 +34,8 @@ own when it is recorded and stores them (:class:`SampledAnswers`, artifact
 each whole, on both sides.
 
 The worst divergences (the earliest, relative to the stored answer) go to
-``details["examples"]`` of ``generation.exact_match``: the prompt, the common
+``details["examples"]`` of ``generation.exact_match`` (keys
+:class:`gate.metrics.catalog.generation.GenerationDetail`): the prompt, the common
 prefix and the two answers from the divergence on, as text, for the reports.
 """
 
@@ -52,6 +53,7 @@ from gate.errors import BaselineError, ConfigError, DataError, UsageError
 from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics import generation as gm
 from gate.metrics.catalog import generation as catalog
+from gate.metrics.catalog.generation import GenerationDetail
 from gate.models.backends.base import Backend
 from gate.models.backends.capabilities import SamplesCoupled
 from gate.models.backends.sampling import Sampling
@@ -60,10 +62,6 @@ from gate.store.reference import PackPrompt, ReferencePack
 
 TIER = catalog.TIER
 
-#: The key of ``generation.exact_match``'s details holding the worst divergences.
-EXAMPLES = "examples"
-#: The key of ``generation.exact_match``'s details holding the sampling of sampled answers.
-SAMPLING = "sampling"
 #: The artifact holding the baseline's sampled answers (:class:`SampledAnswers`).
 SAMPLED_ARTIFACT = "generation-sampled"
 
@@ -437,7 +435,9 @@ def measure(
     if sampling is None:
         return out
     return [
-        dataclasses.replace(m, details={**m.details, SAMPLING: sampled_facts(sampling)})
+        dataclasses.replace(
+            m, details={**m.details, GenerationDetail.SAMPLING: sampled_facts(sampling)}
+        )
         if m.name == catalog.EXACT_MATCH
         else m
         for m in out
@@ -462,7 +462,7 @@ def measure_answers(
     worst = worst_divergences(backend, pack, answers, answered, settings.examples)
     examples = [d.to_dict() for d in worst]
     return [
-        dataclasses.replace(m, details={**m.details, EXAMPLES: examples})
+        dataclasses.replace(m, details={**m.details, GenerationDetail.EXAMPLES: examples})
         if m.name == catalog.EXACT_MATCH
         else m
         for m in out
@@ -619,9 +619,7 @@ def _described(sampling: Sampling) -> str:
 
 
 __all__ = [
-    "EXAMPLES",
     "SAMPLED_ARTIFACT",
-    "SAMPLING",
     "TIER",
     "DivergenceExample",
     "GenerationSettings",

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from gate.errors import DataError
-from gate.measurement import Measurement
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics import load as maths
 from gate.metrics.load import RatePoint, Slo
 
@@ -336,7 +336,11 @@ def _measurement(name: str, ci: maths.RatioInterval, details: Mapping[str, Any])
         f"load.{name}",
         ci.value,
         samples=ci.ratios,
-        details={**details, "ratio_ci": interval, "ratio_level": ci.level},
+        details={
+            **details,
+            MeasurementDetail.RATIO_CI: interval,
+            MeasurementDetail.RATIO_LEVEL: ci.level,
+        },
     )
 
 
@@ -368,7 +372,7 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
     paired = [[p.repeat + 1, p.rate] for p in pairs]
     common: dict[str, Any] = {
         "unobserved_requests": unobserved_requests(result),
-        "repeats": s.repeats,
+        MeasurementDetail.REPEATS: s.repeats,
         "rates": list(s.rates),
         "duration_s": s.duration_s,
         "profile": s.profile,
@@ -389,8 +393,8 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
             speed,
             {
                 **common,
-                "min_speedup": s.min_speedup,
-                "slo": slo,
+                MeasurementDetail.MIN_SPEEDUP: s.min_speedup,
+                MeasurementDetail.SLO: slo,
                 "pairs": paired,
                 "speed_percentile": q,
                 "candidate_slo_load": [maths.slo_load(p.candidate, s.slo, q) for p in pairs],
@@ -405,10 +409,10 @@ def to_measurements(result: LoadResult) -> list[Measurement]:
             s,
             {
                 **common,
-                "slo": slo,
+                MeasurementDetail.SLO: slo,
                 "sustain": s.sustain,
-                "per_sweep": sweeps,
-                "curves": {
+                MeasurementDetail.PER_SWEEP: sweeps,
+                MeasurementDetail.CURVES: {
                     "baseline": [_curve(p) for p in result.baseline],
                     "candidate": [_curve(p) for p in result.candidate],
                 },

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from gate.errors import ConfigError
-from gate.measurement import Measurement
+from gate.measurement import Measurement, MeasurementDetail
 from gate.metrics.catalog import speculative as catalog
 from gate.metrics.load import ratio_interval
 from gate.metrics.speculative import (
@@ -293,9 +293,9 @@ def speedup_measurement(
         found.value,
         samples=found.ratios,
         details={
-            "ratio_ci": ci,
-            "ratio_level": settings.confidence,
-            "min_speedup": settings.min_speedup,
+            MeasurementDetail.RATIO_CI: ci,
+            MeasurementDetail.RATIO_LEVEL: settings.confidence,
+            MeasurementDetail.MIN_SPEEDUP: settings.min_speedup,
             "tokens_per_s_with": with_spec,
             "tokens_per_s_without": without,
         },

@@ -32,6 +32,18 @@ STOP_RATE = "generation.stop_rate"
 LOOP_RATE = "generation.loop_rate"
 DISTINCT_2 = "generation.distinct_2"
 
+
+class GenerationDetail:
+    """Keys of ``generation.exact_match``'s ``Measurement.details`` that the reports read."""
+
+    #: The worst divergences, each ``{prompt_id, category, prompt, position, common,
+    #: baseline, candidate, baseline_tokens, candidate_tokens}``
+    #: (:class:`gate.tiers.generation.DivergenceExample`) -> every report.
+    EXAMPLES = "examples"
+    #: The sampling of sampled answers, ``{seed, temperature, top_p}`` (absent: greedy).
+    SAMPLING = "sampling"
+
+
 SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
         EXACT_MATCH,
