@@ -258,13 +258,15 @@ SHARED_FUNCTIONS: dict[str, frozenset[str]] = {
         {
             "tiers/capability.py",
             "tiers/fidelity/candidate.py",
-            "tiers/generation.py",
+            "tiers/generation/candidate.py",
             "tiers/speculative.py",
         }
     ),
-    "record": frozenset({"tiers/fidelity/recording.py", "tiers/generation.py"}),
+    "record": frozenset({"tiers/fidelity/recording.py", "tiers/generation/recording.py"}),
     "run_tier": frozenset({"tiers/latency.py", "tiers/load.py"}),
-    "to_measurements": frozenset({"tiers/generation.py", "tiers/latency.py", "tiers/load.py"}),
+    "to_measurements": frozenset(
+        {"tiers/generation/pairing.py", "tiers/latency.py", "tiers/load.py"}
+    ),
 }
 
 
