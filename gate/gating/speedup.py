@@ -1,9 +1,10 @@
 """The decision on a candidate/baseline ratio (``SampleKind.RATIO``): does compression pay?
 
 A ratio metric carries its interval in ``details["ratio_ci"]`` (``[low,
-high]`` at ``details["ratio_level"]``, keys of :class:`gate.measurement.MeasurementDetail`; ``None`` when too few paired
+high]`` at ``details["ratio_level"]``; ``None`` when too few paired
 observations gave none, :data:`gate.metrics.load.MIN_PAIRS`) and, when it is
-gated, the tier's ``details["min_speedup"]`` (``s``). The reference is the ideal ratio 1 (the
+gated, the tier's ``details["min_speedup"]`` (``s``); the keys are
+:class:`gate.measurement.MeasurementDetail`'s. The reference is the ideal ratio 1 (the
 baseline build measured in the same session). For a higher-is-better ratio
 ``q`` (goodput):
 

@@ -1,10 +1,11 @@
 """The generation tier's worst divergences, as every report shows them.
 
 The tier stores them in the details of its ``generation.exact_match``
-measurement (key :attr:`~gate.metrics.catalog.generation.GenerationDetail.EXAMPLES`;
-they travel into the verdict's details): per example the prompt, the tokens both answers share
-before they part (``position``, the common text), and each answer from there
-on. Reports show the prompt and the two answers side by side, with where they
+measurement (key
+:attr:`~gate.metrics.catalog.generation.GenerationDetail.EXAMPLES`; they
+travel into the verdict's details): per example the prompt, the tokens both
+answers share before they part (``position``, the common text), and each
+answer from there on. Reports show the prompt and the two answers side by side, with where they
 diverge; one list per baseline ref.
 """
 

@@ -21,7 +21,7 @@ whether ``b`` is the whole answer (not cut). Which prompts each metric uses:
   detector and the bigrams need the answer's tail).
 
 The baseline's values on those prompts come from the pack too (its divergence
-from itself is ``n'_b``, its exact match 1, its log length ratio 0): in run
+from itself is ``min(n'_b, H)``, its exact match 1, its log length ratio 0): in run
 mode each candidate measurement carries them under
 ``details["paired_reference"]`` (:mod:`gate.gating.compare`: the in-session
 reference), so a baseline recorded before this tier existed gates it on its

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from gate.errors import DataError
 from gate.measurement import Measurement
@@ -44,14 +45,7 @@ def measure(
     out = measure_answers(backend, pack, answers, answered, settings, against=against)
     if sampling is None:
         return out
-    return [
-        dataclasses.replace(
-            m, details={**m.details, GenerationDetail.SAMPLING: sampled_facts(sampling)}
-        )
-        if m.name == catalog.EXACT_MATCH
-        else m
-        for m in out
-    ]
+    return _with_detail(out, GenerationDetail.SAMPLING, sampled_facts(sampling))
 
 
 def measure_answers(
@@ -70,12 +64,17 @@ def measure_answers(
     if not settings.examples:
         return out
     worst = worst_divergences(backend, pack, answers, answered, settings.examples)
-    examples = [d.to_dict() for d in worst]
+    return _with_detail(out, GenerationDetail.EXAMPLES, [d.to_dict() for d in worst])
+
+
+def _with_detail(measurements: Sequence[Measurement], key: str, value: Any) -> list[Measurement]:
+    """``measurements`` with ``value`` under ``key`` in ``generation.exact_match``'s details
+    (where the reports read the tier's examples and sampling)."""
     return [
-        dataclasses.replace(m, details={**m.details, GenerationDetail.EXAMPLES: examples})
+        dataclasses.replace(m, details={**m.details, key: value})
         if m.name == catalog.EXACT_MATCH
         else m
-        for m in out
+        for m in measurements
     ]
 
 
